@@ -1,0 +1,252 @@
+"""Step 2 of the data flow: CAPE's training-time augmentation of positions (CAPE sec. 4).
+
+A pure function positions -> positions, applied in the paper's order:
+i) mean-normalisation over real tokens, ii) global shift Delta ~ U(-Dmax, Dmax) per sample and
+axis, iii) local shift eps ~ U(-emax, emax) per token and axis, iv) global scaling lambda with
+log lambda ~ U(-log Lmax, log Lmax) per sample, shared by the axes:
+``p' = (p - mean(p) + Delta + eps) * lambda``. In eval mode only the normalisation applies.
+
+Random numbers are drawn on the positions' device (from `generator` if given) in a fixed order:
+global shift `[B, M]`, scale `[B]`, local shift `[T, B, M]`. The local draw is token-major so
+that, on a generator that fills tensors sequentially (the CPU one), extra padding appended at
+the end of a batch leaves the draws of the real tokens unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from ._checks import check_float, check_per_axis, check_tensor
+
+__all__ = ["Augmentation", "mean_normalize", "augment_positions", "augment_pair"]
+
+Amount = float | Sequence[float] | torch.Tensor
+
+
+@dataclass(frozen=True)
+class Augmentation:
+    """CAPE's augmentation settings, validated once.
+
+    max_global_shift: Dmax, a float or one per axis (tokens, seconds or image units).
+    max_local_shift: emax, a float or one per axis; <= half the spacing keeps the order.
+    max_global_scaling: Lmax >= 1 (1 = no scaling).
+    normalize: subtract the mean position of each sample's real tokens (train and eval).
+    """
+
+    max_global_shift: float | tuple[float, ...] = 0.0
+    max_local_shift: float | tuple[float, ...] = 0.0
+    max_global_scaling: float = 1.0
+    normalize: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "max_global_shift", check_per_axis("max_global_shift", self.max_global_shift)
+        )
+        object.__setattr__(
+            self, "max_local_shift", check_per_axis("max_local_shift", self.max_local_shift)
+        )
+        object.__setattr__(
+            self,
+            "max_global_scaling",
+            check_float("max_global_scaling", self.max_global_scaling, minimum=1.0),
+        )
+        if not isinstance(self.normalize, bool):
+            raise TypeError(f"normalize must be a bool, got {self.normalize!r}")
+
+    @property
+    def random(self) -> bool:
+        """True when training draws anything at all."""
+        return _nonzero(self.max_global_shift) or _nonzero(self.max_local_shift) or (
+            self.max_global_scaling > 1.0
+        )
+
+    def __call__(
+        self,
+        positions: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        *,
+        training: bool = True,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        return augment_positions(
+            positions,
+            mask,
+            max_global_shift=self.max_global_shift,
+            max_local_shift=self.max_local_shift,
+            max_global_scaling=self.max_global_scaling,
+            normalize=self.normalize,
+            training=training,
+            generator=generator,
+        )
+
+
+def _nonzero(v: Amount) -> bool:
+    if isinstance(v, torch.Tensor):
+        return True  # tensor amounts are never inspected (that would sync with the device)
+    if isinstance(v, (list, tuple)):
+        return any(x != 0 for x in v)
+    return v != 0
+
+
+def _amount(name: str, v: Amount, pos: torch.Tensor) -> torch.Tensor | float:
+    """A max amount as a float or a float32 tensor broadcastable to [B, 1, M]."""
+    if isinstance(v, torch.Tensor):
+        check_tensor(name, v, ndims=(0, 1, 2))
+        t = v.to(device=pos.device, dtype=torch.float32)
+        if t.dim() == 2:  # [B, M] or [B, 1]: per sample
+            return t[:, None, :]
+        return t
+    v = check_per_axis(name, v)
+    if isinstance(v, tuple):
+        if len(v) != pos.shape[-1]:
+            raise ValueError(f"{name} has {len(v)} values but positions have {pos.shape[-1]} axes")
+        return torch.tensor(v, device=pos.device, dtype=torch.float32)
+    return v
+
+
+def _uniform(shape: Sequence[int], gen: torch.Generator | None, pos: torch.Tensor) -> torch.Tensor:
+    """U(-1, 1) drawn on the positions' device."""
+    if gen is not None and gen.device.type != pos.device.type:
+        raise ValueError(
+            f"generator is on {gen.device} but positions are on {pos.device}: "
+            "random draws happen on the positions' device"
+        )
+    return torch.rand(shape, generator=gen, device=pos.device, dtype=torch.float32) * 2.0 - 1.0
+
+
+def mean_normalize(positions: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Subtract each sample's mean over real tokens. positions: [B, T, M], mask: [B, T]."""
+    if mask is None:
+        return positions - positions.mean(dim=1, keepdim=True)
+    m = mask[..., None].to(positions.dtype)
+    count = m.sum(dim=1, keepdim=True).clamp_min(1.0)
+    mean = (torch.where(mask[..., None], positions, 0.0)).sum(dim=1, keepdim=True) / count
+    return positions - mean
+
+
+def _check_positions(positions: torch.Tensor, mask: torch.Tensor | None) -> None:
+    check_tensor("positions", positions, ndims=(3,), floating=True)
+    if mask is not None:
+        check_tensor("mask", mask, ndims=(2,))
+        if mask.dtype != torch.bool or tuple(mask.shape) != tuple(positions.shape[:2]):
+            raise ValueError(
+                f"mask must be bool of shape {tuple(positions.shape[:2])}, "
+                f"got {mask.dtype} {tuple(mask.shape)}"
+            )
+
+
+def _global_draws(
+    pos: torch.Tensor,
+    max_global_shift: Amount,
+    max_global_scaling: float,
+    generator: torch.Generator | None,
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Per-sample shift [B, 1, M] and scale [B, 1, 1] (None when switched off)."""
+    batch, _, axes = pos.shape
+    shift = scale = None
+    dmax = _amount("max_global_shift", max_global_shift, pos)
+    if _nonzero(max_global_shift):
+        shift = _uniform((batch, axes), generator, pos)[:, None, :] * dmax
+    lmax = check_float("max_global_scaling", max_global_scaling, minimum=1.0)
+    if lmax > 1.0:
+        scale = torch.exp(_uniform((batch,), generator, pos) * math.log(lmax))[:, None, None]
+    return shift, scale
+
+
+def _local_draw(
+    pos: torch.Tensor, max_local_shift: Amount, generator: torch.Generator | None
+) -> torch.Tensor | None:
+    """Per-token shift [B, T, M] (None when switched off), drawn token-major."""
+    emax = _amount("max_local_shift", max_local_shift, pos)
+    if not _nonzero(max_local_shift):
+        return None
+    batch, length, axes = pos.shape
+    return _uniform((length, batch, axes), generator, pos).transpose(0, 1) * emax
+
+
+def _apply(
+    pos: torch.Tensor,
+    mask: torch.Tensor | None,
+    shift: torch.Tensor | None,
+    local: torch.Tensor | None,
+    scale: torch.Tensor | None,
+) -> torch.Tensor:
+    if shift is not None:
+        pos = pos + shift
+    if local is not None:
+        pos = pos + local
+    if scale is not None:
+        pos = pos * scale
+    return pos if mask is None else torch.where(mask[..., None], pos, 0.0)
+
+
+def augment_positions(
+    positions: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    *,
+    max_global_shift: Amount = 0.0,
+    max_local_shift: Amount = 0.0,
+    max_global_scaling: float = 1.0,
+    normalize: bool = False,
+    training: bool = True,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """CAPE augmentation. positions: [B, T, M] float, mask: [B, T] bool -> [B, T, M] float32.
+
+    Amounts are floats, one float per axis, or tensors broadcastable to `[B, M]` (per sample,
+    e.g. emax = 1/N for images of different grids in one batch). Padded tokens are ignored by
+    the mean and set to 0 in the output. In eval mode (`training=False`) only `normalize` acts.
+    """
+    _check_positions(positions, mask)
+    pos = positions.to(torch.float32)
+    if normalize:
+        pos = mean_normalize(pos, mask)
+    if not training:
+        return pos if mask is None else torch.where(mask[..., None], pos, 0.0)
+    shift, scale = _global_draws(pos, max_global_shift, max_global_scaling, generator)
+    local = _local_draw(pos, max_local_shift, generator)
+    return _apply(pos, mask, shift, local, scale)
+
+
+def augment_pair(
+    source: torch.Tensor,
+    target: torch.Tensor,
+    source_mask: torch.Tensor | None = None,
+    target_mask: torch.Tensor | None = None,
+    *,
+    alpha: float = 1.0,
+    max_global_shift: Amount = 0.0,
+    max_local_shift: Amount = 0.0,
+    max_global_scaling: float = 1.0,
+    training: bool = True,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Synchronised augmentation for encoder-decoder pairs (CAPE sec. 5.3, appendix D.1).
+
+    source: [B, S, M], target: [B, T, M]. Source positions are scaled by `alpha` (target/source
+    token ratio of the training corpus) so both sides span about the same interval; no
+    mean-normalisation (both start aligned at the first position); the same global shift and
+    scale for the source and target of a sample; independent local shifts.
+    """
+    check_float("alpha", alpha, strict=True)
+    _check_positions(source, source_mask)
+    _check_positions(target, target_mask)
+    if source.shape[0] != target.shape[0] or source.shape[-1] != target.shape[-1]:
+        raise ValueError(
+            f"source {tuple(source.shape)} and target {tuple(target.shape)} must share B and M"
+        )
+    src = source.to(torch.float32) * alpha
+    tgt = target.to(torch.float32)
+    if not training:
+        return _apply(src, source_mask, None, None, None), _apply(tgt, target_mask, None, None, None)
+    shift, scale = _global_draws(src, max_global_shift, max_global_scaling, generator)
+    src_local = _local_draw(src, max_local_shift, generator)
+    tgt_local = _local_draw(tgt, max_local_shift, generator)
+    return (
+        _apply(src, source_mask, shift, src_local, scale),
+        _apply(tgt, target_mask, shift, tgt_local, scale),
+    )

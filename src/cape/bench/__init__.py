@@ -1,0 +1,1 @@
+"""Benchmarks of the cost of positional encodings (`cape bench ...`)."""

@@ -1,0 +1,287 @@
+"""Sinusoidal encodings over continuous positions: CAPE1d (sinpos), CAPE2d, SineND.
+
+Thin modules over `cape.functional.sinusoidal`; they build default positions, apply CAPE's
+augmentation in training mode and cache the deterministic eval-mode tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+import torch
+
+from .._checks import check_choice, check_float, check_int
+from ..augment import Amount, Augmentation
+from ..functional.sinusoidal import (
+    axial_sinusoidal,
+    cape2d_frequencies,
+    doubled_frequencies,
+    shifted_sine,
+    sinusoid_frequencies,
+)
+from ..positions import grid_positions, resolve_mask, timestamps, token_positions
+from .base import PositionalEncoding, float32_region
+from .cache import TableCache
+
+__all__ = ["CAPE1d", "CAPE2d", "SineND", "PRESETS"]
+
+# The papers' values per modality (CAPE sec. 5, appendices C.2, D.1).
+PRESETS: dict[str, dict[str, object]] = {
+    # MT: Dmax 5-50 tokens (5 best for 6L-6L), emax 0.5 keeps token order, no scaling/mean-norm
+    "text": dict(max_global_shift=5.0, max_local_shift=0.5, max_global_scaling=1.0, normalize=False),
+    # ASR: time in seconds, omega x30, Dmax 60 s, emax = half the 30 ms frame step, lambda 1.1-2
+    "audio": dict(
+        max_global_shift=60.0, max_local_shift=0.015, max_global_scaling=1.1,
+        normalize=True, freq_scale=30.0,
+    ),
+    # ViT: Dmax 0.5, emax 1/N per axis ("auto"), lambda 1.4
+    "image": dict(max_global_shift=0.5, max_local_shift="auto", max_global_scaling=1.4),
+}
+
+
+def _register_frequencies(module: PositionalEncoding, freqs: torch.Tensor) -> None:
+    # Non-persistent buffers: they follow .to(device) but stay out of the state_dict
+    # (they are a function of the configuration).
+    freqs2, offset = doubled_frequencies(freqs)
+    module.register_buffer("freqs2", freqs2, persistent=False)
+    module.register_buffer("offset", offset, persistent=False)
+
+
+def _augmentation(
+    max_global_shift: Amount, max_local_shift: Amount, max_global_scaling: float, normalize: bool
+) -> Augmentation | None:
+    aug = Augmentation(max_global_shift, max_local_shift, max_global_scaling, normalize)
+    return aug if (aug.random or aug.normalize) else None
+
+
+class CAPE1d(PositionalEncoding):
+    """CAPE over token indices or time in seconds; with no augmentation it is sinpos.
+
+    dim: D (even). max_global_shift / max_local_shift / max_global_scaling / normalize: CAPE's
+    augmentation (see `cape.augment`). freq_scale: 30 for seconds (sec. 3). base: 10000.
+
+    forward(x: [B, T, D] | None, *, positions: [B, T(, 1)], lengths: [B], mask: [B, T],
+    hop: float | [B] | [B, T] seconds per frame, generator) -> [B, T, D] in x's dtype.
+    Without positions: token indices 0..T-1, or frame-centre timestamps when `hop` is given.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        *,
+        max_global_shift: float = 0.0,
+        max_local_shift: float = 0.0,
+        max_global_scaling: float = 1.0,
+        normalize: bool = False,
+        freq_scale: float = 1.0,
+        base: float = 10000.0,
+        cache_size: int = 8,
+    ) -> None:
+        check_int("dim", dim)
+        if dim % 2:
+            raise ValueError(f"dim must be even for a sinusoid, got {dim}")
+        aug = _augmentation(max_global_shift, max_local_shift, max_global_scaling, normalize)
+        super().__init__(dim, 1, aug)
+        self.freq_scale = check_float("freq_scale", freq_scale, strict=True)
+        self.base = check_float("base", base, minimum=1.0, strict=True)
+        self._cache = TableCache(check_int("cache_size", cache_size, minimum=0))
+        omega = sinusoid_frequencies(dim, base=base, freq_scale=freq_scale)
+        _register_frequencies(self, omega[None])
+
+    @classmethod
+    def preset(cls, modality: str, dim: int, **overrides: object) -> CAPE1d:
+        """The paper's values for "text" or "audio" (see `PRESETS`), with overrides."""
+        check_choice("modality", modality, ("text", "audio"))
+        return cls(dim, **{**PRESETS[modality], **overrides})  # type: ignore[arg-type]
+
+    def embed(self, positions: torch.Tensor) -> torch.Tensor:
+        return shifted_sine(positions, self.freqs2, self.offset)
+
+    def _deterministic(self) -> bool:
+        return self.augmentation is None or not (self.training and self.augmentation.random)
+
+    def forward(
+        self,
+        x: torch.Tensor | None = None,
+        *,
+        positions: torch.Tensor | None = None,
+        lengths: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+        hop: float | torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        if hop is not None and positions is not None:
+            raise ValueError("give either positions or hop, not both")
+        if x is not None and x.dim() != 3:
+            raise ValueError(f"x must have shape [B, T, D], got {tuple(x.shape)}")
+        if positions is not None or x is None:
+            return super().forward(x, positions=positions, lengths=lengths, mask=mask, generator=generator)
+        batch, length = x.shape[0], x.shape[1]
+        mask = resolve_mask(batch, length, lengths, mask)
+        if mask is None and self._deterministic() and not isinstance(hop, torch.Tensor):
+            key = (length, hop, x.device, x.dtype)
+            table = self._cache.get(key, lambda: self._table(length, hop, x.device, x.dtype))
+            return table.expand(batch, length, self.dim)
+        if hop is None:
+            pos = token_positions(batch, length, mask=mask, device=x.device)
+        else:
+            pos = timestamps(batch, length, hop, mask=mask, device=x.device)
+        return self.encode(pos, mask, generator, dtype=x.dtype, validate=False)
+
+    def _table(self, length: int, hop: float | None, device: torch.device, dtype: torch.dtype):
+        if hop is None:
+            pos = token_positions(1, length, device=device)
+        else:
+            pos = timestamps(1, length, hop, device=device)
+        return self.encode(pos, None, None, dtype=dtype, validate=False)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", freq_scale={self.freq_scale}, base={self.base}"
+
+
+class CAPE2d(PositionalEncoding):
+    """CAPE's 2D sinusoid over image coordinates in [-1, 1]; no augmentation = 2D sinpos.
+
+    dim: D (even). rho: "exact" or "linspace" (appendix A). extent: grid span [-gamma, gamma]
+    (Table 6). max_local_shift: a float, one per axis (x, y), or "auto" = 1/N per axis for the
+    grid being encoded (the paper's emax = 1/N).
+
+    forward(x: [B, H, W, D] -> [B, H, W, D]; or x: [B, T, D] with grid=(H, W), T = H*W, or with
+    positions: [B, T, 2] (x, y)) -> the embedding in x's dtype.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        *,
+        max_global_shift: float = 0.0,
+        max_local_shift: float | str | Sequence[float] = 0.0,
+        max_global_scaling: float = 1.0,
+        normalize: bool = False,
+        rho: str = "exact",
+        extent: float = 1.0,
+        cache_size: int = 8,
+    ) -> None:
+        check_int("dim", dim)
+        if dim % 2:
+            raise ValueError(f"dim must be even for CAPE2d, got {dim}")
+        self.auto_local = max_local_shift == "auto"
+        if isinstance(max_local_shift, str) and not self.auto_local:
+            raise ValueError(f"max_local_shift must be a number, per-axis numbers or 'auto', got {max_local_shift!r}")
+        local = 1.0 if self.auto_local else max_local_shift  # placeholder; the grid sets 1/N
+        aug = _augmentation(max_global_shift, local, max_global_scaling, normalize)
+        super().__init__(dim, 2, aug)
+        self.rho = check_choice("rho", rho, ("exact", "linspace"))
+        self.extent = check_float("extent", extent, strict=True)
+        self._cache = TableCache(check_int("cache_size", cache_size, minimum=0))
+        _register_frequencies(self, cape2d_frequencies(dim, rho=rho))
+
+    @classmethod
+    def preset(cls, dim: int, **overrides: object) -> CAPE2d:
+        """The paper's ViT values (Dmax 0.5, emax 1/N, lambda 1.4), with overrides."""
+        return cls(dim, **{**PRESETS["image"], **overrides})  # type: ignore[arg-type]
+
+    def embed(self, positions: torch.Tensor) -> torch.Tensor:
+        return shifted_sine(positions, self.freqs2, self.offset)
+
+    def _grid_augmentation(self, height: int, width: int) -> Augmentation | None:
+        """emax = extent/N per axis when max_local_shift='auto' (N patches along that axis)."""
+        if not (self.auto_local and self.augmentation is not None):
+            return None
+        return replace(self.augmentation, max_local_shift=(self.extent / width, self.extent / height))
+
+    def prepare(
+        self,
+        positions: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
+        augmentation: Augmentation | None = None,
+        validate: bool = True,
+    ) -> torch.Tensor:
+        if augmentation is None and self.auto_local and self.training and self.augmentation is not None:
+            raise ValueError("max_local_shift='auto' needs a grid: call with grid=(H, W) or x [B, H, W, D]")
+        return super().prepare(positions, mask, generator, augmentation, validate)
+
+    def forward(
+        self,
+        x: torch.Tensor | None = None,
+        *,
+        grid: tuple[int, int] | None = None,
+        positions: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+        extent: float | None = None,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        if positions is not None:
+            if grid is not None:
+                raise ValueError("give either grid or positions, not both")
+            return super().forward(x, positions=positions, mask=mask, generator=generator)
+        if x is None and grid is None:
+            raise ValueError("give x ([B, H, W, D] or [B, T, D] with grid), grid or positions")
+        if x is not None and x.dim() == 4:
+            if grid is not None and tuple(grid) != tuple(x.shape[1:3]):
+                raise ValueError(f"grid {tuple(grid)} does not match x's grid {tuple(x.shape[1:3])}")
+            batch, (height, width) = x.shape[0], x.shape[1:3]
+        elif grid is None:
+            raise ValueError(f"x of shape {tuple(x.shape)} needs grid=(H, W) or positions")
+        else:
+            height, width = check_int("grid[0]", grid[0]), check_int("grid[1]", grid[1])
+            batch = 1 if x is None else x.shape[0]
+            if x is not None and (x.dim() != 3 or x.shape[1] != height * width):
+                raise ValueError(f"x must be [B, {height * width}, D] for grid {tuple(grid)}, got {tuple(x.shape)}")
+        if mask is not None:
+            raise ValueError("mask applies to given positions; a full grid has no padding")
+        ext = self.extent if extent is None else check_float("extent", extent, strict=True)
+        device = x.device if x is not None else torch.device("cpu")
+        dtype = x.dtype if x is not None else torch.float32
+        shape = (batch, height, width, self.dim) if x is not None and x.dim() == 4 else (batch, height * width, self.dim)
+        aug = self._grid_augmentation(height, width)
+        if self.augmentation is None or not (self.training and self.augmentation.random):
+            key = (height, width, ext, device, dtype)
+            table = self._cache.get(key, lambda: self.encode(
+                grid_positions(height, width, extent=ext, batch=1, device=device), dtype=dtype, validate=False))
+            return table.reshape((1,) + shape[1:]).expand(shape)
+        pos = grid_positions(height, width, extent=ext, batch=batch, device=device)
+        with float32_region(device):
+            pos = self.prepare(pos, None, generator, aug, validate=False)
+            # embed straight into the output's shape: a reshaped view would make the caller's
+            # in-place add (add_to) go through autograd's slow view-rebase path
+            out = self.embed(pos.reshape(shape[:-1] + (2,)))
+        return out.to(dtype)
+
+    def extra_repr(self) -> str:
+        local = ", max_local_shift='auto'" if self.auto_local else ""
+        return super().extra_repr() + f"{local}, rho={self.rho!r}, extent={self.extent}"
+
+
+class SineND(PositionalEncoding):
+    """Per-axis sinusoids concatenated: LFF's Sine-2D (M=2) and Sine-4D (boxes, M=4).
+
+    dim: D, divisible by 2M. Positions [B, T, M] are required (e.g. row/column indices or box
+    edges); each axis gets D/M channels of `sinusoidal_1d`. Augmentation options as CAPE1d.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        pos_dim: int = 2,
+        *,
+        base: float = 10000.0,
+        freq_scale: float = 1.0,
+        max_global_shift: float = 0.0,
+        max_local_shift: float = 0.0,
+        max_global_scaling: float = 1.0,
+        normalize: bool = False,
+    ) -> None:
+        check_int("dim", dim)
+        check_int("pos_dim", pos_dim)
+        if dim % (2 * pos_dim):
+            raise ValueError(f"dim must be divisible by 2 * pos_dim = {2 * pos_dim}, got {dim}")
+        aug = _augmentation(max_global_shift, max_local_shift, max_global_scaling, normalize)
+        super().__init__(dim, pos_dim, aug)
+        self.base = check_float("base", base, minimum=1.0, strict=True)
+        self.freq_scale = check_float("freq_scale", freq_scale, strict=True)
+
+    def embed(self, positions: torch.Tensor) -> torch.Tensor:
+        return axial_sinusoidal(positions, self.dim, base=self.base, freq_scale=self.freq_scale)

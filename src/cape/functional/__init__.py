@@ -1,0 +1,28 @@
+"""The maths of every encoding as pure functions (float32 in, float32 out).
+
+Modules in `cape.encodings` are thin wrappers holding configuration and parameters.
+"""
+
+from .sinusoidal import (
+    axial_sinusoidal,
+    cape2d_frequencies,
+    cos_sin,
+    doubled_frequencies,
+    shifted_sine,
+    sinusoid,
+    sinusoid_frequencies,
+    sinusoidal_1d,
+    sinusoidal_2d,
+)
+
+__all__ = [
+    "axial_sinusoidal",
+    "cape2d_frequencies",
+    "cos_sin",
+    "doubled_frequencies",
+    "shifted_sine",
+    "sinusoid",
+    "sinusoid_frequencies",
+    "sinusoidal_1d",
+    "sinusoidal_2d",
+]

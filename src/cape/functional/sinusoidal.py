@@ -1,0 +1,145 @@
+"""Sinusoidal encodings: pure functions, float32 phases, `[cos || sin]` layout.
+
+Layout: every sinusoid here returns the concatenation `[cos(phase) || sin(phase)]` along the last
+axis, as CAPE's appendix A does for 2D. (Eq. 1 interleaves cos/sin; that is a fixed permutation
+of the channels and changes neither dot products nor what a model can learn.)
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .._checks import check_choice, check_even, check_float
+
+__all__ = [
+    "sinusoid_frequencies",
+    "cape2d_frequencies",
+    "cos_sin",
+    "sinusoid",
+    "doubled_frequencies",
+    "shifted_sine",
+    "sinusoidal_1d",
+    "sinusoidal_2d",
+    "axial_sinusoidal",
+]
+
+
+def sinusoid_frequencies(
+    dim: int,
+    *,
+    base: float = 10000.0,
+    freq_scale: float = 1.0,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """omega_k = freq_scale * base^(-2k/dim), k = 0..dim/2-1 -> [dim/2] float32.
+
+    freq_scale = 30 gives CAPE's frequencies for time in seconds (sec. 3).
+    """
+    check_even("dim", dim)
+    check_float("base", base, minimum=1.0, strict=True)
+    check_float("freq_scale", freq_scale, strict=True)
+    k = torch.arange(dim // 2, device=device, dtype=torch.float64)
+    return (freq_scale * base ** (-2.0 * k / dim)).to(torch.float32)
+
+
+def cape2d_frequencies(
+    dim: int, *, rho: str = "exact", device: torch.device | str | None = None
+) -> torch.Tensor:
+    """CAPE's 2D frequencies, pi included -> [2, dim/2] float32 (rows: x, y).
+
+    w_x = rho_k cos k, w_y = rho_k sin k for k = 0..dim/2-1 (appendix A), with
+    rho = "exact": 10^(j/half), j = 1..half (sec. 3, so rho runs 10^(1/half)..10), or
+    rho = "linspace": 10^linspace(0, 1, half) (appendix A's simpler approximation).
+    """
+    check_even("dim", dim)
+    check_choice("rho", rho, ("exact", "linspace"))
+    half = dim // 2
+    if rho == "exact":
+        r = 10.0 ** (torch.arange(1, half + 1, dtype=torch.float64) / half)
+    else:
+        r = 10.0 ** torch.linspace(0.0, 1.0, half, dtype=torch.float64)
+    k = torch.arange(half, dtype=torch.float64)
+    w = torch.stack([r * torch.cos(k), r * torch.sin(k)]) * math.pi
+    return w.to(device=device, dtype=torch.float32)
+
+
+def cos_sin(phase: torch.Tensor) -> torch.Tensor:
+    """phase: [..., K] -> [..., 2K] = [cos(phase) || sin(phase)], in phase's dtype."""
+    return torch.cat([torch.cos(phase), torch.sin(phase)], dim=-1)
+
+
+def doubled_frequencies(freqs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """freqs: [M, K] -> (freqs2: [M, 2K], offset: [2K]) for `shifted_sine`.
+
+    cos(a) = sin(a + pi/2): one sine over [phase + pi/2 || phase] yields [cos || sin].
+    """
+    k = freqs.shape[-1]
+    offset = torch.cat([torch.full((k,), math.pi / 2), torch.zeros(k)]).to(freqs.device)
+    return torch.cat([freqs, freqs], dim=-1).to(torch.float32), offset
+
+
+def shifted_sine(positions: torch.Tensor, freqs2: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
+    """sin(p freqs2 + offset). positions: [..., M] -> [..., 2K] float32 (see doubled_frequencies).
+
+    One fused multiply-add per axis and one in-place sine over a contiguous buffer: on a CPU
+    the passes over memory, not the trigonometry, dominate the cost of an encoding.
+    """
+    pos = positions.to(torch.float32)
+    out = torch.addcmul(offset, pos[..., 0:1], freqs2[0])
+    for m in range(1, freqs2.shape[0]):
+        out = out.addcmul_(pos[..., m : m + 1], freqs2[m])
+    return torch.sin(out) if out.requires_grad else out.sin_()
+
+
+def sinusoid(positions: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
+    """[cos(p W) || sin(p W)]. positions: [..., M], freqs W: [M, K] -> [..., 2K] float32.
+
+    The phase p W = sum_m p_m W_mk is computed in float32.
+    """
+    return shifted_sine(positions, *doubled_frequencies(freqs))
+
+
+def sinusoidal_1d(
+    positions: torch.Tensor,
+    dim: int,
+    *,
+    base: float = 10000.0,
+    freq_scale: float = 1.0,
+) -> torch.Tensor:
+    """Transformer sinusoid over continuous positions. positions: [...] -> [..., dim] float32.
+
+    E(p) = [cos(omega p) || sin(omega p)], omega from `sinusoid_frequencies`.
+    E(n) . E(n + m) = sum_k cos(omega_k m) depends on m only, for any real n, m.
+    """
+    omega = sinusoid_frequencies(dim, base=base, freq_scale=freq_scale, device=positions.device)
+    return sinusoid(positions[..., None], omega[None])
+
+
+def sinusoidal_2d(positions: torch.Tensor, dim: int, *, rho: str = "exact") -> torch.Tensor:
+    """CAPE's 2D sinusoid. positions: [..., 2] (x, y) -> [..., dim] float32.
+
+    phase_k = pi (w_x,k x + w_y,k y); E = [cos(phase) || sin(phase)] (appendix A `CAPE_2d`).
+    """
+    if positions.shape[-1] != 2:
+        raise ValueError(f"positions must end with 2 coordinates (x, y), got {tuple(positions.shape)}")
+    return sinusoid(positions, cape2d_frequencies(dim, rho=rho, device=positions.device))
+
+
+def axial_sinusoidal(
+    positions: torch.Tensor,
+    dim: int,
+    *,
+    base: float = 10000.0,
+    freq_scale: float = 1.0,
+) -> torch.Tensor:
+    """Per-axis sinusoids concatenated (LFF's Sine-2D / Sine-4D). positions: [..., M] -> [..., dim].
+
+    Axis m gets `sinusoidal_1d(positions[..., m], dim / M)`; dim must be divisible by 2M.
+    """
+    axes = positions.shape[-1]
+    check_even("dim", dim, multiple=2 * axes)
+    omega = sinusoid_frequencies(dim // axes, base=base, freq_scale=freq_scale, device=positions.device)
+    phase = positions.to(torch.float32)[..., None] * omega  # [..., M, dim/(2M)]
+    return cos_sin(phase).flatten(-2)
