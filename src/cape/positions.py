@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 
 from ._checks import (
-    check_float,
     check_finite,
+    check_float,
     check_int,
     check_lengths,
     check_positive_tensor,

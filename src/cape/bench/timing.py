@@ -50,7 +50,7 @@ def time_interleaved(
     _sync(device)
     samples: list[list[float]] = [[] for _ in fns]
     for _ in range(runs):
-        for fn, acc in zip(fns, samples):
+        for fn, acc in zip(fns, samples, strict=True):
             start = time.perf_counter()
             fn()
             _sync(device)

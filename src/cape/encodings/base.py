@@ -120,6 +120,8 @@ class PositionalEncoding(nn.Module):
         tables and learned embeddings take the ordinary out-of-place add.
         """
         emb = self(x, **kwargs)
+        if torch.compiler.is_compiling():  # the compiled graph fuses the add by itself
+            return x + emb
         cache = getattr(self, "_cache", None)
         fresh = (
             emb._base is None and not emb.requires_grad and emb.is_contiguous()

@@ -3,6 +3,9 @@
 Modules in `cape.encodings` are thin wrappers holding configuration and parameters.
 """
 
+from .fourier import fourier_features, learnable_fourier_features, lff_kernel
+from .relative import num_buckets, relative_index, relpos_attention
+from .rotary import apply_rotary, rotary_angles
 from .sinusoidal import (
     axial_sinusoidal,
     cape2d_frequencies,
@@ -25,4 +28,12 @@ __all__ = [
     "sinusoid_frequencies",
     "sinusoidal_1d",
     "sinusoidal_2d",
+    "fourier_features",
+    "learnable_fourier_features",
+    "lff_kernel",
+    "num_buckets",
+    "relative_index",
+    "relpos_attention",
+    "apply_rotary",
+    "rotary_angles",
 ]

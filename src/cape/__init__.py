@@ -1,0 +1,57 @@
+"""cape: continuous augmented positional embeddings and learnable Fourier features.
+
+Data flow: positions (`cape.positions`) -> augmentation (`cape.augment`) -> encoding
+(`cape.encodings`, maths in `cape.functional`) -> combination with content (the model).
+"""
+
+from .augment import Augmentation, augment_pair, augment_positions, mean_normalize
+from .build import ENCODINGS, build
+from .encodings import (
+    PRESETS,
+    AbsPos1d,
+    AbsPos2d,
+    CAPE1d,
+    CAPE2d,
+    EmbedND,
+    LearnableFourierFeatures,
+    NoPos,
+    PositionalEncoding,
+    RelPos,
+    Rotary,
+    SineND,
+)
+from .positions import (
+    as_positions,
+    grid_positions,
+    lengths_to_mask,
+    timestamps,
+    token_positions,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Augmentation",
+    "augment_pair",
+    "augment_positions",
+    "mean_normalize",
+    "ENCODINGS",
+    "build",
+    "CAPE1d",
+    "CAPE2d",
+    "PRESETS",
+    "AbsPos1d",
+    "AbsPos2d",
+    "EmbedND",
+    "LearnableFourierFeatures",
+    "NoPos",
+    "PositionalEncoding",
+    "RelPos",
+    "Rotary",
+    "SineND",
+    "as_positions",
+    "grid_positions",
+    "lengths_to_mask",
+    "timestamps",
+    "token_positions",
+]

@@ -1,0 +1,24 @@
+"""Step 3 of the data flow: positions -> features. One file per family of encodings."""
+
+from .base import PositionalEncoding
+from .fourier import LearnableFourierFeatures
+from .learned import AbsPos1d, AbsPos2d, EmbedND
+from .none import NoPos
+from .relative import RelPos
+from .rotary import Rotary
+from .sinusoidal import PRESETS, CAPE1d, CAPE2d, SineND
+
+__all__ = [
+    "PositionalEncoding",
+    "LearnableFourierFeatures",
+    "AbsPos1d",
+    "AbsPos2d",
+    "EmbedND",
+    "NoPos",
+    "RelPos",
+    "Rotary",
+    "CAPE1d",
+    "CAPE2d",
+    "PRESETS",
+    "SineND",
+]

@@ -1,0 +1,76 @@
+"""Rotary position embeddings (RoFormer, CAPE's ref. [38]) over continuous positions.
+
+Queries and keys are rotated by position-dependent angles so that their dot product depends on
+the positions only through their difference: <R(p) q, R(p') k> = <q, R(p' - p) k>, for any real
+p, p' (token indices, seconds, or 2D image coordinates). Layout is half-split: channel c and
+c + hd/2 form the rotation plane of frequency c (same convention as the `[cos || sin]` sinusoids).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .._checks import check_choice, check_even, check_tensor
+from .sinusoidal import cape2d_frequencies, sinusoid_frequencies
+
+__all__ = ["rotary_angles", "apply_rotary"]
+
+
+def rotary_angles(
+    positions: torch.Tensor,
+    head_dim: int,
+    *,
+    base: float = 10000.0,
+    freq_scale: float = 1.0,
+    mode: str = "1d",
+) -> torch.Tensor:
+    """positions: [B, T, M] (any leading dims) -> angles [B, T, head_dim/2] float32.
+
+    mode "1d" (M = 1): angle_c = p * omega_c, omega from `sinusoid_frequencies(head_dim, base,
+    freq_scale)` (freq_scale = 30 for seconds, CAPE sec. 3).
+    mode "2d" (M = 2, (x, y)): angle_c = freq_scale * pi * (w_x,c x + w_y,c y), CAPE's rotated
+    2D frequencies (`cape2d_frequencies`), so that every rotation plane mixes both axes;
+    `base` is unused. The angle is linear in the position, hence the relative property in 2D.
+    """
+    check_even("head_dim", head_dim)
+    check_choice("mode", mode, ("1d", "2d"))
+    check_tensor("positions", positions, ndims=range(2, 8))
+    axes = 1 if mode == "1d" else 2
+    if positions.shape[-1] != axes:
+        raise ValueError(
+            f"positions must end with {axes} coordinate(s) for mode={mode!r}, got {tuple(positions.shape)}"
+        )
+    pos = positions.to(torch.float32)
+    if mode == "1d":
+        omega = sinusoid_frequencies(head_dim, base=base, freq_scale=freq_scale, device=pos.device)
+        return pos * omega  # [..., 1] * [hd/2]
+    sinusoid_frequencies(head_dim, base=base, freq_scale=freq_scale)  # validates base, freq_scale
+    w = cape2d_frequencies(head_dim, device=pos.device) * freq_scale  # [2, hd/2], pi included
+    return pos[..., 0:1] * w[0] + pos[..., 1:2] * w[1]
+
+
+def apply_rotary(x: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
+    """Rotate x: [B, H, T, hd] by angles [B or 1, T, hd/2] (or [T, hd/2]) -> [B, H, T, hd].
+
+    out = [x1 cos - x2 sin || x1 sin + x2 cos] with x1 = x[..., :hd/2], x2 = x[..., hd/2:].
+    The rotation is done in float32 (bf16 angles would be off by whole radians at large
+    positions) and the result cast back to x's dtype.
+    """
+    check_tensor("x", x, ndims=(4,), floating=True)
+    check_tensor("angles", angles, ndims=(2, 3), floating=True)
+    b, _, t, hd = x.shape
+    if hd % 2:
+        raise ValueError(f"x's last axis (head_dim) must be even, got {hd}")
+    if angles.dim() == 2:
+        angles = angles[None]
+    if angles.shape[0] not in (1, b) or tuple(angles.shape[1:]) != (t, hd // 2):
+        raise ValueError(
+            f"angles must have shape [{b} or 1, {t}, {hd // 2}] for x of shape {tuple(x.shape)}, "
+            f"got {tuple(angles.shape)}"
+        )
+    ang = angles.to(torch.float32)[:, None]  # broadcast over heads
+    cos, sin = torch.cos(ang), torch.sin(ang)
+    x32 = x.to(torch.float32)
+    x1, x2 = x32[..., : hd // 2], x32[..., hd // 2 :]
+    out = torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+    return out.to(x.dtype)

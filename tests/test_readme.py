@@ -1,0 +1,35 @@
+"""Every ```python block of the README runs, and every public name has an example there."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import cape
+import cape.functional
+
+README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+BLOCKS = re.findall(r"```python\n(.*?)```", README, flags=re.S)
+
+
+def test_readme_has_examples() -> None:
+    assert len(BLOCKS) >= 5
+
+
+@pytest.mark.parametrize("index", range(len(BLOCKS)))
+def test_readme_example_runs(index: int) -> None:
+    exec(compile(BLOCKS[index], f"README.md[python block {index}]", "exec"), {})
+
+
+@pytest.mark.parametrize("name", cape.__all__)
+def test_public_name_has_an_example(name: str) -> None:
+    code = "\n".join(BLOCKS)
+    assert re.search(rf"\b{re.escape(name)}\b", code), f"cape.{name} has no README example"
+
+
+@pytest.mark.parametrize("name", cape.functional.__all__)
+def test_functional_name_has_an_example(name: str) -> None:
+    code = "\n".join(BLOCKS)
+    assert re.search(rf"F\.{re.escape(name)}\b", code), f"cape.functional.{name} has no README example"
