@@ -106,3 +106,26 @@ def test_compile_fullgraph_no_recompile(train: bool) -> None:
         assert torch.isfinite(out1).all() and torch.isfinite(out2).all()
     with torch._dynamo.config.patch(error_on_recompile=True):
         compiled(torch.randn(2, 12, 32), torch.randn(2, 4, 4, 32))  # same shapes: no recompile
+
+
+@pytest.mark.parametrize("name", ["sinpos", "cape1d", "sinpos2d", "cape2d", "sine-2d"])
+def test_model_cast_to_bf16_keeps_float32_frequencies(name: str) -> None:
+    # model.to(bf16) must not round the frequencies: positions up to 2000 need float32 phases
+    enc = _build(name).eval()
+    ref = _call(name, enc, torch.float32)
+    enc.to(torch.bfloat16)
+    assert torch.equal(_call(name, enc, torch.bfloat16), ref.to(torch.bfloat16))
+    long = cape.CAPE1d(64).eval()
+    x = torch.randn(1, 2000, 64)
+    ref = long(x)
+    long.to(torch.bfloat16)
+    assert torch.equal(long(x.bfloat16()), ref.bfloat16())
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_content_of_the_wrong_width_names_x(name: str) -> None:
+    enc = _build(name)
+    bad = torch.randn(2, 4, 6, 31) if name in GRID else torch.randn(2, 10, 31)
+    kwargs = {"positions": torch.rand(2, 10, GIVEN[name][1])} if name in GIVEN else {}
+    with pytest.raises(ValueError, match="x"):
+        enc(bad, **kwargs)

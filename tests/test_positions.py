@@ -132,6 +132,16 @@ def test_timestamps_per_step_constant_equals_per_sample():
     np.testing.assert_allclose(per_step[..., 0].numpy(), expected, rtol=0, atol=1e-5)
 
 
+def test_timestamps_per_step_hop_does_not_drift_over_long_audio():
+    # 100k frames (1000 s at 10 ms): the cumulative sum must stay within ~2 float32 ulps
+    t, h = 100_000, 0.01
+    hop = torch.full((1, t), h)
+    pos = timestamps(1, t, hop)[0, :, 0].double().numpy()
+    expected = (np.arange(t) + 0.5) * float(torch.tensor(h).double())
+    ulp = float(np.spacing(np.float32(expected[-1])))
+    assert np.abs(pos - expected).max() <= 2 * ulp
+
+
 def test_timestamps_per_step_variable_hop():
     g = torch.Generator().manual_seed(0)
     hop = 0.005 + 0.02 * torch.rand(2, 30, generator=g, dtype=torch.float64)

@@ -52,7 +52,8 @@ def check_per_axis(
 
 
 def check_choice(name: str, value: object, allowed: Sequence[object]) -> object:
-    if value not in allowed:
+    # compare types too: True == 1 and 1.0 == 1 must not pass for 1
+    if not any(type(value) is type(a) and value == a for a in allowed):
         raise ValueError(f"{name} must be one of {list(allowed)}, got {value!r}")
     return value
 

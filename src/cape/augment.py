@@ -122,10 +122,13 @@ def mean_normalize(positions: torch.Tensor, mask: torch.Tensor | None = None) ->
     """Subtract each sample's mean over real tokens. positions: [B, T, M], mask: [B, T]."""
     if mask is None:
         return positions - positions.mean(dim=1, keepdim=True)
-    m = mask[..., None].to(positions.dtype)
+    # Accumulate in float64 (where the device has it): a float32 sum's rounding depends on the
+    # padded length through the reduction order, and padding must not move real tokens.
+    acc = torch.float32 if positions.device.type == "mps" else torch.float64
+    m = mask[..., None].to(acc)
     count = m.sum(dim=1, keepdim=True).clamp_min(1.0)
-    mean = (torch.where(mask[..., None], positions, 0.0)).sum(dim=1, keepdim=True) / count
-    return positions - mean
+    total = torch.where(mask[..., None], positions.to(acc), 0.0).sum(dim=1, keepdim=True)
+    return positions - (total / count).to(positions.dtype)
 
 
 def _check_positions(positions: torch.Tensor, mask: torch.Tensor | None) -> None:

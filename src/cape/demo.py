@@ -65,7 +65,11 @@ def similarity_maps(dim: int = 64, seed: int = 0) -> dict[str, torch.Tensor]:
         "sinpos2d": build("sinpos2d", dim).eval()(grid=(GRID, GRID)),
         "CAPE2d (one train draw)": build("cape2d", dim, preset="image").train()(grid=(GRID, GRID), generator=gen),
         "Sine-2D": build("sine-2d", dim)(positions=ij.float()),
-        "LFF+MLP (init)": build("lff", dim, pos_dim=2, gamma=0.5)(positions=grid),
+        # the MLP's bias dominates at init: show the Fourier features, whose dot product is a
+        # Gaussian kernel of the distance (cape.functional.lff_kernel)
+        "LFF Fourier features (init)": build(
+            "lff", dim, pos_dim=2, mlp=False, fourier_dim=dim, gamma=0.5
+        )(positions=grid).detach(),
         "Embed-2D (init)": build("embed-2d", dim, sizes=(GRID, GRID))(positions=ij),
     }
     centre = (GRID // 2) * GRID + GRID // 2

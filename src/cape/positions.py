@@ -31,7 +31,8 @@ __all__ = [
 def lengths_to_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
     """lengths: [B] ints in [0, max_len] -> mask: [B, max_len] bool, True at real tokens."""
     check_int("max_len", max_len, minimum=0)
-    check_lengths("lengths", lengths, lengths.shape[0] if lengths.dim() == 1 else -1, max_len)
+    check_tensor("lengths", lengths, ndims=(1,))
+    check_lengths("lengths", lengths, lengths.shape[0], max_len)
     steps = torch.arange(max_len, device=lengths.device)
     return steps[None, :] < lengths[:, None]
 

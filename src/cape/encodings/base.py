@@ -96,8 +96,7 @@ class PositionalEncoding(nn.Module):
         """
         if x is None and positions is None:
             raise ValueError("give x ([B, T, D]) or positions ([B, T, M])")
-        if x is not None and x.dim() != 3:
-            raise ValueError(f"x must have shape [B, T, D], got {tuple(x.shape)}")
+        self.check_content(x, ndims=(3,))
         ref = x if x is not None else positions
         assert ref is not None
         batch, length = ref.shape[0], ref.shape[1]
@@ -111,6 +110,16 @@ class PositionalEncoding(nn.Module):
             )
         dtype = None if x is None else x.dtype
         return self.encode(positions, mask, generator, dtype=dtype, validate=validate)
+
+    def check_content(self, x: torch.Tensor | None, ndims: tuple[int, ...] = (3,)) -> None:
+        """x (the content) must be a tensor of rank in `ndims` ending with D = self.dim."""
+        if x is None:
+            return
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+        if x.dim() not in ndims or x.shape[-1] != self.dim:
+            want = " or ".join("[B, T, D]" if n == 3 else "[B, H, W, D]" for n in ndims)
+            raise ValueError(f"x must have shape {want} with D = {self.dim}, got {tuple(x.shape)}")
 
     def add_to(self, x: torch.Tensor, **kwargs: object) -> torch.Tensor:
         """x + self(x, **kwargs) (the default combination) without a second output buffer.

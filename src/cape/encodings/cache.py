@@ -30,7 +30,8 @@ class TableCache:
         if hit is not None and hit[0]._version == hit[1] and not hit[0].requires_grad:
             self._entries.move_to_end(key)
             return hit[0]
-        with torch.no_grad():
+        # Built outside inference mode: inference tensors have no version counter to watch.
+        with torch.inference_mode(False), torch.no_grad():
             table = build()
         self._entries[key] = (table, table._version)
         while len(self._entries) > self.size:

@@ -61,7 +61,8 @@ class AbsPos1d(PositionalEncoding):
 
     def index(self, positions: torch.Tensor) -> torch.Tensor:
         """positions: [...] float -> table rows [...] long, floor then mod N or clamp."""
-        idx = torch.floor(positions).long()
+        # clamp first: .long() of a float beyond int64 is undefined (floats > 2^24 are coarse anyway)
+        idx = torch.floor(positions).clamp(-(2.0**62), 2.0**62).long()
         if self.overflow == "mod":
             return torch.remainder(idx, self.num_positions)  # >= 0 for negative idx too
         return idx.clamp(0, self.num_positions - 1)
@@ -169,10 +170,6 @@ class AbsPos2d(PositionalEncoding):
         batch = 1 if x is None else x.shape[0]
         return emb.to(dtype)[None].expand(batch, -1, -1)
 
-    def add_to(self, x: torch.Tensor, **kwargs: object) -> torch.Tensor:
-        # Never in place: the output can be a view of the table itself (same grid and dtype).
-        return x + self(x, **kwargs)
-
     def extra_repr(self) -> str:
         return f"dim={self.dim}, grid={self.grid}, cls_token={self.cls_position is not None}"
 
@@ -183,7 +180,8 @@ class EmbedND(PositionalEncoding):
     dim: D, divisible by M = len(sizes). sizes: bins per axis. Axis m owns channels
     [m D/M, (m+1) D/M). Positions [B, T, M]: integer tensors are bin indices (clamped to
     [0, n-1]); floats are quantised, bin = floor((p - low) / (high - low) * n), clamped. For
-    Embed-2D on a grid pass integer row/column indices. Integer index i enters the float path at
+    Embed-2D on a grid pass integer row/column indices (or `grid_positions(H, W)`, which are
+    (x, y) in [-1, 1], with sizes=(W, H): each patch then lands in its own bin). Integer index i enters the float path at
     its bin centre low + (i + 1/2)(high - low)/n, so an augmentation acts in the same units.
     """
 

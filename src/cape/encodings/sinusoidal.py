@@ -40,12 +40,26 @@ PRESETS: dict[str, dict[str, object]] = {
 }
 
 
-def _register_frequencies(module: PositionalEncoding, freqs: torch.Tensor) -> None:
-    # Non-persistent buffers: they follow .to(device) but stay out of the state_dict
-    # (they are a function of the configuration).
-    freqs2, offset = doubled_frequencies(freqs)
-    module.register_buffer("freqs2", freqs2, persistent=False)
-    module.register_buffer("offset", offset, persistent=False)
+class _Sinusoidal(PositionalEncoding):
+    """Holds a sinusoid's frequencies as float32 buffers that follow the module's device.
+
+    Non-persistent (a function of the configuration, not in the state_dict). `_apply` rebuilds
+    them in float32 after every `.to()`: `model.to(torch.bfloat16)` must not round them.
+    """
+
+    def _set_frequencies(self, freqs: torch.Tensor) -> None:
+        self._freqs = freqs.detach().to("cpu", torch.float32)
+        # the master copy is computed on the CPU even under `with torch.device("meta")`
+        device = torch.empty(0).device
+        freqs2, offset = doubled_frequencies(self._freqs.to(device))
+        self.register_buffer("freqs2", freqs2, persistent=False)
+        self.register_buffer("offset", offset, persistent=False)
+
+    def _apply(self, fn, recurse=True):  # type: ignore[override]
+        super()._apply(fn, recurse)
+        freqs2, offset = doubled_frequencies(self._freqs.to(self.freqs2.device))
+        self.freqs2, self.offset = freqs2, offset
+        return self
 
 
 def _augmentation(
@@ -55,7 +69,7 @@ def _augmentation(
     return aug if (aug.random or aug.normalize) else None
 
 
-class CAPE1d(PositionalEncoding):
+class CAPE1d(_Sinusoidal):
     """CAPE over token indices or time in seconds; with no augmentation it is sinpos.
 
     dim: D (even). max_global_shift / max_local_shift / max_global_scaling / normalize: CAPE's
@@ -86,8 +100,8 @@ class CAPE1d(PositionalEncoding):
         self.freq_scale = check_float("freq_scale", freq_scale, strict=True)
         self.base = check_float("base", base, minimum=1.0, strict=True)
         self._cache = TableCache(check_int("cache_size", cache_size, minimum=0))
-        omega = sinusoid_frequencies(dim, base=base, freq_scale=freq_scale)
-        _register_frequencies(self, omega[None])
+        omega = sinusoid_frequencies(dim, base=base, freq_scale=freq_scale, device="cpu")
+        self._set_frequencies(omega[None])
 
     @classmethod
     def preset(cls, modality: str, dim: int, **overrides: object) -> CAPE1d:
@@ -113,8 +127,7 @@ class CAPE1d(PositionalEncoding):
     ) -> torch.Tensor:
         if hop is not None and positions is not None:
             raise ValueError("give either positions or hop, not both")
-        if x is not None and x.dim() != 3:
-            raise ValueError(f"x must have shape [B, T, D], got {tuple(x.shape)}")
+        self.check_content(x, ndims=(3,))
         if positions is not None or x is None:
             return super().forward(x, positions=positions, lengths=lengths, mask=mask, generator=generator)
         batch, length = x.shape[0], x.shape[1]
@@ -140,7 +153,7 @@ class CAPE1d(PositionalEncoding):
         return super().extra_repr() + f", freq_scale={self.freq_scale}, base={self.base}"
 
 
-class CAPE2d(PositionalEncoding):
+class CAPE2d(_Sinusoidal):
     """CAPE's 2D sinusoid over image coordinates in [-1, 1]; no augmentation = 2D sinpos.
 
     dim: D (even). rho: "exact" or "linspace" (appendix A). extent: grid span [-gamma, gamma]
@@ -175,7 +188,7 @@ class CAPE2d(PositionalEncoding):
         self.rho = check_choice("rho", rho, ("exact", "linspace"))
         self.extent = check_float("extent", extent, strict=True)
         self._cache = TableCache(check_int("cache_size", cache_size, minimum=0))
-        _register_frequencies(self, cape2d_frequencies(dim, rho=rho))
+        self._set_frequencies(cape2d_frequencies(dim, rho=rho, device="cpu"))
 
     @classmethod
     def preset(cls, dim: int, **overrides: object) -> CAPE2d:
@@ -185,11 +198,11 @@ class CAPE2d(PositionalEncoding):
     def embed(self, positions: torch.Tensor) -> torch.Tensor:
         return shifted_sine(positions, self.freqs2, self.offset)
 
-    def _grid_augmentation(self, height: int, width: int) -> Augmentation | None:
+    def _grid_augmentation(self, height: int, width: int, extent: float) -> Augmentation | None:
         """emax = extent/N per axis when max_local_shift='auto' (N patches along that axis)."""
         if not (self.auto_local and self.augmentation is not None):
             return None
-        return replace(self.augmentation, max_local_shift=(self.extent / width, self.extent / height))
+        return replace(self.augmentation, max_local_shift=(extent / width, extent / height))
 
     def prepare(
         self,
@@ -219,6 +232,7 @@ class CAPE2d(PositionalEncoding):
             return super().forward(x, positions=positions, mask=mask, generator=generator)
         if x is None and grid is None:
             raise ValueError("give x ([B, H, W, D] or [B, T, D] with grid), grid or positions")
+        self.check_content(x, ndims=(3, 4))
         if x is not None and x.dim() == 4:
             if grid is not None and tuple(grid) != tuple(x.shape[1:3]):
                 raise ValueError(f"grid {tuple(grid)} does not match x's grid {tuple(x.shape[1:3])}")
@@ -236,7 +250,7 @@ class CAPE2d(PositionalEncoding):
         device = x.device if x is not None else torch.device("cpu")
         dtype = x.dtype if x is not None else torch.float32
         shape = (batch, height, width, self.dim) if x is not None and x.dim() == 4 else (batch, height * width, self.dim)
-        aug = self._grid_augmentation(height, width)
+        aug = self._grid_augmentation(height, width, ext)
         if self.augmentation is None or not (self.training and self.augmentation.random):
             key = (height, width, ext, device, dtype)
             table = self._cache.get(key, lambda: self.encode(

@@ -40,8 +40,8 @@ def sinusoid_frequencies(
     check_even("dim", dim)
     check_float("base", base, minimum=1.0, strict=True)
     check_float("freq_scale", freq_scale, strict=True)
-    k = torch.arange(dim // 2, device=device, dtype=torch.float64)
-    return (freq_scale * base ** (-2.0 * k / dim)).to(torch.float32)
+    k = torch.arange(dim // 2, device="cpu", dtype=torch.float64)
+    return (freq_scale * base ** (-2.0 * k / dim)).to(device=device, dtype=torch.float32)
 
 
 def cape2d_frequencies(
@@ -56,11 +56,13 @@ def cape2d_frequencies(
     check_even("dim", dim)
     check_choice("rho", rho, ("exact", "linspace"))
     half = dim // 2
+    # float64 on the CPU, then cast: the frequencies are exact whatever the target device
+    cpu = dict(dtype=torch.float64, device="cpu")
     if rho == "exact":
-        r = 10.0 ** (torch.arange(1, half + 1, dtype=torch.float64) / half)
+        r = 10.0 ** (torch.arange(1, half + 1, **cpu) / half)
     else:
-        r = 10.0 ** torch.linspace(0.0, 1.0, half, dtype=torch.float64)
-    k = torch.arange(half, dtype=torch.float64)
+        r = 10.0 ** torch.linspace(0.0, 1.0, half, **cpu)
+    k = torch.arange(half, **cpu)
     w = torch.stack([r * torch.cos(k), r * torch.sin(k)]) * math.pi
     return w.to(device=device, dtype=torch.float32)
 
@@ -76,7 +78,8 @@ def doubled_frequencies(freqs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
     cos(a) = sin(a + pi/2): one sine over [phase + pi/2 || phase] yields [cos || sin].
     """
     k = freqs.shape[-1]
-    offset = torch.cat([torch.full((k,), math.pi / 2), torch.zeros(k)]).to(freqs.device)
+    offset = torch.cat([torch.full((k,), math.pi / 2), torch.zeros(k)])
+    offset = offset.to(device=freqs.device, dtype=torch.float32)
     return torch.cat([freqs, freqs], dim=-1).to(torch.float32), offset
 
 
