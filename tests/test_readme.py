@@ -29,6 +29,11 @@ def test_public_name_has_an_example(name: str) -> None:
     assert re.search(rf"\b{re.escape(name)}\b", code), f"cape.{name} has no README example"
 
 
+@pytest.mark.parametrize("name", cape.models.__all__)
+def test_model_name_has_an_example(name: str) -> None:
+    assert re.search(rf"\b{re.escape(name)}\b", "\n".join(BLOCKS)), f"cape.models.{name} has no example"
+
+
 @pytest.mark.parametrize("name", cape.functional.__all__)
 def test_functional_name_has_an_example(name: str) -> None:
     code = "\n".join(BLOCKS)

@@ -4,6 +4,7 @@ Data flow: positions (`cape.positions`) -> augmentation (`cape.augment`) -> enco
 (`cape.encodings`, maths in `cape.functional`) -> combination with content (the model).
 """
 
+from . import functional, models
 from .augment import Augmentation, augment_pair, augment_positions, mean_normalize
 from .build import ENCODINGS, build
 from .encodings import (
@@ -31,6 +32,8 @@ from .positions import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "functional",
+    "models",
     "Augmentation",
     "augment_pair",
     "augment_positions",

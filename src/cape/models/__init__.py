@@ -1,0 +1,18 @@
+"""Models that combine content with positions: attention and Transformer stacks."""
+
+from .attention import MultiheadAttention, attention_mask
+from .transformer import (
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+)
+
+__all__ = [
+    "MultiheadAttention",
+    "attention_mask",
+    "TransformerEncoderLayer",
+    "TransformerDecoderLayer",
+    "TransformerEncoder",
+    "TransformerDecoder",
+]

@@ -1,0 +1,172 @@
+"""Multi-head attention that hosts the in-attention encodings: *relpos* (`RelPos`) and `Rotary`.
+
+Absolute encodings are added to the input of the stack (see `cape.models.transformer`); the two
+relative families act on the heads: rotary rotates queries and keys before the dot products,
+relpos replaces the attention itself (it adds learned per-distance terms to the logits).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .._checks import check_float, check_int
+from ..encodings.relative import RelPos
+from ..encodings.rotary import Rotary
+from ..positions import token_positions
+
+__all__ = ["MultiheadAttention", "attention_mask"]
+
+
+def attention_mask(
+    key_mask: torch.Tensor | None, causal: bool, tq: int, tk: int, device: torch.device
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Boolean SDPA mask (True = may attend) and the rows with no visible key.
+
+    key_mask: [B, Tk] bool, True at real keys. causal: key j visible from query i iff j <= i
+    (top-left aligned, as SDPA's is_causal). Returns (mask [B or 1, 1, Tq or 1, Tk], dead
+    [B or 1, 1, Tq or 1, 1]); dead rows are opened in the mask (a finite softmax, also in the
+    backward) and must be zeroed in the output. (None, None) when nothing is masked.
+    """
+    mask = None if key_mask is None else key_mask[:, None, None, :]
+    if causal:
+        tril = torch.ones(tq, tk, dtype=torch.bool, device=device).tril()
+        mask = tril[None, None] if mask is None else mask & tril
+    if mask is None:
+        return None, None
+    dead = ~mask.any(dim=-1, keepdim=True)
+    return mask | dead, dead
+
+
+class MultiheadAttention(nn.Module):
+    """Multi-head (self- or cross-) attention with optional relpos and/or rotary positions.
+
+    dim: D, model width (divisible by `heads`); head_dim d = D / heads. dropout: on the
+    attention probabilities (train mode only). bias: in the four projections.
+    relative: a `RelPos(d, ...)` that computes the attention (learned relative terms).
+    rotary: a `Rotary(d, ...)` that rotates q and k first. Both may be given (rotary, then relpos).
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        heads: int,
+        *,
+        dropout: float = 0.0,
+        bias: bool = True,
+        relative: RelPos | None = None,
+        rotary: Rotary | None = None,
+    ) -> None:
+        super().__init__()
+        check_int("dim", dim)
+        check_int("heads", heads)
+        if dim % heads:
+            raise ValueError(f"dim must be divisible by heads ({heads}), got dim={dim}")
+        self.dim, self.heads, self.head_dim = dim, heads, dim // heads
+        self.dropout = check_float("dropout", dropout)
+        if self.dropout >= 1.0:
+            raise ValueError(f"dropout must lie in [0, 1), got {dropout}")
+        for name, mod, cls in (("relative", relative, RelPos), ("rotary", rotary, Rotary)):
+            if mod is None:
+                continue
+            if not isinstance(mod, cls):
+                raise TypeError(f"{name} must be a cape.{cls.__name__} or None, got {type(mod).__name__}")
+            if mod.head_dim != self.head_dim:
+                raise ValueError(
+                    f"{name}.head_dim must equal dim / heads = {self.head_dim}, got {mod.head_dim}"
+                )
+        self.relative = relative
+        self.rotary = rotary
+        self.q_proj = nn.Linear(dim, dim, bias=bias)
+        self.k_proj = nn.Linear(dim, dim, bias=bias)
+        self.v_proj = nn.Linear(dim, dim, bias=bias)
+        self.out_proj = nn.Linear(dim, dim, bias=bias)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        # as torch.nn.MultiheadAttention: Xavier on the projections, zero biases
+        for lin in (self.q_proj, self.k_proj, self.v_proj, self.out_proj):
+            nn.init.xavier_uniform_(lin.weight)
+            if lin.bias is not None:
+                nn.init.zeros_(lin.bias)
+
+    def _split(self, x: torch.Tensor) -> torch.Tensor:
+        """[B, T, D] -> [B, H, T, d]."""
+        b, t, _ = x.shape
+        return x.view(b, t, self.heads, self.head_dim).transpose(1, 2)
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key_value: torch.Tensor | None = None,
+        *,
+        key_mask: torch.Tensor | None = None,
+        causal: bool = False,
+        q_positions: torch.Tensor | None = None,
+        k_positions: torch.Tensor | None = None,
+        query_mask: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """query: [B, Tq, D], key_value: [B, Tk, D] (None = self-attention) -> [B, Tq, D].
+
+        key_mask: [B, Tk] bool, True at real keys; queries with no visible key give 0.
+        causal: key j visible from query i iff j <= i. q_positions / k_positions: [B, T(, M)]
+        for relpos/rotary (None = token indices); in self-attention k_positions must be None
+        (the keys are the queries). query_mask: [B, Tq], padding of the queries in
+        cross-attention (their positions count as 0); in self-attention key_mask is used.
+        generator: for rotary's augmentation draws.
+        """
+        if query.dim() != 3 or query.shape[-1] != self.dim:
+            raise ValueError(f"query must have shape [B, Tq, {self.dim}], got {tuple(query.shape)}")
+        self_attn = key_value is None
+        kv = query if self_attn else key_value
+        assert kv is not None
+        if kv.dim() != 3 or kv.shape[0] != query.shape[0] or kv.shape[-1] != self.dim:
+            raise ValueError(
+                f"key_value must have shape [{query.shape[0]}, Tk, {self.dim}], got {tuple(kv.shape)}"
+            )
+        b, tq, tk = query.shape[0], query.shape[1], kv.shape[1]
+        if key_mask is not None and (key_mask.dtype != torch.bool or tuple(key_mask.shape) != (b, tk)):
+            raise ValueError(
+                f"key_mask must be bool [{b}, {tk}] (True at real keys), got "
+                f"{key_mask.dtype} {tuple(key_mask.shape)}"
+            )
+        if self_attn and (k_positions is not None or query_mask is not None):
+            raise ValueError("k_positions and query_mask are for cross-attention (key_value given)")
+        q = self._split(self.q_proj(query))
+        k = self._split(self.k_proj(kv))
+        v = self._split(self.v_proj(kv))
+        p_drop = self.dropout if self.training else 0.0
+
+        if self.rotary is not None:
+            if self_attn:  # one augmentation draw rotates both q and k
+                q, k = self.rotary(q, k, positions=q_positions, mask=key_mask, generator=generator)
+            else:  # cross-attention: Rotary needs both sides; default to token indices
+                if q_positions is None:
+                    q_positions = token_positions(b, tq, mask=query_mask, device=query.device)
+                if k_positions is None:
+                    k_positions = token_positions(b, tk, mask=key_mask, device=kv.device)
+                q, k = self.rotary(
+                    q, k, positions=q_positions, k_positions=k_positions,
+                    mask=query_mask, k_mask=key_mask, generator=generator,
+                )
+
+        if self.relative is not None:
+            out = self.relative(
+                q, k, v, q_positions=q_positions, k_positions=k_positions,
+                key_padding_mask=key_mask, is_causal=causal, dropout_p=p_drop,
+            )
+        elif key_mask is None:
+            # nothing can leave a row without keys: let SDPA pick its fused kernels
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=p_drop, is_causal=causal)
+        else:
+            mask, dead = attention_mask(key_mask, causal, tq, tk, query.device)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p_drop)
+            assert dead is not None
+            out = out.masked_fill(dead, 0.0)
+        out = out.transpose(1, 2).reshape(b, tq, self.dim)
+        return self.out_proj(out)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, heads={self.heads}, dropout={self.dropout}"

@@ -1,0 +1,297 @@
+"""Transformer encoder/decoder stacks with any `cape` encoding: the "combination" step.
+
+Absolute encodings (`position`) are added once, to the input of the stack. Relative ones
+(`RelPos`, `Rotary`) live inside every layer's self-attention, or only the first
+(`relative_layers="first"`: CAPE appendix C.4, *relpos first layer*).
+
+Layer drop follows CAPE's ASR models (appendix C.2, "dropping entire layers at the FFN level"):
+in training, with probability `layer_drop` per layer and per forward (one draw for the whole
+batch) the layer's FFN residual branch is skipped: its contribution is zero and it is not
+computed (pre-norm: x stays x; post-norm: the norm is still applied). Nothing is rescaled, as
+in LayerDrop. The draw decides Python control flow, so it is made on the host: from
+`generator` when that is a CPU generator, else from torch's default CPU generator (seeded by
+`torch.manual_seed`). A CUDA generator is not used for it: reading a device draw would force a
+host sync per layer.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from .._checks import check_choice, check_float, check_int
+from ..encodings.none import NoPos
+from ..encodings.relative import RelPos
+from ..encodings.rotary import Rotary
+from .attention import MultiheadAttention
+
+__all__ = [
+    "TransformerEncoderLayer",
+    "TransformerDecoderLayer",
+    "TransformerEncoder",
+    "TransformerDecoder",
+]
+
+_ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {"gelu": nn.GELU, "relu": nn.ReLU}
+
+
+def _check_rate(name: str, value: float) -> float:
+    value = check_float(name, value)
+    if value > 1.0:
+        raise ValueError(f"{name} must lie in [0, 1], got {value}")
+    return value
+
+
+def _drop_layer(p: float, training: bool, generator: torch.Generator | None) -> bool:
+    """One host-side Bernoulli(p) draw (see the module docstring for why on the host)."""
+    if not training or p <= 0.0:
+        return False
+    if p >= 1.0:
+        return True
+    gen = generator if generator is not None and generator.device.type == "cpu" else None
+    return bool(torch.rand((), generator=gen) < p)
+
+
+class _Block(nn.Module):
+    """What both layer kinds share: options, the FFN sub-block and the residual wiring."""
+
+    def __init__(
+        self, dim: int, heads: int, ffn_dim: int, dropout: float, layer_drop: float,
+        norm_first: bool, activation: str, relative: RelPos | None, rotary: Rotary | None,
+    ) -> None:
+        super().__init__()
+        check_int("ffn_dim", ffn_dim)
+        dropout = _check_rate("dropout", dropout)
+        self.layer_drop = _check_rate("layer_drop", layer_drop)
+        check_choice("activation", activation, tuple(_ACTIVATIONS))
+        if not isinstance(norm_first, bool):
+            raise TypeError(f"norm_first must be a bool, got {type(norm_first).__name__}")
+        self.norm_first = norm_first
+        self.self_attn = MultiheadAttention(
+            dim, heads, dropout=dropout, relative=relative, rotary=rotary
+        )
+        self.self_norm = nn.LayerNorm(dim)
+        self.ffn = nn.Sequential(
+            nn.Linear(dim, ffn_dim), _ACTIVATIONS[activation](), nn.Dropout(dropout),
+            nn.Linear(ffn_dim, dim),
+        )
+        self.ffn_norm = nn.LayerNorm(dim)
+        self.dropout = nn.Dropout(dropout)
+
+    def _residual(
+        self, x: torch.Tensor, norm: nn.Module, branch: Callable[[torch.Tensor], torch.Tensor] | None
+    ) -> torch.Tensor:
+        """Pre-norm: x + f(norm(x)); post-norm: norm(x + f(x)). branch None = skipped (f = 0)."""
+        if self.norm_first:
+            return x if branch is None else x + self.dropout(branch(norm(x)))
+        return norm(x if branch is None else x + self.dropout(branch(x)))
+
+    def _ffn(self, x: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        skip = _drop_layer(self.layer_drop, self.training, generator)
+        return self._residual(x, self.ffn_norm, None if skip else self.ffn)
+
+
+class TransformerEncoderLayer(_Block):
+    """Self-attention + FFN, pre-norm (`norm_first=True`) or post-norm.
+
+    dim: D (divisible by heads). ffn_dim: FFN hidden size. dropout: on attention
+    probabilities, the FFN hidden layer and both residual branches. layer_drop: probability of
+    skipping the FFN branch in training (module docstring). activation: "gelu" or "relu".
+    relative / rotary: in-attention positions (head_dim = D / heads).
+    """
+
+    def __init__(
+        self, dim: int, heads: int, ffn_dim: int, *, dropout: float = 0.1,
+        layer_drop: float = 0.0, norm_first: bool = True, activation: str = "gelu",
+        relative: RelPos | None = None, rotary: Rotary | None = None,
+    ) -> None:
+        super().__init__(
+            dim, heads, ffn_dim, dropout, layer_drop, norm_first, activation, relative, rotary
+        )
+
+    def forward(
+        self, x: torch.Tensor, *, mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None, generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """x: [B, T, D], mask: [B, T] bool (True = real), positions: [B, T(, M)] -> [B, T, D]."""
+        def attend(h: torch.Tensor) -> torch.Tensor:
+            return self.self_attn(h, key_mask=mask, q_positions=positions, generator=generator)
+
+        x = self._residual(x, self.self_norm, attend)
+        return self._ffn(x, generator)
+
+
+class TransformerDecoderLayer(_Block):
+    """Causal self-attention + cross-attention over the memory + FFN.
+
+    Same options as `TransformerEncoderLayer`; relative / rotary act in the self-attention
+    only (the cross-attention is content-only, as in the paper's seq2seq decoder).
+    """
+
+    def __init__(
+        self, dim: int, heads: int, ffn_dim: int, *, dropout: float = 0.1,
+        layer_drop: float = 0.0, norm_first: bool = True, activation: str = "gelu",
+        relative: RelPos | None = None, rotary: Rotary | None = None,
+    ) -> None:
+        super().__init__(
+            dim, heads, ffn_dim, dropout, layer_drop, norm_first, activation, relative, rotary
+        )
+        self.cross_attn = MultiheadAttention(dim, heads, dropout=dropout)
+        self.cross_norm = nn.LayerNorm(dim)
+
+    def forward(
+        self, x: torch.Tensor, memory: torch.Tensor, *, mask: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None, positions: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """x: [B, T, D] targets, memory: [B, S, D]; mask [B, T], memory_mask [B, S] -> [B, T, D]."""
+        def attend(h: torch.Tensor) -> torch.Tensor:
+            return self.self_attn(
+                h, key_mask=mask, causal=True, q_positions=positions, generator=generator
+            )
+
+        def cross(h: torch.Tensor) -> torch.Tensor:
+            return self.cross_attn(h, memory, key_mask=memory_mask)
+
+        x = self._residual(x, self.self_norm, attend)
+        x = self._residual(x, self.cross_norm, cross)
+        return self._ffn(x, generator)
+
+
+class _Stack(nn.Module):
+    """Absolute encoding at the input, a list of layers, an optional final norm."""
+
+    def __init__(
+        self, layer_cls: type[_Block], layers: int, dim: int, heads: int, ffn_dim: int,
+        position: nn.Module | None, relative_factory: Callable[[], nn.Module] | None,
+        relative_layers: str, final_norm: bool | None, **options: Any,
+    ) -> None:
+        super().__init__()
+        check_int("layers", layers)
+        check_choice("relative_layers", relative_layers, ("all", "first"))
+        if position is not None and not isinstance(position, nn.Module):
+            raise TypeError(f"position must be an nn.Module or None, got {type(position).__name__}")
+        if position is not None and getattr(position, "dim", dim) != dim:
+            raise ValueError(f"position.dim must equal dim ({dim}), got {position.dim}")
+        self.position = None if isinstance(position, NoPos) else position  # NoPos adds nothing
+        # inspect once which keywords the encoding's forward takes (they differ per class)
+        params = inspect.signature(position.forward).parameters if self.position is not None else {}
+        any_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+        self._pos_kw = {k for k in ("mask", "generator") if any_kw or k in params}
+        blocks = []
+        for i in range(layers):
+            rel = None
+            if relative_factory is not None and (relative_layers == "all" or i == 0):
+                rel = relative_factory()
+            kinds = {"relative": rel} if isinstance(rel, RelPos) else {"rotary": rel}
+            if rel is not None and not isinstance(rel, (RelPos, Rotary)):
+                raise TypeError(f"relative_factory must return a RelPos or Rotary, got {type(rel).__name__}")
+            blocks.append(layer_cls(dim, heads, ffn_dim, **kinds, **options))
+        self.layers = nn.ModuleList(blocks)
+        final_norm = options.get("norm_first", True) if final_norm is None else final_norm
+        self.norm = nn.LayerNorm(dim) if final_norm else None
+
+    def _add_position(
+        self, x: torch.Tensor, mask: torch.Tensor | None, positions: torch.Tensor | None,
+        position_kwargs: dict[str, Any] | None, generator: torch.Generator | None,
+    ) -> torch.Tensor:
+        if self.position is None:
+            return x
+        kwargs = dict(position_kwargs or {})
+        given = {"mask": mask, "positions": positions, "generator": generator}
+        for name, value in given.items():
+            if value is None or (name != "positions" and name not in self._pos_kw):
+                continue
+            if name in kwargs:
+                raise ValueError(f"position_kwargs must not repeat {name!r}: pass it to forward")
+            kwargs[name] = value
+        add_to = getattr(self.position, "add_to", None)
+        return add_to(x, **kwargs) if add_to is not None else x + self.position(x, **kwargs)
+
+    def _finish(self, x: torch.Tensor) -> torch.Tensor:
+        return x if self.norm is None else self.norm(x)
+
+
+class TransformerEncoder(_Stack):
+    """A stack of `TransformerEncoderLayer`s.
+
+    layers: number of layers. position: an absolute encoding (e.g. `cape.build("cape1d", D)`)
+    added to the input; NoPos/None = nothing added. relative_factory: makes one `RelPos` or
+    `Rotary` (head_dim = D / heads) per layer that has one. relative_layers: "all" or "first"
+    (CAPE C.4 *relpos first layer*). final_norm: LayerNorm after the stack; None = only for
+    pre-norm. options: dropout, layer_drop, norm_first, activation (see the layer).
+    """
+
+    def __init__(
+        self, layers: int, dim: int, heads: int, ffn_dim: int, *,
+        position: nn.Module | None = None,
+        relative_factory: Callable[[], nn.Module] | None = None,
+        relative_layers: str = "all", final_norm: bool | None = None, dropout: float = 0.1,
+        layer_drop: float = 0.0, norm_first: bool = True, activation: str = "gelu",
+    ) -> None:
+        super().__init__(
+            TransformerEncoderLayer, layers, dim, heads, ffn_dim, position, relative_factory,
+            relative_layers, final_norm, dropout=dropout, layer_drop=layer_drop,
+            norm_first=norm_first, activation=activation,
+        )
+
+    def forward(
+        self, x: torch.Tensor, *, mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None, position_kwargs: dict[str, Any] | None = None,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """x: [B, T, D], mask: [B, T] bool (True = real) -> [B, T, D].
+
+        positions: [B, T(, M)], given to the absolute encoding and to relpos/rotary (None =
+        their defaults, token indices). position_kwargs: extra keywords for the absolute
+        encoding (CAPE1d `hop`, CAPE2d `grid`, ...). Outputs at padded tokens are unspecified
+        but never influence real ones.
+        """
+        x = self._add_position(x, mask, positions, position_kwargs, generator)
+        for layer in self.layers:
+            x = layer(x, mask=mask, positions=positions, generator=generator)
+        return self._finish(x)
+
+
+class TransformerDecoder(_Stack):
+    """A stack of `TransformerDecoderLayer`s (causal self-attention, cross-attention, FFN).
+
+    Options as `TransformerEncoder`. Causality holds only if the positions of token t do not
+    depend on later tokens: use encodings without mean-normalisation (`normalize=False`; CAPE's
+    MT setting) for the targets.
+    """
+
+    def __init__(
+        self, layers: int, dim: int, heads: int, ffn_dim: int, *,
+        position: nn.Module | None = None,
+        relative_factory: Callable[[], nn.Module] | None = None,
+        relative_layers: str = "all", final_norm: bool | None = None, dropout: float = 0.1,
+        layer_drop: float = 0.0, norm_first: bool = True, activation: str = "gelu",
+    ) -> None:
+        super().__init__(
+            TransformerDecoderLayer, layers, dim, heads, ffn_dim, position, relative_factory,
+            relative_layers, final_norm, dropout=dropout, layer_drop=layer_drop,
+            norm_first=norm_first, activation=activation,
+        )
+
+    def forward(
+        self, x: torch.Tensor, memory: torch.Tensor, *, mask: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None, positions: torch.Tensor | None = None,
+        position_kwargs: dict[str, Any] | None = None, generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """x: [B, T, D] targets, memory: [B, S, D] encoder output -> [B, T, D].
+
+        mask: [B, T], memory_mask: [B, S] (bool, True = real). positions, position_kwargs:
+        for the targets, as in `TransformerEncoder.forward`.
+        """
+        x = self._add_position(x, mask, positions, position_kwargs, generator)
+        for layer in self.layers:
+            x = layer(
+                x, memory, mask=mask, memory_mask=memory_mask, positions=positions,
+                generator=generator,
+            )
+        return self._finish(x)
