@@ -28,6 +28,7 @@ def _no_augmentation(cls: type, name: str) -> Callable[..., nn.Module]:
         return cls(dim, **options)
 
     make._target = cls  # type: ignore[attr-defined]  # for the option listing
+    make._fixed = _AUGMENTATION  # type: ignore[attr-defined]
     return make
 
 
