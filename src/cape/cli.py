@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
 __all__ = ["main"]
@@ -47,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("encodings", help="list the encodings `cape.build` knows and their options")
     p.set_defaults(run=_encodings)
     args, rest = parser.parse_known_args(argv)
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `cape ... | head` ends quietly
     try:
         return args.run(args, rest)
     except (ValueError, TypeError) as err:
