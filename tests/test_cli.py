@@ -1,0 +1,56 @@
+"""The `cape` command line: help, exit codes, demo output, bench table."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import cape
+from cape.cli import main
+
+
+def test_help_lists_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    for command in ("bench", "demo", "encodings"):
+        assert command in out
+
+
+def test_bad_usage_exits_2() -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["bench", "nothing"])
+    assert exit_.value.code == 2
+    with pytest.raises(SystemExit) as exit_:
+        main([])
+    assert exit_.value.code == 2
+
+
+def test_encodings_lists_every_name(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["encodings"]) == 0
+    out = capsys.readouterr().out
+    assert [line.split()[0] for line in out.splitlines()] == list(cape.ENCODINGS)
+
+
+def test_demo_writes_the_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib")
+    assert main(["demo", "--out", str(tmp_path)]) == 0
+    png = tmp_path / "similarity.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    out = capsys.readouterr().out
+    assert "E(25) == E(5) (mod-20 rule): True" in out
+    assert not list(tmp_path.glob(".*"))  # no temporary file left behind
+
+
+def test_console_script_bench_runs() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "cape.cli", "bench", "encodings", "--runs", "1"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| CAPE")]
+    assert len(rows) == 5
