@@ -54,3 +54,18 @@ def test_console_script_bench_runs() -> None:
     assert proc.returncode == 0, proc.stderr
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| CAPE")]
     assert len(rows) == 5
+
+
+def test_bench_train_reports_fraction_of_peak(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["bench", "train", "--layers", "1", "--dim", "32", "--heads", "2", "--length", "16",
+            "--batch", "2", "--runs", "1"]
+    assert main(args) == 0
+    rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith(("| fp32", "| bf16"))]
+    assert len(rows) == 2 and all(r.rstrip().endswith("% |") for r in rows)
+
+
+def test_step_flops_closed_form() -> None:
+    from cape.bench.train import step_flops
+
+    # one layer, d=2, f=4, B=1, T=3: 3 * 3 tokens * (8*4 + 4*2*4 + 4*3*2) = 3 * 3 * 88
+    assert step_flops(1, 2, 4, 1, 3) == 3 * 3 * 88

@@ -14,6 +14,10 @@ def _bench(args: argparse.Namespace, rest: list[str]) -> int:
         from .bench.encodings import main as bench_encodings
 
         return bench_encodings(rest)
+    if args.what == "train":
+        from .bench.train import main as bench_train
+
+        return bench_train(rest)
     raise AssertionError(args.what)  # argparse restricts the choices
 
 
@@ -41,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     p = sub.add_parser("bench", help="benchmarks of the cost of the encodings", add_help=False)
-    p.add_argument("what", choices=["encodings"], help="which benchmark")
+    p.add_argument("what", choices=["encodings", "train"], help="which benchmark")
     p.set_defaults(run=_bench)
     p = sub.add_parser("demo", help="build every encoding, check its properties, plot similarities", add_help=False)
     p.set_defaults(run=_demo)
