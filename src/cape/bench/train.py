@@ -38,6 +38,25 @@ def step_flops(layers: int, dim: int, ffn: int, batch: int, length: int) -> floa
     return 3.0 * layers * batch * length * per_token
 
 
+def _time_step(args: argparse.Namespace, ffn: int, dtype: torch.dtype):
+    """Median time of one AdamW training step of the encoder (autocast for bf16)."""
+    torch.manual_seed(0)
+    model = TransformerEncoder(args.layers, args.dim, args.heads, ffn, dropout=0.0,
+                               position=build(args.position, args.dim))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x = torch.randn(args.batch, args.length, args.dim)
+
+    def step() -> None:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+            loss = model(x).float().square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    (timing,) = time_interleaved([step], runs=args.runs, warmup=2)
+    return timing
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="cape bench train", description=__doc__)
     p.add_argument("--layers", type=int, default=6)
@@ -55,20 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| precision | step ms (IQR) | tokens/s | achieved GFLOP/s | matmul peak GFLOP/s | fraction |")
     print("|---|---|---|---|---|---|")
     for name, dtype in (("fp32", torch.float32), ("bf16 autocast", torch.bfloat16)):
-        torch.manual_seed(0)
-        model = TransformerEncoder(args.layers, args.dim, args.heads, ffn, dropout=0.0,
-                                   position=build(args.position, args.dim))
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-        x = torch.randn(args.batch, args.length, args.dim)
-
-        def step() -> None:
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
-                loss = model(x).float().square().mean()
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-
-        (timing,) = time_interleaved([step], runs=args.runs, warmup=2)
+        timing = _time_step(args, ffn, dtype)
         peak = matmul_peak(dtype)
         achieved = flops / (timing.median_ms / 1e3)
         tokens = args.batch * args.length / (timing.median_ms / 1e3)
