@@ -1,0 +1,129 @@
+"""Configs: YAML or TOML files, `--set key.sub=value` overrides, typed dataclasses.
+
+A config is a nested mapping; `from_mapping(cls, mapping)` turns it into (nested) dataclasses
+and rejects unknown keys, naming the key and the allowed ones. Values of `--set` are parsed as
+YAML scalars (`--set model.dim=256`, `--set train.precision=bf16`, `--set data.sizes=[24,32]`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["load_file", "apply_overrides", "from_mapping", "to_mapping"]
+
+
+def load_file(path: str | Path) -> dict[str, Any]:
+    """Read a .yaml/.yml or .toml config into a dict."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"config file {str(path)!r} does not exist")
+    text = path.read_text()
+    if path.suffix in (".yaml", ".yml"):
+        import yaml
+
+        data = yaml.safe_load(text) or {}
+    elif path.suffix == ".toml":
+        if sys.version_info >= (3, 11):
+            import tomllib
+        else:  # pragma: no cover
+            import tomli as tomllib
+        data = tomllib.loads(text)
+    else:
+        raise ValueError(f"config file must end in .yaml, .yml or .toml, got {path.name!r}")
+    if not isinstance(data, dict):
+        raise ValueError(f"config file {path.name!r} must hold a mapping at the top level")
+    return data
+
+
+def apply_overrides(config: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """Return a copy of `config` with each `dotted.key=value` applied (value parsed as YAML)."""
+    import yaml
+
+    out = _deep_copy(config)
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--set expects key=value (e.g. model.dim=256), got {item!r}")
+        parts = key.strip().split(".")
+        node = out
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ValueError(f"--set {key}: {part!r} is not a section")
+        node[parts[-1]] = yaml.safe_load(raw) if raw.strip() else ""
+    return out
+
+
+def _deep_copy(m: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: _deep_copy(v) if isinstance(v, Mapping) else v for k, v in m.items()}
+
+
+def from_mapping(cls: type, mapping: Mapping[str, Any], prefix: str = "") -> Any:
+    """Build dataclass `cls` from `mapping`; nested dataclass fields take nested mappings.
+
+    Unknown keys raise ValueError naming the dotted key and the allowed keys; values are checked
+    against simple annotations (bool, int, float, str, tuples/lists, Literal choices).
+    """
+    if not isinstance(mapping, Mapping):
+        raise ValueError(f"{prefix.rstrip('.') or 'config'} must be a mapping, got {mapping!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(mapping) - set(fields))
+    if unknown:
+        raise ValueError(f"unknown config key(s) {[prefix + k for k in unknown]}; allowed under "
+                         f"{prefix.rstrip('.') or 'the top level'}: {sorted(fields)}")
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for name, value in mapping.items():
+        kwargs[name] = _convert(hints[name], value, prefix + name)
+    return cls(**kwargs)
+
+
+def _convert(hint: Any, value: Any, key: str) -> Any:
+    origin = typing.get_origin(hint)
+    if dataclasses.is_dataclass(hint):
+        return from_mapping(hint, value, key + ".")
+    if origin is typing.Literal:
+        allowed = typing.get_args(hint)
+        if value not in allowed:
+            raise ValueError(f"{key} must be one of {list(allowed)}, got {value!r}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if value is None:
+            return None
+        return _convert(args[0], value, key) if len(args) == 1 else value
+    if origin in (tuple, list):
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"{key} must be a list, got {value!r}")
+        (inner, *_) = typing.get_args(hint) or (Any,)
+        items = [_convert(inner, v, f"{key}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if hint is bool and not isinstance(value, bool):
+        raise ValueError(f"{key} must be true or false, got {value!r}")
+    if hint is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ValueError(f"{key} must be an integer, got {value!r}")
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"{key} must be a number, got {value!r}")
+        return float(value)
+    if hint is str and not isinstance(value, str):
+        raise ValueError(f"{key} must be a string, got {value!r}")
+    return value
+
+
+def to_mapping(obj: Any) -> dict[str, Any]:
+    """A dataclass config back to plain dicts/lists (for config.json in a run directory)."""
+    def plain(v: Any) -> Any:
+        if isinstance(v, tuple):
+            return [plain(x) for x in v]
+        if isinstance(v, dict):
+            return {k: plain(x) for k, x in v.items()}
+        return v
+
+    return plain(dataclasses.asdict(obj))
