@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import cape
+import cape.data
 import cape.functional
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
@@ -27,6 +28,11 @@ def test_readme_example_runs(index: int) -> None:
 def test_public_name_has_an_example(name: str) -> None:
     code = "\n".join(BLOCKS)
     assert re.search(rf"\b{re.escape(name)}\b", code), f"cape.{name} has no README example"
+
+
+@pytest.mark.parametrize("name", cape.data.__all__)
+def test_data_name_has_an_example(name: str) -> None:
+    assert re.search(rf"\b{re.escape(name)}\b", "\n".join(BLOCKS)), f"cape.data.{name} has no example"
 
 
 @pytest.mark.parametrize("name", cape.models.__all__)

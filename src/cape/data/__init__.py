@@ -1,0 +1,40 @@
+"""Offline data made on the machine: character images from Debian fonts, and image datasets."""
+
+from .fonts import CHARSET, DEBIAN_FONT_PACKAGES, FontSplit, find_fonts, font_split, usable_fonts
+from .images import (
+    CANVAS,
+    SPLITS,
+    ArrayImageDataset,
+    ImageFolderDataset,
+    char_dataset,
+    load_native_sizes,
+    load_split,
+    make_native_sizes,
+    make_split,
+    render_char,
+    render_sample,
+    sample_spec,
+    split_seeds,
+)
+
+__all__ = [
+    "CANVAS",
+    "CHARSET",
+    "DEBIAN_FONT_PACKAGES",
+    "SPLITS",
+    "ArrayImageDataset",
+    "FontSplit",
+    "ImageFolderDataset",
+    "char_dataset",
+    "find_fonts",
+    "font_split",
+    "load_native_sizes",
+    "load_split",
+    "make_native_sizes",
+    "make_split",
+    "render_char",
+    "render_sample",
+    "sample_spec",
+    "split_seeds",
+    "usable_fonts",
+]
