@@ -1,0 +1,52 @@
+"""Training engine: one loop (DDP, bf16, accumulation, exact resume) for every experiment."""
+
+from .checkpoint import (
+    get_rng_state,
+    latest_checkpoint,
+    load_checkpoint,
+    load_state,
+    save_checkpoint,
+    set_rng_state,
+)
+from .config import TrainConfig
+from .distributed import (
+    DistInfo,
+    all_reduce_mean,
+    barrier,
+    cleanup,
+    get_rank,
+    get_world_size,
+    init_distributed,
+    is_main,
+)
+from .engine import ResumableSampler, Trainer, seed_everything, set_deterministic
+from .logging import MetricsLogger, progress, run_info
+from .optim import build_optimizer, build_scheduler, lr_factor
+
+__all__ = [
+    "TrainConfig",
+    "Trainer",
+    "ResumableSampler",
+    "seed_everything",
+    "set_deterministic",
+    "run_info",
+    "build_optimizer",
+    "build_scheduler",
+    "lr_factor",
+    "save_checkpoint",
+    "load_checkpoint",
+    "load_state",
+    "latest_checkpoint",
+    "get_rng_state",
+    "set_rng_state",
+    "MetricsLogger",
+    "progress",
+    "DistInfo",
+    "init_distributed",
+    "all_reduce_mean",
+    "barrier",
+    "cleanup",
+    "get_rank",
+    "get_world_size",
+    "is_main",
+]
