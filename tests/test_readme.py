@@ -10,6 +10,7 @@ import pytest
 import cape
 import cape.data
 import cape.functional
+import cape.train
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 BLOCKS = re.findall(r"```python\n(.*?)```", README, flags=re.S)
@@ -33,6 +34,11 @@ def test_public_name_has_an_example(name: str) -> None:
 @pytest.mark.parametrize("name", cape.data.__all__)
 def test_data_name_has_an_example(name: str) -> None:
     assert re.search(rf"\b{re.escape(name)}\b", "\n".join(BLOCKS)), f"cape.data.{name} has no example"
+
+
+@pytest.mark.parametrize("name", cape.train.__all__)
+def test_train_name_has_an_example(name: str) -> None:
+    assert re.search(rf"\b{re.escape(name)}\b", "\n".join(BLOCKS)), f"cape.train.{name} has no example"
 
 
 @pytest.mark.parametrize("name", cape.models.__all__)
