@@ -7,6 +7,7 @@ from .transformer import (
     TransformerEncoder,
     TransformerEncoderLayer,
 )
+from .vit import VIT_POSITIONS, ViT
 
 __all__ = [
     "MultiheadAttention",
@@ -15,4 +16,6 @@ __all__ = [
     "TransformerDecoderLayer",
     "TransformerEncoder",
     "TransformerDecoder",
+    "ViT",
+    "VIT_POSITIONS",
 ]
