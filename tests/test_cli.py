@@ -69,3 +69,14 @@ def test_step_flops_closed_form() -> None:
 
     # one layer, d=2, f=4, B=1, T=3: 3 * 3 tokens * (8*4 + 4*2*4 + 4*3*2) = 3 * 3 * 88
     assert step_flops(1, 2, 4, 1, 3) == 3 * 3 * 88
+
+
+def test_data_chars_makes_cached_splits(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["data", "chars", "--root", str(tmp_path), "--sizes", "16", "--train", "36",
+            "--val", "0", "--test", "36", "--native", "4", "--workers", "1"]
+    assert main(args) == 0
+    first = capsys.readouterr().out
+    assert len(list(tmp_path.glob("*.npz"))) == 4  # train, test, test_fonts, native
+    assert main(args) == 0  # second run: everything cached, same files
+    assert capsys.readouterr().out == first
+    assert main(["data", "chars", "--root", str(tmp_path), "--sizes", "a,b"]) == 2

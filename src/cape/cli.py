@@ -21,6 +21,35 @@ def _bench(args: argparse.Namespace, rest: list[str]) -> int:
     raise AssertionError(args.what)  # argparse restricts the choices
 
 
+def _data(args: argparse.Namespace, rest: list[str]) -> int:
+    from .data.images import make_native_sizes, make_split
+
+    p = argparse.ArgumentParser(prog=f"cape data {args.what}")
+    p.add_argument("--root", default="data/chars", help="cache folder (default data/chars)")
+    p.add_argument("--sizes", default="24,32,56,96", help="comma-separated image sizes in px")
+    p.add_argument("--train", type=int, default=10000, help="training images")
+    p.add_argument("--val", type=int, default=2000, help="validation images")
+    p.add_argument("--test", type=int, default=2000, help="test images (train fonts and held-out fonts)")
+    p.add_argument("--native", type=int, default=1000, help="test images at native sizes 12-128 px")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workers", type=int, default=None, help="render processes (default: 2)")
+    opts = p.parse_args(rest)
+    try:
+        sizes = [int(v) for v in opts.sizes.split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"--sizes must be comma-separated integers, got {opts.sizes!r}") from None
+    counts = {"train": opts.train, "val": opts.val, "test": opts.test, "test_fonts": opts.test}
+    for size in sizes:
+        for split, count in counts.items():
+            if count > 0:
+                path = make_split(opts.root, split, count, size, opts.seed, workers=opts.workers)
+                print(f"{split:10s} {size:3d}px {count:6d} images -> {path}")
+    if opts.native > 0:
+        path = make_native_sizes(opts.root, opts.native, opts.seed, workers=opts.workers)
+        print(f"native     12-128px {opts.native:6d} images -> {path}")
+    return 0
+
+
 def _demo(args: argparse.Namespace, rest: list[str]) -> int:
     from .demo import main as demo
 
@@ -47,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("bench", help="benchmarks of the cost of the encodings", add_help=False)
     p.add_argument("what", choices=["encodings", "train"], help="which benchmark")
     p.set_defaults(run=_bench)
+    p = sub.add_parser("data", help="make the offline data sets (cached, resumable)", add_help=False)
+    p.add_argument("what", choices=["chars"], help="which data set")
+    p.set_defaults(run=_data)
     p = sub.add_parser("demo", help="build every encoding, check its properties, plot similarities", add_help=False)
     p.set_defaults(run=_demo)
     p = sub.add_parser("encodings", help="list the encodings `cape.build` knows and their options")
