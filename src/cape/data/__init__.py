@@ -1,12 +1,10 @@
 """Offline data made on the machine: character images from Debian fonts, and image datasets."""
 
+from .datasets import ArrayImageDataset, ImageFolderDataset, char_dataset
 from .fonts import CHARSET, DEBIAN_FONT_PACKAGES, FontSplit, find_fonts, font_split, usable_fonts
 from .images import (
     CANVAS,
     SPLITS,
-    ArrayImageDataset,
-    ImageFolderDataset,
-    char_dataset,
     load_native_sizes,
     load_split,
     make_native_sizes,
