@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from .._checks import check_choice, check_float, check_int
+
 __all__ = ["TrainConfig"]
 
 _CHOICES: dict[str, tuple[str, ...]] = {
@@ -46,35 +48,17 @@ class TrainConfig:
     device: str = "auto"
 
     def __post_init__(self) -> None:
+        # the project's shared validators, so errors read the same everywhere
         for key, allowed in _CHOICES.items():
-            value = getattr(self, key)
-            if value not in allowed:
-                raise ValueError(f"TrainConfig.{key} must be one of {allowed}, got {value!r}")
-        positive = ("steps", "batch_size", "grad_accum", "keep_last")
-        for key in positive:
-            value = getattr(self, key)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"TrainConfig.{key} must be an integer >= 1, got {value!r}")
-        non_negative = (
-            "warmup_steps",
-            "eval_every",
-            "checkpoint_every",
-            "log_every",
-            "num_workers",
-            "seed",
-        )
-        for key in non_negative:
-            value = getattr(self, key)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"TrainConfig.{key} must be an integer >= 0, got {value!r}")
-        if not self.lr > 0:
-            raise ValueError(f"TrainConfig.lr must be > 0, got {self.lr!r}")
-        if self.weight_decay < 0:
-            raise ValueError(f"TrainConfig.weight_decay must be >= 0, got {self.weight_decay!r}")
-        if self.clip_norm is not None and not self.clip_norm > 0:
-            raise ValueError(
-                f"TrainConfig.clip_norm must be > 0 or None (no clipping), got {self.clip_norm!r}"
-            )
+            check_choice(f"TrainConfig.{key}", getattr(self, key), allowed)
+        for key in ("steps", "batch_size", "grad_accum", "keep_last"):
+            check_int(f"TrainConfig.{key}", getattr(self, key), minimum=1)
+        for key in ("warmup_steps", "eval_every", "checkpoint_every", "log_every", "num_workers", "seed"):
+            check_int(f"TrainConfig.{key}", getattr(self, key), minimum=0)
+        check_float("TrainConfig.lr", self.lr, strict=True)
+        check_float("TrainConfig.weight_decay", self.weight_decay)
+        if self.clip_norm is not None:
+            check_float("TrainConfig.clip_norm", self.clip_norm, strict=True)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
