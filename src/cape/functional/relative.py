@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from .._checks import check_float, check_tensor
 
-__all__ = ["num_buckets", "relative_index", "relpos_attention"]
+__all__ = ["num_buckets", "relative_index", "relpos_attention", "allowed_keys"]
 
 
 def num_buckets(max_distance: float, step: float = 1.0) -> int:
@@ -76,6 +76,21 @@ def relative_index(
     return rel.to(torch.long) + k_max
 
 
+def allowed_keys(
+    key_mask: torch.Tensor | None, causal: bool, tq: int, tk: int, device: torch.device
+) -> torch.Tensor | None:
+    """Which keys each query may see: bool [B or 1, 1, Tq or 1, Tk], None when all may.
+
+    key_mask: [B, Tk] bool, True at real keys. causal: key j visible from query i iff j <= i
+    (top-left aligned, as scaled_dot_product_attention's is_causal).
+    """
+    mask = None if key_mask is None else key_mask[:, None, None, :]
+    if causal:
+        tril = torch.ones(tq, tk, dtype=torch.bool, device=device).tril()
+        mask = tril[None, None] if mask is None else mask & tril
+    return mask
+
+
 def _mask_logits(
     logits: torch.Tensor,
     key_padding_mask: torch.Tensor | None,
@@ -93,12 +108,9 @@ def _mask_logits(
             logits = logits.masked_fill(~attn_mask, neg)
         else:
             logits = logits + attn_mask.to(logits.dtype)
-    if key_padding_mask is not None:
+    allowed = allowed_keys(key_padding_mask, is_causal, tq, tk, logits.device)
+    if allowed is not None:
         masked = True
-        logits = logits.masked_fill(~key_padding_mask[:, None, None, :], neg)
-    if is_causal:  # top-left aligned, as scaled_dot_product_attention's is_causal
-        masked = True
-        allowed = torch.ones(tq, tk, dtype=torch.bool, device=logits.device).tril()
         logits = logits.masked_fill(~allowed, neg)
     if not masked:
         return logits, None

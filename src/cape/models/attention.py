@@ -14,6 +14,7 @@ from torch import nn
 from .._checks import check_float, check_int
 from ..encodings.relative import RelPos
 from ..encodings.rotary import Rotary
+from ..functional.relative import allowed_keys
 from ..positions import token_positions
 
 __all__ = ["MultiheadAttention", "attention_mask"]
@@ -29,10 +30,7 @@ def attention_mask(
     [B or 1, 1, Tq or 1, 1]); dead rows are opened in the mask (a finite softmax, also in the
     backward) and must be zeroed in the output. (None, None) when nothing is masked.
     """
-    mask = None if key_mask is None else key_mask[:, None, None, :]
-    if causal:
-        tril = torch.ones(tq, tk, dtype=torch.bool, device=device).tril()
-        mask = tril[None, None] if mask is None else mask & tril
+    mask = allowed_keys(key_mask, causal, tq, tk, device)
     if mask is None:
         return None, None
     dead = ~mask.any(dim=-1, keepdim=True)
