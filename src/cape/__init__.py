@@ -23,6 +23,7 @@ from .encodings import (
 )
 from .positions import (
     as_positions,
+    grid_indices,
     grid_positions,
     lengths_to_mask,
     timestamps,
@@ -53,6 +54,7 @@ __all__ = [
     "Rotary",
     "SineND",
     "as_positions",
+    "grid_indices",
     "grid_positions",
     "lengths_to_mask",
     "timestamps",

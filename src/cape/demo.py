@@ -16,7 +16,7 @@ import torch
 from . import functional as F
 from .build import build
 from .io import atomic_write
-from .positions import grid_positions
+from .positions import grid_indices, grid_positions
 
 GRID = 14
 
@@ -59,8 +59,7 @@ def similarity_maps(dim: int = 64, seed: int = 0) -> dict[str, torch.Tensor]:
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     grid = grid_positions(GRID, GRID, batch=1)
-    ij = torch.stack(torch.meshgrid(torch.arange(GRID), torch.arange(GRID), indexing="xy"), -1)
-    ij = ij.reshape(1, -1, 2)
+    ij = grid_indices(GRID, GRID, batch=1)
     embs = {
         "sinpos2d": build("sinpos2d", dim).eval()(grid=(GRID, GRID)),
         "CAPE2d (one train draw)": build("cape2d", dim, preset="image").train()(grid=(GRID, GRID), generator=gen),

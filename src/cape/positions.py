@@ -24,6 +24,7 @@ __all__ = [
     "token_positions",
     "timestamps",
     "grid_positions",
+    "grid_indices",
     "as_positions",
 ]
 
@@ -152,6 +153,29 @@ def grid_positions(
     grid = torch.stack(
         [xs[None, :].expand(height, width), ys[:, None].expand(height, width)], dim=-1
     ).reshape(height * width, 2)
+    if batch is None:
+        return grid
+    check_int("batch", batch, minimum=0)
+    return grid[None].expand(batch, -1, -1)
+
+
+def grid_indices(
+    height: int,
+    width: int,
+    *,
+    batch: int | None = None,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """Integer patch indices (column, row) -> [H*W, 2] int64 (or [B, H*W, 2]).
+
+    The same row-major order and (x, y) axis order as `grid_positions`, for the tables and
+    per-axis sinusoids that take grid indices (LFF's Embed-2D, Sine-2D).
+    """
+    check_int("height", height)
+    check_int("width", width)
+    rows = torch.arange(height, device=device).repeat_interleave(width)
+    cols = torch.arange(width, device=device).repeat(height)
+    grid = torch.stack([cols, rows], dim=-1)
     if batch is None:
         return grid
     check_int("batch", batch, minimum=0)

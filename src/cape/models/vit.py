@@ -30,7 +30,7 @@ from torch import nn
 
 from .._checks import check_float, check_int
 from ..build import build
-from ..positions import grid_positions
+from ..positions import grid_indices, grid_positions
 from .transformer import TransformerEncoder
 
 __all__ = ["ViT", "VIT_POSITIONS"]
@@ -190,9 +190,7 @@ class ViT(nn.Module):
                 p = grid_positions(height, width, extent=ext, batch=batch, device=x.device)
                 x = x + pos(x, positions=p, generator=generator)
             elif name in ("sine-2d", "embed-2d"):
-                rows = torch.arange(height, device=x.device).repeat_interleave(width)
-                cols = torch.arange(width, device=x.device).repeat(height)
-                p = torch.stack([cols, rows], dim=-1)[None].expand(batch, -1, -1)
+                p = grid_indices(height, width, batch=batch, device=x.device)
                 if name == "sine-2d":
                     p = p.to(torch.float32)
                 x = x + pos(x, positions=p, generator=generator)
