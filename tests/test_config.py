@@ -9,6 +9,7 @@ from typing import Literal
 import pytest
 
 from cape.config import apply_overrides, from_mapping, load_file, to_mapping
+from cape.train import TrainConfig
 
 
 @dataclass
@@ -58,3 +59,31 @@ def test_errors_name_the_key_and_what_is_allowed(tmp_path: Path) -> None:
     (tmp_path / "x.json").write_text("{}")
     with pytest.raises(ValueError, match=r"\.yaml, \.yml or \.toml"):
         load_file(tmp_path / "x.json")
+
+
+@dataclass
+class _WithTrain:
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+
+@pytest.mark.parametrize(
+    "section",
+    [{"lr": "x"}, {"stepz": 3}, {"clip_norm": "big"}, {"deterministic": "yes"}, {"precision": "fp16"},
+     {"steps": 0}],
+)
+def test_train_section_errors_read_the_same_everywhere(section: dict) -> None:
+    # TrainConfig.from_dict and a `train:` section of a config file give the same message
+    with pytest.raises(ValueError) as nested:
+        from_mapping(_WithTrain, {"train": section})
+    with pytest.raises(ValueError) as direct:
+        TrainConfig.from_dict(section)
+    assert str(nested.value) == str(direct.value)
+    assert f"train.{next(iter(section))}" in str(direct.value)
+
+
+def test_train_section_accepts_every_field_type() -> None:
+    cfg = from_mapping(_WithTrain, {"train": {"clip_norm": None, "lr": 3, "deterministic": True,
+                                              "schedule": "constant", "seed": 7}}).train
+    assert (cfg.clip_norm, cfg.lr, cfg.deterministic, cfg.schedule, cfg.seed) == (
+        None, 3.0, True, "constant", 7)
+    assert type(cfg.lr) is float

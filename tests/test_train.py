@@ -104,6 +104,41 @@ def test_bf16_and_grad_accum_and_adagrad_run(tmp_path: Path) -> None:
     assert math.isfinite(out["loss"]) and out["step"] == 4
 
 
+def _tb_scalars(logdir: Path) -> dict[str, list[tuple[int, float]]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(logdir))
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def test_metrics_logger_writes_tensorboard_events_read_back_exactly(tmp_path: Path) -> None:
+    pytest.importorskip("tensorboard")
+    from cape.train import MetricsLogger
+
+    logger = MetricsLogger(tmp_path, enabled=True)
+    train = {s: {"loss": 1.0 / s, "lr": 1e-3 * s} for s in range(1, 6)}
+    for step, metrics in train.items():
+        logger.log(step, metrics, "train")
+    logger.log(5, {"acc": 0.75}, "eval")
+    logger.close()  # flushes and closes the writer: everything is on disk now
+    got = _tb_scalars(logger.tensorboard_dir)
+    assert sorted(got) == ["eval/acc", "train/loss", "train/lr"]
+    for name in ("loss", "lr"):  # events store float32
+        assert [s for s, _ in got[f"train/{name}"]] == list(train)
+        assert [v for _, v in got[f"train/{name}"]] == pytest.approx(
+            [m[name] for m in train.values()], rel=1e-6
+        )
+    assert got["eval/acc"] == [(5, 0.75)]
+    # a resumed run truncates to its checkpoint's step: repeated steps replace the old events
+    logger.truncate(3)
+    for step in (4, 5):
+        logger.log(step, {"loss": 10.0 * step, "lr": 0.5}, "train")
+    logger.close()
+    got = _tb_scalars(logger.tensorboard_dir)
+    assert got["train/loss"] == [(1, 1.0), (2, 0.5), (3, pytest.approx(1 / 3)), (4, 40.0), (5, 50.0)]
+
+
 def test_engine_overhead_is_small_for_a_realistic_step(tmp_path: Path) -> None:
     """Data loading, per-step JSONL/CSV logging and a checkpoint: < 5% of a ~30 ms step."""
     x, y = torch.randn(256, 64, 64), torch.randn(256, 64, 64)
@@ -163,10 +198,28 @@ def test_schedules_match_closed_forms() -> None:
     ],
 )
 def test_config_errors_name_the_key(kwargs: dict, key: str) -> None:
-    with pytest.raises(ValueError, match=rf"TrainConfig\.{key} must"):
+    with pytest.raises(ValueError, match=rf"train\.{key} must"):
         TrainConfig(**kwargs)
-    with pytest.raises(ValueError, match="unknown TrainConfig keys \\['stepz'\\]"):
+    with pytest.raises(ValueError, match=rf"train\.{key} must"):
+        TrainConfig.from_dict(kwargs)
+
+
+def test_from_dict_goes_through_from_mapping() -> None:
+    # the same messages as every other config section: the dotted key and what is allowed
+    with pytest.raises(ValueError, match=r"train\.lr must be a number, got 'x'"):
+        TrainConfig.from_dict({"lr": "x"})
+    with pytest.raises(ValueError, match=r"unknown config key\(s\) \['train\.stepz'\]; allowed under "
+                       r"train: \[.*'steps'"):
         TrainConfig.from_dict({"stepz": 3})
+    with pytest.raises(ValueError, match=r"train\.optimizer must be one of \['adamw', 'adagrad'\]"):
+        TrainConfig.from_dict({"optimizer": "sgd"})
+    with pytest.raises(ValueError, match="train.deterministic must be true or false"):
+        TrainConfig.from_dict({"deterministic": 1})
+    with pytest.raises(ValueError, match="train.steps must be an integer"):
+        TrainConfig.from_dict({"steps": 2.5})
+    cfg = TrainConfig.from_dict({"lr": 1, "clip_norm": None, "precision": "bf16"})
+    assert cfg.lr == 1.0 and isinstance(cfg.lr, float) and cfg.clip_norm is None
+    assert TrainConfig.from_dict(cfg.to_dict()) == cfg
 
 
 def test_resumable_sampler_shards_and_resumes_mid_epoch() -> None:

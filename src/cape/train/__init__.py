@@ -19,9 +19,11 @@ from .distributed import (
     init_distributed,
     is_main,
 )
-from .engine import ResumableSampler, Trainer, seed_everything, set_deterministic
+from .engine import Trainer
 from .logging import MetricsLogger, progress, run_info
 from .optim import build_optimizer, build_scheduler, lr_factor
+from .sampler import ResumableSampler
+from .seeding import seed_everything, set_deterministic
 
 __all__ = [
     "TrainConfig",

@@ -1,11 +1,17 @@
-"""`TrainConfig`: every knob of the training loop, validated when it is built."""
+"""`TrainConfig`: every knob of the training loop, validated when it is built.
+
+It is the `train` section of every experiment config: errors name the key as `train.<key>`,
+whether it comes from a file, a `--set train.<key>=...` override, `from_dict` or the constructor.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from .._checks import check_choice, check_float, check_int
+from ..config import from_mapping
 
 __all__ = ["TrainConfig"]
 
@@ -50,24 +56,21 @@ class TrainConfig:
     def __post_init__(self) -> None:
         # the project's shared validators, so errors read the same everywhere
         for key, allowed in _CHOICES.items():
-            check_choice(f"TrainConfig.{key}", getattr(self, key), allowed)
+            check_choice(f"train.{key}", getattr(self, key), allowed)
         for key in ("steps", "batch_size", "grad_accum", "keep_last"):
-            check_int(f"TrainConfig.{key}", getattr(self, key), minimum=1)
+            check_int(f"train.{key}", getattr(self, key), minimum=1)
         for key in ("warmup_steps", "eval_every", "checkpoint_every", "log_every", "num_workers", "seed"):
-            check_int(f"TrainConfig.{key}", getattr(self, key), minimum=0)
-        check_float("TrainConfig.lr", self.lr, strict=True)
-        check_float("TrainConfig.weight_decay", self.weight_decay)
+            check_int(f"train.{key}", getattr(self, key), minimum=0)
+        check_float("train.lr", self.lr, strict=True)
+        check_float("train.weight_decay", self.weight_decay)
         if self.clip_norm is not None:
-            check_float("TrainConfig.clip_norm", self.clip_norm, strict=True)
+            check_float("train.clip_norm", self.clip_norm, strict=True)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
-        """Build from a dict (e.g. YAML/JSON); unknown keys are an error naming them."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown TrainConfig keys {unknown}; allowed: {sorted(known)}")
-        return cls(**data)
+    def from_dict(cls, data: Mapping[str, Any]) -> TrainConfig:
+        """Build from a mapping (e.g. YAML/JSON) through `cape.config.from_mapping`: unknown keys
+        and wrong types raise ValueError naming `train.<key>` and what is allowed."""
+        return from_mapping(cls, data, prefix="train.")

@@ -8,19 +8,15 @@ what the uninterrupted run would have done (CPU, deterministic mode).
 from __future__ import annotations
 
 import contextlib
-import math
-import os
-import random
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset
 
 from . import distributed as D
 from .checkpoint import (
@@ -33,83 +29,13 @@ from .checkpoint import (
 from .config import TrainConfig
 from .logging import MetricsLogger, progress, write_run_record
 from .optim import build_optimizer, build_scheduler
+from .sampler import ResumableSampler
+from .seeding import seed_everything, set_deterministic
 
-__all__ = ["ResumableSampler", "Trainer", "seed_everything", "set_deterministic"]
+__all__ = ["Trainer"]
 
 LossFn = Callable[[nn.Module, Any], tuple[torch.Tensor, dict[str, float]]]
 EvalFn = Callable[[nn.Module], dict[str, float]]
-
-
-def seed_everything(seed: int) -> None:
-    """Seed Python, numpy and torch (all devices). Call it, then build the model, so that every
-    rank initialises identical weights (DDP broadcasts rank 0's anyway)."""
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
-def set_deterministic(enabled: bool = True) -> None:
-    """Deterministic kernels only (errors on ops without one); needed for bitwise resume."""
-    if enabled:
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.use_deterministic_algorithms(enabled)
-    torch.backends.cudnn.benchmark = not enabled
-    torch.backends.cudnn.deterministic = enabled
-
-
-class ResumableSampler(Sampler[int]):
-    """Shuffled, rank-sharded indices whose position can be saved and restored mid-epoch.
-
-    Epoch e's order is `randperm(size)` from a generator seeded with seed + e, padded by
-    wrapping to a multiple of `num_replicas` and split as `perm[rank::num_replicas]` (as
-    DistributedSampler). `index` counts this rank's samples already consumed this epoch; the
-    consumer calls `advance(n)`, so prefetching workers do not skew the saved position.
-    """
-
-    def __init__(
-        self,
-        size: int,
-        *,
-        num_replicas: int = 1,
-        rank: int = 0,
-        seed: int = 0,
-        shuffle: bool = True,
-    ) -> None:
-        if size < 1:
-            raise ValueError(f"ResumableSampler needs a non-empty dataset, got size={size}")
-        self.size, self.num_replicas, self.rank = size, num_replicas, rank
-        self.seed, self.shuffle = seed, shuffle
-        self.epoch = 0
-        self.index = 0
-
-    def shard(self) -> list[int]:
-        """This rank's indices for the current epoch, [ceil(size / num_replicas)]."""
-        if self.shuffle:
-            g = torch.Generator().manual_seed(self.seed + self.epoch)
-            perm = torch.randperm(self.size, generator=g).tolist()
-        else:
-            perm = list(range(self.size))
-        total = math.ceil(self.size / self.num_replicas) * self.num_replicas
-        perm = (perm * math.ceil(total / self.size))[:total]
-        return perm[self.rank :: self.num_replicas]
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self.shard()[self.index :])
-
-    def __len__(self) -> int:
-        return math.ceil(self.size / self.num_replicas) - self.index
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch, self.index = epoch, 0
-
-    def advance(self, n: int) -> None:
-        self.index += n
-
-    def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "index": self.index}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self.epoch, self.index = int(state["epoch"]), int(state["index"])
 
 
 def _to_device(batch: Any, device: torch.device) -> Any:

@@ -34,10 +34,13 @@ def progress(
 
 
 class MetricsLogger:
-    """Appends one row per `log()` to `metrics.jsonl` and `metrics_<split>.csv` in `run_dir`.
+    """Appends one row per `log()` to `metrics.jsonl` and `metrics_<split>.csv` in `run_dir`,
+    and scalars `<split>/<name>` to TensorBoard events in `run_dir/tensorboard` when the
+    `tensorboard` package is installed (`tensorboard=False` turns that off).
 
-    Every line is flushed, so a killed run keeps what it logged. CSV columns are fixed by the
-    first row of each split (later new keys go to JSONL only, which is the complete record).
+    Every line is flushed, so a killed run keeps what it logged (TensorBoard events are flushed
+    every 2 minutes and by `close()`). CSV columns are fixed by the first row of each split
+    (later new keys go to JSONL only, which is the complete record).
     Only rank 0 writes; elsewhere every method is a no-op.
     """
 
@@ -49,6 +52,8 @@ class MetricsLogger:
         self._jsonl: Any = None
         self._csv: dict[str, tuple[Any, csv.DictWriter]] = {}
         self._tb: Any = None
+        self._tb_class: Any = None
+        self._purge_step: int | None = None
         if not self.enabled:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -56,9 +61,22 @@ class MetricsLogger:
             try:  # optional: torch's writer imports the tensorboard package
                 from torch.utils.tensorboard import SummaryWriter
 
-                self._tb = SummaryWriter(str(self.run_dir / "tensorboard"))
+                self._tb_class = SummaryWriter
             except ImportError:
-                self._tb = None
+                self._tb_class = None
+
+    @property
+    def tensorboard_dir(self) -> Path:
+        return self.run_dir / "tensorboard"
+
+    def _tb_writer(self) -> Any:
+        """The SummaryWriter (None without tensorboard), opened at the first `log()` and again
+        after `close()`. After `truncate(step)` it purges the events of steps > `step` that an
+        earlier run wrote, as the JSONL and CSV rows are dropped."""
+        if self._tb is None and self._tb_class is not None:
+            self._tb = self._tb_class(str(self.tensorboard_dir), purge_step=self._purge_step)
+            self._purge_step = None
+        return self._tb
 
     @property
     def jsonl_path(self) -> Path:
@@ -77,9 +95,10 @@ class MetricsLogger:
         self._jsonl.flush()
         self._csv_writer(split, list(row)).writerow(row)
         self._csv[split][0].flush()
-        if self._tb is not None:
+        tb = self._tb_writer()
+        if tb is not None:
             for k, v in metrics.items():
-                self._tb.add_scalar(f"{split}/{k}", float(v), step)
+                tb.add_scalar(f"{split}/{k}", float(v), step)
 
     def _csv_writer(self, split: str, keys: list[str]) -> csv.DictWriter:
         if split not in self._csv:
@@ -100,6 +119,7 @@ class MetricsLogger:
         if not self.enabled:
             return
         self.close()
+        self._purge_step = step + 1
         paths = [self.jsonl_path, *self.run_dir.glob("metrics_*.csv")]
         for path in paths:
             if not path.exists():
@@ -115,6 +135,7 @@ class MetricsLogger:
             atomic_write(path, lambda tmp, text=text: Path(tmp).write_text(text, encoding="utf-8"))
 
     def close(self) -> None:
+        """Flush and close every file (TensorBoard events included); a later `log()` reopens."""
         if self._jsonl is not None:
             self._jsonl.close()
             self._jsonl = None
@@ -122,7 +143,8 @@ class MetricsLogger:
             fh.close()
         self._csv = {}
         if self._tb is not None:
-            self._tb.flush()
+            self._tb.close()  # flushes the pending events and ends the writer thread
+            self._tb = None
 
 
 def _git_commit() -> str | None:

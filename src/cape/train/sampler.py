@@ -1,0 +1,69 @@
+"""`ResumableSampler`: the training data order, a function of (seed, epoch, rank) whose position
+within an epoch is saved in checkpoints, so a resumed run reads the very batches it would have."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import torch
+from torch.utils.data import Sampler
+
+__all__ = ["ResumableSampler"]
+
+
+class ResumableSampler(Sampler[int]):
+    """Shuffled, rank-sharded indices whose position can be saved and restored mid-epoch.
+
+    Epoch e's order is `randperm(size)` from a generator seeded with seed + e, padded by
+    wrapping to a multiple of `num_replicas` and split as `perm[rank::num_replicas]` (as
+    DistributedSampler). `index` counts this rank's samples already consumed this epoch; the
+    consumer calls `advance(n)`, so prefetching workers do not skew the saved position.
+    """
+
+    def __init__(
+        self,
+        size: int,
+        *,
+        num_replicas: int = 1,
+        rank: int = 0,
+        seed: int = 0,
+        shuffle: bool = True,
+    ) -> None:
+        if size < 1:
+            raise ValueError(f"ResumableSampler needs a non-empty dataset, got size={size}")
+        self.size, self.num_replicas, self.rank = size, num_replicas, rank
+        self.seed, self.shuffle = seed, shuffle
+        self.epoch = 0
+        self.index = 0
+
+    def shard(self) -> list[int]:
+        """This rank's indices for the current epoch, [ceil(size / num_replicas)]."""
+        if self.shuffle:
+            g = torch.Generator().manual_seed(self.seed + self.epoch)
+            perm = torch.randperm(self.size, generator=g).tolist()
+        else:
+            perm = list(range(self.size))
+        total = math.ceil(self.size / self.num_replicas) * self.num_replicas
+        perm = (perm * math.ceil(total / self.size))[:total]
+        return perm[self.rank :: self.num_replicas]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.shard()[self.index :])
+
+    def __len__(self) -> int:
+        return math.ceil(self.size / self.num_replicas) - self.index
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start epoch `epoch` from its beginning (a new permutation)."""
+        self.epoch, self.index = epoch, 0
+
+    def advance(self, n: int) -> None:
+        """Mark `n` more of this rank's samples as consumed."""
+        self.index += n
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "index": self.index}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch, self.index = int(state["epoch"]), int(state["index"])
