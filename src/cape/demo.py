@@ -15,7 +15,6 @@ import torch
 
 from . import functional as F
 from .build import build
-from .io import atomic_write
 from .positions import grid_indices, grid_positions
 
 GRID = 14
@@ -79,24 +78,6 @@ def similarity_maps(dim: int = 64, seed: int = 0) -> dict[str, torch.Tensor]:
     return out
 
 
-def plot(maps: dict[str, torch.Tensor], path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(maps), figsize=(3 * len(maps), 3.2))
-    for ax, (name, m) in zip(axes, maps.items(), strict=True):
-        ax.imshow(m.numpy(), cmap="viridis", vmin=-1, vmax=1)
-        ax.set_title(name, fontsize=9)
-        ax.axis("off")
-    fig.suptitle("cosine similarity of the centre patch to every patch (14 x 14 grid)")
-    fig.tight_layout()
-    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=90, format="png"))
-    plt.close(fig)
-    return path
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="cape demo", description=__doc__)
     p.add_argument("--out", type=Path, default=Path("runs/demo"), help="folder for the plot")
@@ -105,7 +86,11 @@ def main(argv: list[str] | None = None) -> int:
     for name, shape, prop in _properties():
         print(f"| {name} | {shape} | {prop} |")
     try:
-        path = plot(similarity_maps(), args.out / "similarity.png")
+        from .viz import plot_maps
+
+        path = plot_maps({"": similarity_maps()}, args.out / "similarity.png", vmin=-1.0, vmax=1.0,
+                         title=f"cosine similarity of the centre patch to every patch ({GRID} x "
+                               f"{GRID} grid)")
         print(f"plot: {path}")
     except ImportError:
         print("matplotlib is not installed: pip install 'cape[plot]' for the plot")
