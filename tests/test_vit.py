@@ -143,3 +143,176 @@ def test_bad_image_size() -> None:
 def test_unknown_position() -> None:
     with pytest.raises(ValueError, match="cape2d"):
         ViT(2, position="bogus")
+
+
+# -- packed batches of images of different native sizes (forward_packed) --------------------
+
+def _packed_model(position: str, **kw) -> ViT:
+    opts = {"preset": "image"} if position == "cape2d" else None
+    return _model(position, position_options=opts, **kw)
+
+
+def _mixed() -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    return [torch.randn(3, h, w, generator=g) for h, w in ((8, 8), (12, 16), (8, 8))]
+
+
+@pytest.mark.parametrize("position", sorted(VIT_POSITIONS))
+def test_packed_equals_each_image_alone(position: str) -> None:
+    model = _packed_model(position).eval()
+    images = _mixed()
+    out = model.forward_packed(images)
+    alone = torch.cat([model(img[None]) for img in images])
+    assert out.shape == (3, 5)
+    torch.testing.assert_close(out, alone, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("position", ["sinpos2d", "lff", "rotary2d"])
+def test_packed_extent_equals_each_image_alone(position: str) -> None:
+    model = _packed_model(position).eval()
+    images = _mixed()
+    out = model.forward_packed(images, extent=2.0)
+    alone = torch.cat([model(img[None], extent=2.0) for img in images])
+    torch.testing.assert_close(out, alone, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(out, model.forward_packed(images), atol=1e-4)
+
+
+def test_packed_extent_rejected_for_discrete() -> None:
+    with pytest.raises(ValueError, match="extent"):
+        _packed_model("abspos2d").forward_packed(_mixed(), extent=2.0)
+
+
+@pytest.mark.parametrize("position", sorted(VIT_POSITIONS))
+def test_packed_gradients_equal_sum_of_alone(position: str) -> None:
+    """Every parameter `forward` trains gets the gradient of the images alone: padding adds none."""
+    model = _packed_model(position).eval()
+    images = [img.requires_grad_() for img in _mixed()]
+    model.forward_packed(images).square().sum().backward()
+    packed = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    image_grads = [img.grad.clone() for img in images]
+    model.zero_grad(set_to_none=True)
+    for img in images:
+        img.grad = None
+        model(img[None]).square().sum().backward()
+    alone = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+    trained = {n for n, g in alone.items() if g.abs().sum() > 0}
+    assert trained and trained <= {n for n, g in packed.items() if g.abs().sum() > 0}
+    assert set(packed) == set(alone)
+    for name in alone:
+        torch.testing.assert_close(packed[name], alone[name], atol=1e-5, rtol=1e-4, msg=name)
+    for got, img in zip(image_grads, images, strict=True):
+        torch.testing.assert_close(got, img.grad, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("position", ["cape2d", "abspos2d", "embed-2d", "rotary2d"])
+def test_packed_order_invariant(position: str) -> None:
+    model = _packed_model(position).eval()
+    images = _mixed() + [torch.randn(3, 16, 8)]
+    out = model.forward_packed(images)
+    perm = [3, 1, 0, 2]
+    torch.testing.assert_close(
+        model.forward_packed([images[i] for i in perm]), out[perm], atol=1e-5, rtol=1e-5
+    )
+
+
+@pytest.mark.parametrize(
+    "position,options",
+    [
+        ("cape2d", {"preset": "image"}),
+        ("cape2d", {"preset": "image", "normalize": True, "max_local_shift": (0.1, 0.2)}),
+        ("rotary2d", {"augmentation": {"max_global_shift": 0.5, "max_local_shift": 0.1,
+                                       "max_global_scaling": 1.4}}),
+    ],
+)
+def test_packed_same_size_train_draws_equal_stacked(position: str, options: dict) -> None:
+    model = _model(position, position_options=options).train()
+    x = torch.randn(3, 3, 12, 16)
+    packed = model.forward_packed(list(x), generator=torch.Generator().manual_seed(5))
+    stacked = model(x, generator=torch.Generator().manual_seed(5))
+    torch.testing.assert_close(packed, stacked, atol=1e-6, rtol=1e-6)
+    # and the draws matter: another seed gives another result
+    other = model.forward_packed(list(x), generator=torch.Generator().manual_seed(6))
+    assert not torch.allclose(other, stacked, atol=1e-4)
+
+
+def _recorded_positions(model: ViT, images: list[torch.Tensor], seed: int) -> torch.Tensor:
+    """The (augmented) positions CAPE2d embeds for a packed batch."""
+    seen = []
+    embed = model.position.embed
+
+    def record(positions: torch.Tensor) -> torch.Tensor:
+        seen.append(positions.detach().clone())
+        return embed(positions)
+
+    model.position.embed = record
+    try:
+        model.forward_packed(images, generator=torch.Generator().manual_seed(seed))
+    finally:
+        del model.position.embed
+    assert len(seen) == 1
+    return seen[0]
+
+
+def test_packed_cape2d_local_shift_uses_each_images_own_grid() -> None:
+    """max_local_shift='auto': emax = 1/N per axis with the image's own N, as when alone."""
+    from cape.positions import grid_positions
+
+    opts = {"max_local_shift": "auto"}  # no global shift / scaling: p' = p + eps
+    model = _model("cape2d", position_options=opts).train()
+    images = [torch.randn(3, 8, 8) for _ in range(4)] + [torch.randn(3, 12, 16)]
+    pos = _recorded_positions(model, images, seed=0)
+    assert pos.shape == (5, 12, 2)
+    small, large = grid_positions(2, 2), grid_positions(3, 4)
+    eps_small = pos[:4, :4] - small
+    eps_large = pos[4] - large
+    assert torch.equal(pos[:4, 4:], torch.zeros(4, 8, 2))  # padding stays at 0
+    assert (eps_small.abs() <= 0.5 + 1e-6).all()  # 2x2 grid: emax = 1/2 on both axes
+    assert (eps_large[:, 0].abs() <= 0.25 + 1e-6).all()  # 3x4 grid: x 1/4, y 1/3
+    assert (eps_large[:, 1].abs() <= 1 / 3 + 1e-6).all()
+    # the small images are jittered by their own (larger) emax, not the large grid's
+    assert (eps_small[..., 0].abs() > 0.25).any() and (eps_small[..., 1].abs() > 1 / 3).any()
+    assert (eps_large[:, 0].abs() > 0.125).any()
+    # eval: the plain grids
+    model.eval()
+    pos = _recorded_positions(model, images, seed=0)
+    torch.testing.assert_close(pos[4], large)
+    torch.testing.assert_close(pos[0, :4], small)
+
+
+def test_embed_packed_tokens_mask_positions() -> None:
+    model = _packed_model("rotary2d").eval()
+    images = _mixed()
+    tokens, mask, pos = model.embed_packed(images)
+    assert tokens.shape == (3, 13, 32) and mask.shape == (3, 13) and pos.shape == (3, 13, 2)
+    assert mask.dtype == torch.bool
+    assert mask.sum(1).tolist() == [5, 13, 5] and mask[:, 0].all()
+    assert torch.equal(pos[:, 0], torch.zeros(3, 2))
+    assert torch.equal(pos[0, 5:], torch.zeros(8, 2))
+    alone, alone_pos = model.embed(images[1][None])
+    torch.testing.assert_close(tokens[1], alone[0])
+    torch.testing.assert_close(pos[1], alone_pos[0])
+    torch.testing.assert_close(tokens[0, :5], model.embed(images[0][None])[0][0])
+
+
+def test_packed_one_patch_embedding_per_size() -> None:
+    model = _packed_model("cape2d").eval()
+    calls = []
+    model.patch_embed.register_forward_hook(lambda m, i, o: calls.append(tuple(i[0].shape)))
+    model.forward_packed(_mixed() + [torch.randn(3, 12, 16)])
+    assert sorted(calls) == [(2, 3, 8, 8), (2, 3, 12, 16)]
+
+
+def test_packed_errors() -> None:
+    model = _packed_model("cape2d")
+    with pytest.raises(ValueError, match="non-empty"):
+        model.forward_packed([])
+    with pytest.raises(ValueError, match=r"images\[1\] size 10x16"):
+        model.forward_packed([torch.randn(3, 8, 8), torch.randn(3, 10, 16)])
+    with pytest.raises(ValueError, match=r"images\[2\] must have 3 channels"):
+        model.forward_packed([torch.randn(3, 8, 8), torch.randn(3, 8, 8), torch.randn(1, 8, 8)])
+    with pytest.raises(ValueError, match=r"images\[0\] must be a tensor \[C, H, W\]"):
+        model.forward_packed([torch.randn(1, 3, 8, 8)])
+    with pytest.raises(ValueError, match=r"images\[1\].*dtype"):
+        model.forward_packed([torch.randn(3, 8, 8), torch.randn(3, 8, 8, dtype=torch.float64)])
+    with pytest.raises(TypeError, match="list"):
+        model.forward_packed(torch.randn(2, 3, 8, 8))

@@ -19,6 +19,9 @@ Encodings by name (`VIT_POSITIONS`):
 
 `extent` (CAPE Table 6) rescales the grid positions to [-extent, extent]; it applies to the
 continuous encodings only (sinpos2d, cape2d, lff, rotary2d).
+
+`forward_packed` takes a list of images of different native sizes: each gets the positions of
+its own grid, the tokens are padded to the longest with a mask (`cape.models.vit_packed`).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from .._checks import check_float, check_int
 from ..build import build
 from ..positions import grid_indices, grid_positions
 from .transformer import TransformerEncoder
+from .vit_packed import embed_packed
 
 __all__ = ["ViT", "VIT_POSITIONS"]
 
@@ -66,6 +70,8 @@ class ViT(nn.Module):
     rotary2d: for each layer's `Rotary`). channels: input channels.
 
     forward(images [B, C, H, W], *, extent=None, generator=None) -> logits [B, num_classes].
+    forward_packed(images: list of [C, H_i, W_i], *, extent=None, generator=None) -> logits
+    [B, num_classes]: images of different native sizes in one padded, masked batch.
     """
 
     def __init__(
@@ -156,6 +162,44 @@ class ViT(nn.Module):
             )
         return height // self.patch, width // self.patch
 
+    def _check_extent(self, extent: float | None) -> float | None:
+        if extent is None:
+            return None
+        if self.position_name not in _CONTINUOUS:
+            raise ValueError(
+                f"extent applies to the continuous encodings {list(_CONTINUOUS)}, "
+                f"not {self.position_name!r}"
+            )
+        return check_float("extent", extent, strict=True)
+
+    def patch_positions(
+        self, patches: torch.Tensor, *, extent: float | None = None,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor | None:
+        """patches [B, H', W', D] -> their additive positions [B, H'W', D] (row-major), or None
+        for "nopos" and "rotary2d" (nothing added). Augmented in training mode for cape2d/lff."""
+        name, pos = self.position_name, self.position
+        extent = self._check_extent(extent)
+        if pos is None:
+            return None
+        batch, height, width = patches.shape[:3]
+        if name in ("sinpos2d", "cape2d"):
+            kw: dict[str, Any] = {"generator": generator}
+            if extent is not None:
+                kw["extent"] = extent
+            return pos(patches, **kw).flatten(1, 2)
+        if name == "abspos2d":
+            return pos(patches).flatten(1, 2)
+        flat = patches.flatten(1, 2)
+        if name == "lff":
+            ext = 1.0 if extent is None else extent
+            p = grid_positions(height, width, extent=ext, batch=batch, device=flat.device)
+        else:  # sine-2d, embed-2d: integer (column, row) indices
+            p = grid_indices(height, width, batch=batch, device=flat.device)
+            if name == "sine-2d":
+                p = p.to(torch.float32)
+        return pos(flat, positions=p, generator=generator)
+
     def embed(
         self, images: torch.Tensor, *, extent: float | None = None,
         generator: torch.Generator | None = None,
@@ -166,50 +210,63 @@ class ViT(nn.Module):
         positions) in row-major order.
         """
         height, width = self.patch_grid(images)
-        name = self.position_name
-        if extent is not None:
-            if name not in _CONTINUOUS:
-                raise ValueError(
-                    f"extent applies to the continuous encodings {list(_CONTINUOUS)}, not {name!r}"
-                )
-            extent = check_float("extent", extent, strict=True)
-        ext = 1.0 if extent is None else extent
         batch = images.shape[0]
-        x = self.patch_embed(images).permute(0, 2, 3, 1)  # [B, H', W', D]
-        pos = self.position
-        if name in ("sinpos2d", "cape2d"):
-            kw: dict[str, Any] = {"generator": generator}
-            if extent is not None:
-                kw["extent"] = extent
-            x = (x + pos(x, **kw)).flatten(1, 2)
-        elif name == "abspos2d":
-            x = (x + pos(x)).flatten(1, 2)
-        else:
-            x = x.flatten(1, 2)
-            if name == "lff":
-                p = grid_positions(height, width, extent=ext, batch=batch, device=x.device)
-                x = x + pos(x, positions=p, generator=generator)
-            elif name in ("sine-2d", "embed-2d"):
-                p = grid_indices(height, width, batch=batch, device=x.device)
-                if name == "sine-2d":
-                    p = p.to(torch.float32)
-                x = x + pos(x, positions=p, generator=generator)
+        patches = self.patch_embed(images).permute(0, 2, 3, 1)  # [B, H', W', D]
+        x = patches.flatten(1, 2)
+        pe = self.patch_positions(patches, extent=extent, generator=generator)
+        if pe is not None:
+            x = x + pe
         cls = (self.cls_token + self.cls_position).to(x.dtype)
         x = torch.cat([cls[None, None].expand(batch, 1, -1), x], dim=1)
         rotary_positions = None
-        if name == "rotary2d":
+        if self.position_name == "rotary2d":
+            ext = 1.0 if extent is None else extent
             grid = grid_positions(height, width, extent=ext, device=x.device)
             grid = torch.cat([grid.new_zeros(1, 2), grid])  # the class token at (0, 0)
             rotary_positions = grid[None].expand(batch, -1, -1)
         return self.dropout(x), rotary_positions
 
     def forward(
-        self, images: torch.Tensor, *, extent: float | None = None,
+        self, images: torch.Tensor | list[torch.Tensor], *, extent: float | None = None,
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
-        """images [B, C, H, W] (H, W multiples of patch) -> logits [B, num_classes]."""
+        """images [B, C, H, W] (H, W multiples of patch) -> logits [B, num_classes].
+
+        A list of [C, H_i, W_i] images of different sizes goes to `forward_packed` (so that a
+        DistributedDataParallel wrapper sees packed batches too)."""
+        if isinstance(images, (list, tuple)):
+            return self.forward_packed(list(images), extent=extent, generator=generator)
         x, positions = self.embed(images, extent=extent, generator=generator)
         x = self.encoder(x, positions=positions, generator=generator)
+        return self.head(x[:, 0])
+
+    def embed_packed(
+        self, images: list[torch.Tensor], *, extent: float | None = None,
+        generator: torch.Generator | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """A packed batch: images [C, H_i, W_i] of different sizes (multiples of patch) ->
+        (tokens [B, 1 + T_max, D], mask [B, 1 + T_max] bool (True = real token; the class
+        token first), rotary positions [B, 1 + T_max, 2] or None), T_max = max_i H_i'W_i'.
+
+        Each image's patches get the positions of its own grid; padded tokens are 0 (see
+        `cape.models.vit_packed` for the encodings and CAPE2d's per-image local shift).
+        """
+        return embed_packed(self, images, extent=extent, generator=generator)
+
+    def forward_packed(
+        self, images: list[torch.Tensor], *, extent: float | None = None,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """images: list of [C, H_i, W_i] (any sizes, multiples of patch) -> logits [B, num_classes].
+
+        In eval mode each row equals `forward` of that image alone (up to float rounding); in
+        training, a list of same-size images draws CAPE's augmentation as `forward` of the stack.
+        """
+        x, mask, positions = self.embed_packed(images, extent=extent, generator=generator)
+        one_size = len({tuple(img.shape[-2:]) for img in images}) == 1
+        x = self.encoder(
+            x, mask=None if one_size else mask, positions=positions, generator=generator
+        )
         return self.head(x[:, 0])
 
     def extra_repr(self) -> str:
