@@ -9,8 +9,11 @@ import pytest
 
 import cape
 import cape.data
+import cape.experiments
 import cape.functional
+import cape.report
 import cape.train
+import cape.viz
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 BLOCKS = re.findall(r"```python\n(.*?)```", README, flags=re.S)
@@ -50,3 +53,14 @@ def test_model_name_has_an_example(name: str) -> None:
 def test_functional_name_has_an_example(name: str) -> None:
     code = "\n".join(BLOCKS)
     assert re.search(rf"F\.{re.escape(name)}\b", code), f"cape.functional.{name} has no README example"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [f"report.{n}" for n in cape.report.__all__]
+    + [f"viz.{n}" for n in cape.viz.__all__]
+    + [f"experiments.{n}" for n in cape.experiments.__all__],
+)
+def test_report_viz_experiments_names_have_examples(name: str) -> None:
+    short = name.split(".", 1)[1]
+    assert re.search(rf"\b{re.escape(short)}\b", "\n".join(BLOCKS)), f"cape.{name} has no example"

@@ -8,6 +8,7 @@ from typing import Any
 
 from torch import nn
 
+from .augment import Augmentation
 from .encodings.fourier import LearnableFourierFeatures
 from .encodings.learned import AbsPos1d, AbsPos2d, EmbedND
 from .encodings.none import NoPos
@@ -93,7 +94,8 @@ def build(name: str, dim: int, **options: Any) -> nn.Module:
     """Make an encoding by name: `build("cape2d", 768, preset="image")`.
 
     Names: see `ENCODINGS`. Options are the class's keyword arguments; unknown names or options
-    raise ValueError/TypeError listing what is allowed.
+    raise ValueError/TypeError listing what is allowed. An `augmentation` option (rotary, lff)
+    may be a mapping of `cape.Augmentation`'s fields, as config files write it.
     """
     if not isinstance(name, str) or name.lower() not in ENCODINGS:
         raise ValueError(f"name must be one of {sorted(ENCODINGS)}, got {name!r}")
@@ -102,4 +104,6 @@ def build(name: str, dim: int, **options: Any) -> nn.Module:
     unknown = sorted(set(options) - set(allowed))
     if unknown:
         raise TypeError(f"unknown option(s) {unknown} for encoding {name!r}; allowed: {allowed}")
+    if isinstance(options.get("augmentation"), dict):  # configs spell it as a mapping
+        options["augmentation"] = Augmentation(**options["augmentation"])
     return factory(dim, **options)

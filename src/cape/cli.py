@@ -67,10 +67,16 @@ def _encodings(args: argparse.Namespace, rest: list[str]) -> int:
     return 0
 
 
+def _experiments(args: argparse.Namespace, rest: list[str]) -> int:
+    from .experiments import cli
+
+    return getattr(cli, f"{args.command}_main")(rest)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="cape",
-        description="Continuous augmented positional embeddings: encodings, demo and benchmarks.",
+        description="Continuous augmented positional embeddings: encodings, experiments, benchmarks.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     p = sub.add_parser("bench", help="benchmarks of the cost of the encodings", add_help=False)
@@ -79,6 +85,14 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("data", help="make the offline data sets (cached, resumable)", add_help=False)
     p.add_argument("what", choices=["chars"], help="which data set")
     p.set_defaults(run=_data)
+    for name, text in (
+        ("experiment", "train + evaluate + report a paper experiment (presets quick, cpu-full, paper)"),
+        ("train", "train one model (row and seed) of an experiment, resumable"),
+        ("eval", "evaluate one trained model of an experiment"),
+        ("plot", "redraw an experiment's report and plots from its results.json"),
+    ):
+        p = sub.add_parser(name, help=text, add_help=False)
+        p.set_defaults(run=_experiments)
     p = sub.add_parser("demo", help="build every encoding, check its properties, plot similarities", add_help=False)
     p.set_defaults(run=_demo)
     p = sub.add_parser("encodings", help="list the encodings `cape.build` knows and their options")
@@ -87,9 +101,12 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `cape ... | head` ends quietly
     try:
         return args.run(args, rest)
-    except (ValueError, TypeError) as err:
+    except (ValueError, TypeError) as err:  # bad arguments or config
         print(f"cape {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except (FileNotFoundError, KeyError) as err:  # e.g. evaluating a run never trained
+        print(f"cape {args.command}: error: {err}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -10,6 +10,15 @@ from pathlib import Path
 __all__ = ["atomic_write"]
 
 
+def _read_umask() -> int:
+    mask = os.umask(0)  # the only way to read it; done once, at import, before any thread
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _read_umask()
+
+
 def atomic_write(path: str | Path, write: Callable[[str], None]) -> Path:
     """Call `write(tmp_path)`, then rename the temporary file onto `path` (same directory)."""
     path = Path(path)
@@ -18,6 +27,7 @@ def atomic_write(path: str | Path, write: Callable[[str], None]) -> Path:
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the usual permissions
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -14,16 +14,20 @@ from .images import (
     sample_spec,
     split_seeds,
 )
+from .transforms import TRANSFORMS, apply_transform, contrast_image
 
 __all__ = [
     "CANVAS",
     "CHARSET",
     "DEBIAN_FONT_PACKAGES",
     "SPLITS",
+    "TRANSFORMS",
     "ArrayImageDataset",
     "FontSplit",
     "ImageFolderDataset",
+    "apply_transform",
     "char_dataset",
+    "contrast_image",
     "find_fonts",
     "font_split",
     "load_native_sizes",

@@ -1,0 +1,112 @@
+"""`cape experiment | train | eval | plot`: the experiments from the command line.
+
+Configs: `--preset NAME` (default: the experiment's quick preset), then each `--config FILE`
+(YAML or TOML) merged on top, then each `--set key.sub=value`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from pathlib import Path
+from typing import Any
+
+from . import EXPERIMENTS, resolve_config
+
+__all__ = ["experiment_main", "train_main", "eval_main", "plot_main"]
+
+
+def _parser(prog: str, *, row: bool) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog)
+    p.add_argument("name", choices=sorted(EXPERIMENTS), help="which experiment")
+    p.add_argument("--preset", default=None, help="a preset of the experiment (quick, cpu-full, paper)")
+    p.add_argument("--config", action="append", default=[], metavar="FILE",
+                   help="YAML/TOML config merged over the preset (repeatable)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                   help="override one value, e.g. --set train.steps=100 (repeatable)")
+    p.add_argument("--out", type=Path, default=None, help="experiment folder (default runs/<name>)")
+    if row:
+        p.add_argument("--row", required=True, help="the row (model) name, as in the config's rows")
+        p.add_argument("--seed", type=int, default=None, help="seed (default: the config's first)")
+    else:
+        p.add_argument("--print-config", action="store_true",
+                       help="print the resolved config as YAML and exit")
+    return p
+
+
+def _resolve(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Path]:
+    exp = EXPERIMENTS[args.name]
+    preset = args.preset or (None if args.config else exp.default_preset)
+    cfg, mapping = resolve_config(exp.config_cls, exp.presets, preset, args.config, args.overrides)
+    return cfg, mapping, args.out or Path("runs") / cfg.name
+
+
+def _module(args: argparse.Namespace) -> Any:
+    return importlib.import_module(EXPERIMENTS[args.name].module)
+
+
+def _row(cfg: Any, args: argparse.Namespace) -> tuple[Any, int]:
+    rows = {r.name: r for r in cfg.rows}
+    if args.row not in rows:
+        raise ValueError(f"--row must be one of {sorted(rows)}, got {args.row!r}")
+    seed = cfg.seeds[0] if args.seed is None else args.seed
+    return rows[args.row], seed
+
+
+def experiment_main(argv: list[str]) -> int:
+    """Train, evaluate and report every row and seed; resumes what an earlier call left."""
+    args = _parser("cape experiment", row=False).parse_args(argv)
+    cfg, mapping, out = _resolve(args)
+    if args.print_config:
+        import yaml
+
+        print(yaml.safe_dump(mapping, sort_keys=False, allow_unicode=True), end="")
+        return 0
+    _module(args).run_experiment(cfg, mapping, out)
+    print(f"report: {out / 'report.md'}")
+    return 0
+
+
+def train_main(argv: list[str]) -> int:
+    """Train one row and seed of an experiment into <out>/<row>/seed<k> (resumable)."""
+    args = _parser("cape train", row=True).parse_args(argv)
+    cfg, _, out = _resolve(args)
+    mod = _module(args)
+    row, seed = _row(cfg, args)
+    data = mod.VisionData(cfg.data)
+    _, summary = mod.train_run(cfg, row, seed, out, data)
+    for key in ("step", "loss", "acc", "eval_acc", "engine_overhead"):
+        if key in summary:
+            print(f"{key:16s} {summary[key]:.4g}")
+    print(f"run: {mod.run_dir(out, row, seed)}")
+    return 0
+
+
+def eval_main(argv: list[str]) -> int:
+    """Evaluate one trained row and seed as the config says; prints and saves eval.json."""
+    args = _parser("cape eval", row=True).parse_args(argv)
+    cfg, _, out = _resolve(args)
+    mod = _module(args)
+    row, seed = _row(cfg, args)
+    data = mod.VisionData(cfg.data)
+    model = mod.load_run(cfg, row, seed, out, data.num_classes)
+    records = mod.eval_records(cfg, row, seed, model, data, model.cls_token.device)
+    print("| set | size | method | acc % | images/s |\n|---|---|---|---|---|")
+    for r in records:
+        ips = "" if r["images_per_s"] is None else f"{r['images_per_s']:.0f}"
+        print(f"| {r['set']} | {r['size'] or r['bin']} | {r['method']} | {r['acc']:.2f} | {ips} |")
+    from ..report import write_json
+
+    write_json(mod.run_dir(out, row, seed) / "eval_only.json", {"records": records})
+    return 0
+
+
+def plot_main(argv: list[str]) -> int:
+    """Redraw report.md and the plots of an experiment folder from its results.json."""
+    p = argparse.ArgumentParser(prog="cape plot")
+    p.add_argument("folder", type=Path, help="an experiment folder holding results.json")
+    args = p.parse_args(argv)
+    from .vision_report import redraw
+
+    print(f"report: {redraw(args.folder)}")
+    return 0

@@ -1,0 +1,170 @@
+"""The vision experiment: ViTs with each encoding trained at one resolution, tested at others.
+
+`run_experiment(cfg, out)`: for every row and seed, train (`train_run`, resumable), evaluate
+(`evaluate_run`, cached in the run folder's `eval.json`), then write `results.json`,
+`report.md` and the plots (`vision_report`). Layout of `out`:
+`config.yaml`, `<row>/seed<k>/` (engine run folder: metrics, checkpoints, eval.json),
+`results.json`, `maps.npz`, `report.md`, `*.png`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from ..models.vit import ViT
+from ..train import Trainer, seed_everything
+from ..train import distributed as D
+from ..train.checkpoint import latest_checkpoint, load_checkpoint
+from .common import save_config, slug
+from .vision_config import RowConfig, VisionConfig
+from .vision_data import VisionData
+from .vision_eval import accuracy, eval_records, predict
+from .vision_report import position_maps, write_report
+
+__all__ = ["make_model", "classify_loss", "train_run", "load_run", "run_experiment", "run_dir"]
+
+
+def make_model(cfg: VisionConfig, row: RowConfig, num_classes: int) -> ViT:
+    m = cfg.model
+    return ViT(
+        num_classes, image_size=row.train_size, patch=m.patch, dim=m.dim, depth=m.depth,
+        heads=m.heads, mlp_ratio=m.mlp_ratio, dropout=m.dropout, position=row.position,
+        position_options=dict(row.options),
+    )
+
+
+def classify_loss(sizes: list[int], packed: bool = False):
+    """loss_fn(model, (images [B, 3, S, S], labels [B])) -> (cross-entropy, {"acc"}).
+
+    With `sizes` (UniViT) each batch is resized to one size drawn from them, or with `packed`
+    each image to its own size and the batch packed with padding masks. Draws use the global
+    torch RNG (checkpointed by the engine, different on every rank)."""
+
+    def resize(images: torch.Tensor, s: int) -> torch.Tensor:
+        if s == images.shape[-1]:
+            return images
+        return F.interpolate(images, size=(s, s), mode="bilinear", antialias=True)
+
+    def loss_fn(model: torch.nn.Module, batch: Any) -> tuple[torch.Tensor, dict[str, Any]]:
+        images, labels = batch
+        if packed:
+            picks = torch.randint(len(sizes), (len(images),)).tolist()
+            logits = model([resize(im[None], sizes[k])[0] for im, k in zip(images, picks, strict=True)])
+        else:
+            if sizes:
+                images = resize(images, sizes[int(torch.randint(len(sizes), ()))])
+            logits = model(images)
+        loss = F.cross_entropy(logits.float(), labels)
+        acc = (logits.argmax(-1) == labels).float().mean() * 100
+        return loss, {"acc": acc.detach()}
+
+    return loss_fn
+
+
+def run_dir(out: str | Path, row: RowConfig, seed: int) -> Path:
+    return Path(out) / slug(row.name) / f"seed{seed}"
+
+
+def _trainer(
+    cfg: VisionConfig, row: RowConfig, seed: int, folder: Path, data: VisionData, model: ViT,
+    *, finetune: bool = False,
+) -> Trainer:
+    """The engine for a row's training (at `train_size`, UniViT sizes drawn per batch) or for
+    its fine-tune (at `finetune_size`, lr / 10, `finetune_steps`)."""
+    size = row.finetune_size if finetune else row.train_size
+    tcfg = dataclasses.replace(cfg.train, seed=seed)
+    if finetune:
+        steps = row.finetune_steps
+        tcfg = dataclasses.replace(
+            tcfg, steps=steps, lr=tcfg.lr * 0.1, warmup_steps=min(tcfg.warmup_steps, steps // 10),
+            eval_every=min(tcfg.eval_every, steps), checkpoint_every=min(tcfg.checkpoint_every, steps),
+        )
+    val_x, val_y = data.tensors("val", size)
+
+    def eval_fn(m: torch.nn.Module) -> dict[str, float]:
+        shard = slice(D.get_rank(), None, D.get_world_size())
+        probs, _ = predict(m, val_x[shard], cfg.eval.batch_size)  # type: ignore[arg-type]
+        return {"acc": accuracy(probs, val_y[shard])}
+
+    sizes = [] if finetune else list(row.univit_sizes)
+    train_set = data.dataset("train", size if finetune else row.data_size)
+    record = {"experiment": "vision", "row": row.name, "seed": seed, "finetune": finetune,
+              "config": dataclasses.asdict(cfg)}
+    loss_fn = classify_loss(sizes, packed=row.packed and not finetune)
+    return Trainer(model, loss_fn, train_set, eval_fn, tcfg, folder, train_set.collate,
+                   experiment=record)
+
+
+def train_run(cfg: VisionConfig, row: RowConfig, seed: int, out: str | Path,
+              data: VisionData) -> tuple[ViT, dict[str, float]]:
+    """Train one (row, seed), resuming from its checkpoints; with a fine-tune, also the "+ft"
+    model (in `ft/`). Returns the final model (fine-tuned if asked) and the training summary."""
+    folder = run_dir(out, row, seed)
+    seed_everything(seed)
+    model = make_model(cfg, row, data.num_classes)
+    trainer = _trainer(cfg, row, seed, folder, data, model)
+    summary = trainer.fit(resume=True)
+    if row.finetune_size:
+        ft = _trainer(cfg, row, seed, folder / "ft", data, trainer.model, finetune=True)
+        summary = {**summary, **{f"ft_{k}": v for k, v in ft.fit(resume=True).items()}}
+        return ft.model, summary  # type: ignore[return-value]
+    return trainer.model, summary  # type: ignore[return-value]
+
+
+def load_run(cfg: VisionConfig, row: RowConfig, seed: int, out: str | Path,
+             num_classes: int) -> ViT:
+    """The final weights of a trained run (fine-tuned when the row fine-tunes)."""
+    folder = run_dir(out, row, seed) / ("ft" if row.finetune_size else "")
+    path = latest_checkpoint(folder / "checkpoints")
+    if path is None:
+        raise FileNotFoundError(f"no checkpoint in {folder}; train it first (cape train vision)")
+    model = make_model(cfg, row, num_classes)
+    load_checkpoint(path, model)
+    return model
+
+
+def _load_json(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def run_experiment(cfg: VisionConfig, mapping: dict[str, Any], out: str | Path) -> dict[str, Any]:
+    """Train and evaluate every (row, seed), then write the report; returns the results."""
+    out = Path(out)
+    dist = D.init_distributed(cfg.train.device)
+    if dist.rank == 0:
+        save_config(out / "config.yaml", mapping)
+    data = VisionData(cfg.data)
+    records: list[dict[str, Any]] = []
+    summaries: dict[str, dict[str, float]] = {}
+    maps: dict[str, Any] = {}
+    jobs = [(row, seed) for row in cfg.rows for seed in cfg.seeds]
+    for i, (row, seed) in enumerate(jobs):
+        print(f"[{i + 1}/{len(jobs)}] {row.name} seed {seed}", flush=True)
+        folder = run_dir(out, row, seed)
+        done = _load_json(folder / "eval.json")
+        if done is None:
+            model, summary = train_run(cfg, row, seed, out, data)
+            model.to(dist.device).eval()
+            done = {"records": eval_records(cfg, row, seed, model, data, dist.device),
+                    "summary": summary}
+            if dist.rank == 0:
+                from ..report import write_json
+
+                write_json(folder / "eval.json", done)
+        records += done["records"]
+        summaries[f"{row.name}/seed{seed}"] = done["summary"]
+        if cfg.eval.figures and seed == cfg.seeds[0] and dist.rank == 0:
+            model = load_run(cfg, row, seed, out, data.num_classes)
+            maps.update(position_maps(model, row, cfg.eval.sizes))
+    results = {"experiment": "vision", "name": cfg.name, "config": mapping,
+               "records": records, "train": summaries}
+    if dist.rank == 0:
+        write_report(out, results, maps)
+    D.barrier()
+    return results

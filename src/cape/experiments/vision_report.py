@@ -1,0 +1,207 @@
+"""The vision experiment's report: tables (mean +- std over seeds), plots, `results.json`.
+
+`write_report(out, results, maps)` is a pure function of what the runs produced; `redraw(out)`
+(`cape plot`) re-renders report.md and the PNGs from `results.json` and `maps.npz`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..io import atomic_write
+from ..models.vit import ViT
+from ..report import Report, pivot, summarize, write_json
+from .vision_config import RowConfig
+
+__all__ = ["position_maps", "write_report", "redraw"]
+
+FIGURE13 = ("abspos2d", "sinpos2d", "cape2d")
+
+
+@torch.no_grad()
+def patch_embedding(model: ViT, size: int) -> torch.Tensor | None:
+    """The additive patch positions of `model` (eval mode) for size x size images:
+    [H', W', D] float32, or None for encodings that add nothing (nopos, rotary2d)."""
+    model.eval()
+    g = size // model.patch
+    patches = torch.zeros(1, g, g, model.dim, device=next(model.parameters()).device)
+    pe = model.patch_positions(patches)
+    return None if pe is None else pe.detach().reshape(g, g, -1).float().cpu()
+
+
+def similarity_map(pe: torch.Tensor) -> torch.Tensor:
+    """pe [H, W, D] -> [H, W]: dot product of every position with the centre one, divided by the
+    centre's squared norm (1 at the centre; LFF Figure 2)."""
+    h, w, _ = pe.shape
+    centre = pe[h // 2, w // 2]
+    return pe @ centre / centre.dot(centre).clamp_min(1e-12)
+
+
+def position_maps(model: ViT, row: RowConfig, sizes: list[int]) -> dict[str, np.ndarray]:
+    """2D maps of one trained model, keyed "sim|<row>" (similarity at the training size) and,
+    for abspos/sinpos/CAPE, "embed|<row>|<size> px ch <c>" (Figure 13's components)."""
+    out: dict[str, np.ndarray] = {}
+    pe = patch_embedding(model, row.train_size)
+    if pe is None:
+        return out
+    out[f"sim|{row.name}"] = similarity_map(pe).numpy()
+    if row.position in FIGURE13 and not row.univit_sizes:
+        channels = (1, model.dim // 2 + 1)
+        for size in sorted({min(sizes), row.train_size, max(sizes)}):
+            emb = patch_embedding(model, size)
+            for c in channels:
+                out[f"embed|{row.name}|{size} px ch {c}"] = emb[..., c].numpy()
+    return out
+
+
+def _records(results: dict[str, Any], **match: Any) -> list[dict[str, Any]]:
+    return [r for r in results["records"] if all(r.get(k) == v for k, v in match.items())]
+
+
+def _rows(results: dict[str, Any]) -> list[str]:
+    return [r["name"] for r in results["config"]["rows"]]
+
+
+def write_report(out: str | Path, results: dict[str, Any], maps: dict[str, np.ndarray]) -> Path:
+    """results.json, maps.npz, the PNGs and report.md in `out`; returns report.md's path."""
+    out = Path(out)
+    write_json(out / "results.json", results)
+    if maps:
+        atomic_write(out / "maps.npz", lambda tmp: np.savez(open(tmp, "wb"), **maps))
+    return _render(out, results, maps)
+
+
+def redraw(out: str | Path) -> Path:
+    """Re-render report.md and the plots of a finished experiment folder (`cape plot`)."""
+    out = Path(out)
+    path = out / "results.json"
+    if not path.is_file():
+        raise ValueError(f"{str(out)!r} has no results.json: run `cape experiment` there first")
+    results = json.loads(path.read_text(encoding="utf-8"))
+    maps: dict[str, np.ndarray] = {}
+    if (out / "maps.npz").is_file():
+        with np.load(out / "maps.npz", allow_pickle=False) as z:
+            maps = {k: z[k] for k in z.files}
+    return _render(out, results, maps)
+
+
+def _render(out: Path, results: dict[str, Any], maps: dict[str, np.ndarray]) -> Path:
+    cfg = results["config"]
+    rows, seeds = _rows(results), cfg["seeds"]
+    train_sizes = sorted({r.get("train_size", 32) for r in cfg["rows"]})
+    rep = Report(f"Vision experiment `{results['name']}`")
+    m, t = cfg["model"], cfg["train"]
+    rep.paragraph(
+        f"ViT d={m['dim']}, depth {m['depth']}, {m['heads']} heads, patch {m['patch']}; "
+        f"{t['steps']} steps of batch {t['batch_size']} ({t['optimizer']}, lr {t['lr']}, "
+        f"{t['schedule']}); {cfg['data']['train']} training images ({cfg['data']['source']}); "
+        f"trained at {', '.join(map(str, train_sizes))} px unless the row says otherwise; "
+        f"seeds {seeds} (mean ± std over {len(seeds)} seed(s)). Produced by `cape experiment "
+        f"vision`; `cape plot` redraws this page from results.json."
+    )
+    opts = dict(rows="row", cols="size", row_order=rows, col_format="{} px")
+    for split, title in (("test", "test images (train fonts)"),
+                         ("test_fonts", "test images of held-out fonts")):
+        recs = _records(results, set=split, method="plain")
+        if recs:
+            rep.table(pivot(summarize(recs, ["row", "size"], "acc"), **opts),
+                      caption=f"Top-1 accuracy (%) on {title}, by test resolution.")
+    plain = summarize(_records(results, set="test", method="plain"), ["row", "size"], "acc")
+    if plain and _plot_ok():
+        from ..viz import plot_curves
+
+        plot_curves(plain, out / "accuracy_vs_resolution.png", x="size", series="row",
+                    series_order=rows, y_label="top-1 accuracy (%)", x_label="test resolution (px)",
+                    title="Accuracy vs test resolution", vline=train_sizes[0])
+        rep.image("accuracy_vs_resolution.png", "Accuracy vs test resolution (Figure 2 analog).")
+    _extra_tables(rep, results, rows)
+    speed = summarize(_records(results, set="test", method="plain"), ["row", "size"],
+                      "images_per_s")
+    if speed:
+        rep.table(pivot(speed, **opts, fmt="{mean:.0f}", fmt_single="{mean:.0f}", best=None),
+                  caption="Evaluation throughput (images/s, one process) by resolution (Figure 4).")
+        if _plot_ok():
+            from ..viz import plot_tradeoff
+
+            plot_tradeoff(speed, plain, out / "throughput.png", key="size", series="row",
+                          x_label="images/s", y_label="top-1 accuracy (%)",
+                          title="Accuracy vs throughput per test resolution", annotate="size")
+            rep.image("throughput.png", "Accuracy vs throughput (Figure 4 analog).")
+    _train_table(rep, results)
+    _figures(rep, out, maps)
+    return rep.write(out / "report.md")
+
+
+def _extra_tables(rep: Report, results: dict[str, Any], rows: list[str]) -> None:
+    recs = [dict(r, label=f"{r['row']} ({r['method']})")
+            for r in _records(results, set="test") if r["method"].startswith("extent")]
+    if recs:
+        rep.table(pivot(summarize(recs, ["label", "size"], "acc"), rows="label", cols="size",
+                        col_format="{} px", best=None),
+                  caption="Positions rescaled to [-γ, γ] at evaluation (Table 6): γ = 1, "
+                          "r/r_train ('ratio'), sqrt(r/r_train) ('sqrt').")
+    tta = [dict(r, label=f"{r['row']} ({r['method']})")
+           for r in _records(results, set="test") if r["method"] in ("plain", "tta")]
+    if any(r["method"] == "tta" for r in tta):
+        sizes = sorted({r["size"] for r in tta if r["method"] == "tta"})
+        tta = [r for r in tta if r["size"] in sizes]
+        order = [f"{n} ({m})" for n in rows for m in ("plain", "tta")]
+        rep.table(pivot(summarize(tta, ["label", "size"], "acc"), rows="label", cols="size",
+                        row_order=order, col_format="{} px", best=None),
+                  caption="Test-time augmentation: class probabilities averaged over r - patch, "
+                          "r, r + patch (Table 1).")
+    native = [dict(r, label=f"{r['row']} ({r['method']})") for r in _records(results, set="native")]
+    if native:
+        rep.table(pivot(summarize(native, ["label", "bin"], "acc"), rows="label", cols="bin",
+                        col_format="{} px", best=None),
+                  caption="Accuracy (%) per native-size bin and resize strategy (Table 5).")
+
+
+def _train_table(rep: Report, results: dict[str, Any]) -> None:
+    lines = ["| run | train s | data s | loader share | engine overhead | final val acc |",
+             "|---|---|---|---|---|---|"]
+    for name, s in results["train"].items():
+        total = sum(s.get(f"time_{k}", 0.0) for k in ("data", "compute", "log", "checkpoint"))
+        share = s.get("time_data", 0.0) / total if total else float("nan")
+        lines.append(f"| {name} | {s.get('time_compute', 0):.0f} | {s.get('time_data', 0):.1f} | "
+                     f"{share:.1%} | {s.get('engine_overhead', float('nan')):.1%} | "
+                     f"{s.get('eval_acc', float('nan')):.1f} |")
+    rep.table("\n".join(lines), caption="Training cost per run (this process; resumed runs "
+              "count only their last session).")
+
+
+def _figures(rep: Report, out: Path, maps: dict[str, np.ndarray]) -> None:
+    if not maps or not _plot_ok():
+        return
+    from ..viz import plot_maps
+
+    sim = {k.split("|")[1]: {"similarity": v} for k, v in maps.items() if k.startswith("sim|")}
+    if sim:
+        grid = {"": {row: v["similarity"] for row, v in sim.items()}}
+        plot_maps(grid, out / "similarity.png",
+                  title="Position similarity to the centre patch (training size)")
+        rep.image("similarity.png", "Dot product of each patch position with the centre one "
+                  "(LFF Figure 2 analog).")
+    emb: dict[str, dict[str, np.ndarray]] = {}
+    for k, v in maps.items():
+        if k.startswith("embed|"):
+            _, row, col = k.split("|")
+            emb.setdefault(row, {})[col] = v
+    if emb:
+        plot_maps(emb, out / "embeddings.png", title="Position embedding components at three "
+                  "resolutions")
+        rep.image("embeddings.png", "Embedding components at three test resolutions "
+                  "(Figure 13 analog).")
+
+
+def _plot_ok() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True

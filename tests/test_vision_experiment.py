@@ -1,0 +1,279 @@
+"""The vision experiment: config resolution, evaluation helpers, and a tiny end-to-end run."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from cape.cli import main as cli
+from cape.experiments import EXPERIMENTS, merge, resolve_config, slug
+from cape.experiments.vision_config import PRESETS, VisionConfig
+from cape.experiments.vision_eval import (
+    accuracy,
+    extent_for,
+    native_targets,
+    predict,
+    round_to_patch,
+    tta_sizes,
+)
+
+
+def test_merge_and_slug():
+    base = {"a": {"b": 1, "c": [1, 2]}, "d": 1}
+    out = merge(base, {"a": {"c": [3]}, "e": 2})
+    assert out == {"a": {"b": 1, "c": [3]}, "d": 1, "e": 2}
+    assert base["a"]["c"] == [1, 2]  # not mutated
+    assert slug("CAPE λ=1.4") == "cape-lambda1.4"
+    assert slug("UniViT CAPE Δ=0") == "univit-cape-delta0"
+    assert slug("CAPE@24") == "cape@24"
+
+
+def test_every_preset_resolves():
+    for name in PRESETS:
+        cfg, mapping = resolve_config(VisionConfig, PRESETS, name)
+        assert cfg.rows and mapping["name"] == cfg.name
+        # the mapping round-trips to the same config (what config.yaml stores)
+        again, _ = resolve_config(VisionConfig, {"x": mapping}, "x")
+        assert again == cfg
+
+
+def test_config_file_and_overrides(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("train:\n  steps: 7\nmodel:\n  dim: 64\n")
+    cfg, _ = resolve_config(VisionConfig, PRESETS, "quick", [f], ["train.lr=0.01", "seeds=[1,2]"])
+    assert (cfg.train.steps, cfg.model.dim, cfg.train.lr, cfg.seeds) == (7, 64, 0.01, [1, 2])
+    assert cfg.train.batch_size == PRESETS["quick"]["train"]["batch_size"]  # merged, not replaced
+    t = tmp_path / "c.toml"
+    t.write_text("[eval]\nsizes = [16, 32]\n")
+    cfg, _ = resolve_config(VisionConfig, PRESETS, "quick", [t])
+    assert cfg.eval.sizes == [16, 32]
+
+
+@pytest.mark.parametrize(
+    "override, words",
+    [
+        ("model.dimx=3", ["model.dimx", "dim"]),
+        ("train.precision=fp8", ["train.precision", "bf16"]),
+        ("rows=[{name: a, position: cape3d}]", ["position", "cape2d"]),
+        ("eval.sizes=[30]", ["30", "patch"]),
+        ("eval.extents=[half]", ["eval.extents", "ratio"]),
+        ("train.steps=many", ["train.steps", "integer"]),
+    ],
+)
+def test_bad_config_names_key_and_allowed(override, words):
+    with pytest.raises((ValueError, TypeError)) as err:
+        resolve_config(VisionConfig, PRESETS, "quick", [], [override])
+    for w in words:
+        assert w in str(err.value)
+
+
+def test_cli_bad_config_exit_codes(capsys):
+    assert cli(["experiment", "vision", "--set", "model.dimx=3"]) == 2
+    assert "model.dimx" in capsys.readouterr().err
+    assert cli(["experiment", "vision", "--preset", "huge"]) == 2
+    assert cli(["plot", "/nonexistent-folder"]) == 2
+    assert cli(["experiment", "vision", "--print-config"]) == 0
+    assert "vision-quick" in capsys.readouterr().out
+
+
+def test_eval_helpers_closed_forms():
+    assert extent_for("1", 96, 32) == 1.0
+    assert extent_for("ratio", 96, 32) == 3.0
+    assert math.isclose(extent_for("sqrt", 56, 32), math.sqrt(56 / 32))
+    assert [round_to_patch(s, 4) for s in (1, 5, 6, 13, 127)] == [4, 4, 8, 12, 128]
+    assert tta_sizes(32, 4) == [28, 32, 36] and tta_sizes(4, 4) == [4, 8]
+    assert native_targets([13, 30], 12, 32, "fixed 24", 4) == [24, 24]
+    assert native_targets([13, 30], 12, 32, "min", 4) == [12, 12]
+    assert native_targets([13, 30], 12, 32, "max", 4) == [32, 32]
+    assert native_targets([13, 30], 12, 32, "original", 4) == [12, 32]
+    with pytest.raises(ValueError, match="strategy"):
+        native_targets([13], 12, 32, "median", 4)
+
+
+def test_predict_and_accuracy_match_a_direct_computation():
+    torch.manual_seed(0)
+    from cape.models import ViT
+
+    model = ViT(5, image_size=8, patch=4, dim=16, depth=1, heads=2, position="sinpos2d")
+    x, y = torch.randn(11, 3, 8, 8), torch.randint(0, 5, (11,))
+    probs, ips = predict(model, x, batch_size=4)
+    model.eval()
+    with torch.no_grad():
+        ref = model(x).softmax(-1)
+    torch.testing.assert_close(probs, ref)
+    assert ips > 0
+    assert accuracy(probs, y) == pytest.approx(100 * (ref.argmax(-1) == y).float().mean().item())
+
+
+def test_packed_loss_mixes_sizes_in_one_batch():
+    from cape.experiments.vision import classify_loss
+
+    batches = []
+
+    class Probe(torch.nn.Module):
+        def forward(self, images):
+            assert isinstance(images, list)
+            batches.append({im.shape[-1] for im in images})
+            return torch.zeros(len(images), 3, requires_grad=True)
+
+    torch.manual_seed(0)
+    loss_fn = classify_loss([8, 12, 16], packed=True)
+    for _ in range(5):
+        loss_fn(Probe(), (torch.randn(8, 3, 16, 16), torch.zeros(8, dtype=torch.long)))
+    assert set().union(*batches) == {8, 12, 16}
+    assert any(len(b) > 1 for b in batches)  # several sizes within one batch
+
+
+def test_univit_loss_draws_sizes_from_the_list():
+    from cape.experiments.vision import classify_loss
+
+    seen = []
+
+    class Probe(torch.nn.Module):
+        def forward(self, images):
+            seen.append(images.shape[-1])
+            return torch.zeros(images.shape[0], 3, requires_grad=True)
+
+    torch.manual_seed(0)
+    loss_fn = classify_loss([8, 12, 16])
+    batch = (torch.randn(2, 3, 16, 16), torch.tensor([0, 1]))
+    for _ in range(30):
+        loss, metrics = loss_fn(Probe(), batch)
+        assert loss.item() == pytest.approx(math.log(3))
+    assert set(seen) == {8, 12, 16}
+
+
+TINY = [
+    "name=tiny", "seeds=[0]",
+    "data.train=48", "data.val=16", "data.test=16", "data.test_fonts=8", "data.native=12",
+    "data.workers=1",
+    "model.dim=16", "model.depth=1", "model.heads=2",
+    "train.steps=3", "train.batch_size=16", "train.eval_every=3", "train.checkpoint_every=3",
+    "train.warmup_steps=0", "train.log_every=1",
+    "eval.sizes=[8,16]", "eval.batch_size=8", "eval.extents=['1',ratio,sqrt]", "eval.tta=true",
+    "eval.native_bins=[12,40,129]",
+    "rows=[{name: nopos, position: nopos, train_size: 12}, "
+    "{name: CAPE, position: cape2d, train_size: 12, options: {preset: image}}, "
+    "{name: UniViT, position: cape2d, train_size: 12, univit_sizes: [8, 16]}, "
+    "{name: abspos ft, position: abspos2d, train_size: 12, finetune_size: 16, finetune_steps: 2}, "
+    "{name: packed, position: cape2d, train_size: 12, univit_sizes: [8, 16], packed: true}]",
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("vision")
+    args = ["--set", f"data.root={out / 'data'}"]
+    for item in TINY:
+        args += ["--set", item]
+    assert cli(["experiment", "vision", *args, "--out", str(out / "run")]) == 0
+    return out, args
+
+
+def test_experiment_end_to_end(tiny_run):
+    out, _ = tiny_run
+    run = out / "run"
+    results = json.loads((run / "results.json").read_text())
+    recs = results["records"]
+    rows = {r["row"] for r in recs}
+    assert rows == {"nopos", "CAPE", "UniViT", "abspos ft", "packed"}
+    for row in rows:
+        plain = {r["size"] for r in recs if r["row"] == row and r["method"] == "plain"
+                 and r["set"] == "test"}
+        assert plain == {8, 12, 16}  # eval sizes and the training size
+        assert {r["bin"] for r in recs if r["row"] == row and r["set"] == "native"} == {
+            "12-39", "40-128"}
+        assert any(r["set"] == "test_fonts" for r in recs if r["row"] == row)
+        assert any(r["method"] == "tta" for r in recs if r["row"] == row)
+    # extents only for the continuous encodings; gamma = 1 equals the plain result
+    assert not any(r["method"].startswith("extent") for r in recs if r["row"] == "nopos")
+    for size in (8, 12, 16):
+        one = [r["acc"] for r in recs if r["row"] == "CAPE" and r["size"] == size
+               and r["set"] == "test" and r["method"] in ("plain", "extent 1")]
+        assert len(one) == 2 and one[0] == one[1]
+    for r in recs:
+        assert 0.0 <= r["acc"] <= 100.0 or (r["set"] == "native" and math.isnan(r["acc"]))
+    report = (run / "report.md").read_text()
+    assert "| nopos |" in report and "Table 6" in report and "Table 5" in report
+    for png in ("accuracy_vs_resolution.png", "throughput.png", "similarity.png", "embeddings.png"):
+        assert (run / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (run / "abspos-ft" / "seed0" / "ft" / "checkpoints").is_dir()
+    with np.load(run / "maps.npz") as z:
+        assert any(k.startswith("embed|CAPE|") for k in z.files)
+
+
+def test_experiment_rerun_resumes_without_training(tiny_run, monkeypatch):
+    out, args = tiny_run
+    import cape.experiments.vision as vision
+
+    def boom(*a, **k):
+        raise AssertionError("a finished run was trained again")
+
+    monkeypatch.setattr(vision, "train_run", boom)
+    before = json.loads((out / "run" / "results.json").read_text())["records"]
+    assert cli(["experiment", "vision", *args, "--out", str(out / "run")]) == 0
+    after = json.loads((out / "run" / "results.json").read_text())["records"]
+    assert after == before
+
+
+def test_plot_redraws_the_report(tiny_run):
+    out, _ = tiny_run
+    report = out / "run" / "report.md"
+    text = report.read_text()
+    report.unlink()
+    (out / "run" / "accuracy_vs_resolution.png").unlink()
+    assert cli(["plot", str(out / "run")]) == 0
+    assert report.read_text() == text
+    assert (out / "run" / "accuracy_vs_resolution.png").is_file()
+
+
+def test_train_and_eval_commands(tiny_run, capsys):
+    out, args = tiny_run
+    run = out / "run"
+    assert cli(["train", "vision", *args, "--out", str(run), "--row", "CAPE"]) == 0
+    assert cli(["eval", "vision", *args, "--out", str(run), "--row", "CAPE"]) == 0
+    text = capsys.readouterr().out
+    assert "| test | 16 | plain |" in text
+    assert cli(["eval", "vision", *args, "--out", str(out / "empty"), "--row", "CAPE"]) == 1
+    assert cli(["train", "vision", *args, "--out", str(run), "--row", "nope"]) == 2
+
+
+def test_registry_names_modules():
+    import importlib
+
+    for exp in EXPERIMENTS.values():
+        mod = importlib.import_module(exp.module)
+        for name in ("run_experiment", "train_run", "load_run", "eval_records", "run_dir"):
+            assert hasattr(mod, name)
+
+
+@pytest.mark.slow
+def test_experiment_under_torchrun_two_cpu_ranks(tmp_path):
+    """`torchrun -m cape experiment vision`: 2 gloo ranks train (packed UniViT included), shard
+    the evaluation and sum it; only rank 0 writes the report."""
+    import os
+    import subprocess
+    import sys
+
+    rows = ("rows=[{name: CAPE, position: cape2d, train_size: 12}, "
+            "{name: packed, position: cape2d, train_size: 12, univit_sizes: [8, 16], packed: true}]")
+    args = [a for a in TINY if not a.startswith("rows=")] + [rows, "data.native=0",
+                                                              "data.test_fonts=0"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "-m", "cape", "experiment", "vision", "--out", str(tmp_path / "run"),
+           "--set", f"data.root={tmp_path / 'data'}"]
+    for a in args:
+        cmd += ["--set", a]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert res.returncode == 0, res.stderr[-4000:]
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    plain = [r for r in results["records"] if r["method"] == "plain"]
+    assert {r["row"] for r in plain} == {"CAPE", "packed"}
+    for r in plain:  # 16 test images, split 8 + 8 over the ranks: multiples of 100/16
+        assert (r["acc"] * 16 / 100) == pytest.approx(round(r["acc"] * 16 / 100), abs=1e-6)
+    assert (tmp_path / "run" / "report.md").is_file()
