@@ -247,7 +247,7 @@ def test_registry_names_modules():
 
     for exp in EXPERIMENTS.values():
         mod = importlib.import_module(exp.module)
-        for name in ("run_experiment", "train_run", "load_run", "eval_records", "run_dir"):
+        for name in ("run_experiment", "train_run", "load_run", "eval_records", "run_dir", "redraw"):
             assert hasattr(mod, name)
 
 

@@ -106,7 +106,13 @@ def plot_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="cape plot")
     p.add_argument("folder", type=Path, help="an experiment folder holding results.json")
     args = p.parse_args(argv)
-    from .vision_report import redraw
+    path = args.folder / "results.json"
+    if not path.is_file():
+        raise ValueError(f"{str(args.folder)!r} has no results.json: run `cape experiment` there")
+    import json
 
-    print(f"report: {redraw(args.folder)}")
+    name = json.loads(path.read_text(encoding="utf-8")).get("experiment")
+    if name not in EXPERIMENTS:
+        raise ValueError(f"results.json names experiment {name!r}; known: {sorted(EXPERIMENTS)}")
+    print(f"report: {importlib.import_module(EXPERIMENTS[name].module).redraw(args.folder)}")
     return 0

@@ -25,9 +25,11 @@ from .common import save_config, slug
 from .vision_config import RowConfig, VisionConfig
 from .vision_data import VisionData
 from .vision_eval import accuracy, eval_records, predict
-from .vision_report import position_maps, write_report
+from .vision_report import position_maps, redraw, write_report
 
-__all__ = ["make_model", "classify_loss", "train_run", "load_run", "run_experiment", "run_dir"]
+__all__ = [
+    "make_model", "classify_loss", "train_run", "load_run", "run_experiment", "run_dir", "redraw",
+]
 
 
 def make_model(cfg: VisionConfig, row: RowConfig, num_classes: int) -> ViT:
