@@ -3,7 +3,9 @@ characters (each size a true render of the same samples) or from a user's image 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -58,6 +60,14 @@ def resize_images(images: list[np.ndarray] | np.ndarray, size: int) -> np.ndarra
     return out
 
 
+def _main_rank_first(make: Callable[[], Path]) -> Path:
+    """Run a cached, atomic `make` on rank 0 first (it renders), then on the other ranks (they
+    only find the file it wrote): one render, every rank gets the path."""
+    path = make() if D.is_main() else None
+    D.barrier()
+    return path or make()
+
+
 class VisionData:
     """Splits by name ("train", "val", "test", "test_fonts") at any px size, cached in memory.
 
@@ -90,11 +100,11 @@ class VisionData:
             if split not in self.counts:
                 raise ValueError(f"split must be one of {sorted(self.counts)}, got {split!r}")
             if self.cfg.source == "chars":
-                path = None
-                if D.is_main():
-                    path = self._make(split, size)
-                D.barrier()
-                path = path or self._make(split, size)  # cached: only finds the file
+                c = self.cfg
+                path = _main_rank_first(
+                    lambda: make_split(c.root, split, self.counts[split], size, c.seed,
+                                       workers=c.workers)
+                )
                 images, labels, _ = load_split(path)
             else:
                 if split == "test_fonts":
@@ -104,10 +114,6 @@ class VisionData:
                 labels = np.asarray([c for _, c in folder.samples], dtype=np.int64)
             self._memo[key] = (images, labels)
         return self._memo[key]
-
-    def _make(self, split: str, size: int):
-        c = self.cfg
-        return make_split(c.root, split, self.counts[split], size, c.seed, workers=c.workers)
 
     def dataset(self, split: str, size: int) -> TransformedDataset:
         """A torch dataset of (float32 [3, size, size], label) items."""
@@ -122,8 +128,8 @@ class VisionData:
         c = self.cfg
         if c.source != "chars" or c.native < 1:
             raise ValueError("the native-size test set needs data.source='chars' and data.native > 0")
-        path = make_native_sizes(c.root, c.native, c.seed, workers=c.workers) if D.is_main() else None
-        D.barrier()
-        path = path or make_native_sizes(c.root, c.native, c.seed, workers=c.workers)
+        path = _main_rank_first(
+            lambda: make_native_sizes(c.root, c.native, c.seed, workers=c.workers)
+        )
         images, labels, _ = load_native_sizes(path)
         return images, labels

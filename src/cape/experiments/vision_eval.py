@@ -75,16 +75,16 @@ def predict(
     return torch.cat(out), len(images) / max(seconds, 1e-9)
 
 
+def summed_accuracy(correct: float, count: int) -> float:
+    """Top-1 accuracy in % from this rank's `correct` of `count`, summed over ranks (each rank
+    holds a shard); NaN when no rank has any sample."""
+    m = D.all_reduce_mean({"correct": float(correct), "n": float(count)})
+    return 100.0 * m["correct"] / m["n"] if m["n"] else float("nan")
+
+
 def accuracy(probs: torch.Tensor, labels: torch.Tensor) -> float:
-    """Top-1 accuracy in %, summed over ranks (each rank holds a shard)."""
-    correct = float((probs.argmax(-1) == labels).sum())
-    m = D.all_reduce_mean({"correct": correct, "n": float(len(labels))})
-    return 100.0 * m["correct"] / max(m["n"], 1.0)
-
-
-def _probs(model: ViT, x: torch.Tensor, batch: int, device: torch.device,
-           extent: float | None = None) -> tuple[torch.Tensor, float]:
-    return predict(model, x, batch, extent=extent, device=device)
+    """Top-1 accuracy in % of probs [N, C] against labels [N], summed over ranks."""
+    return summed_accuracy(float((probs.argmax(-1) == labels).sum()), len(labels))
 
 
 def eval_records(
@@ -104,7 +104,7 @@ def eval_records(
         for size in progress(sizes, desc=f"eval {row.name} {split}"):
             x, y = data.tensors(split, size)
             sh = _shard(len(y))
-            probs, ips = _probs(model, x[sh], bs, device)
+            probs, ips = predict(model, x[sh], bs, device=device)
             acc = accuracy(probs, y[sh])
             out.append({**base, "set": split, "size": size, "method": "plain", "acc": acc,
                         "images_per_s": ips})
@@ -115,7 +115,7 @@ def eval_records(
             for e in ev.extents:
                 gamma = extent_for(e, size, row.train_size)
                 if gamma != 1.0:
-                    acc = accuracy(_probs(model, x[sh], bs, device, extent=gamma)[0], y[sh])
+                    acc = accuracy(predict(model, x[sh], bs, extent=gamma, device=device)[0], y[sh])
                 out.append({**base, "set": split, "size": size, "method": f"extent {e}",
                             "acc": acc, "images_per_s": None})
     if ev.tta and "test" in sets:
@@ -124,7 +124,7 @@ def eval_records(
             for s in tta_sizes(size, patch):
                 if s not in probs_at:
                     x, y = data.tensors("test", s)
-                    probs_at[s] = _probs(model, x[_shard(len(y))], bs, device)[0]
+                    probs_at[s] = predict(model, x[_shard(len(y))], bs, device=device)[0]
                 total = probs_at[s] if total is None else total + probs_at[s]
             y = data.tensors("test", size)[1]
             out.append({**base, "set": "test", "size": size, "method": "tta",
@@ -154,10 +154,9 @@ def _native_records(cfg: VisionConfig, model: ViT, data: VisionData, device: tor
                 group = [i for i, tt in zip(idx, targets, strict=True) if tt == t]
                 x, y = to_tensors(resize_images([images[i] for i in group], t),
                                   np.asarray(labels)[group], cfg.data.transform)
-                probs = _probs(model, x, cfg.eval.batch_size, device)[0]
+                probs = predict(model, x, cfg.eval.batch_size, device=device)[0]
                 correct += float((probs.argmax(-1) == y).sum())
-            m = D.all_reduce_mean({"correct": correct, "n": float(len(idx))})
-            acc = 100.0 * m["correct"] / m["n"] if m["n"] else float("nan")
+            acc = summed_accuracy(correct, len(idx))
             out.append({**base, "set": "native", "size": None, "method": strategy, "acc": acc,
                         "images_per_s": None, "bin": f"{low}-{high - 1}"})
     return out
