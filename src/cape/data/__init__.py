@@ -1,6 +1,8 @@
-"""Offline data made on the machine: character images from Debian fonts, and image datasets."""
+"""Offline data made on the machine: character images from Debian fonts, image datasets, and
+log-mel speech features."""
 
 from .datasets import ArrayImageDataset, ImageFolderDataset, char_dataset
+from .features import frame_hop_seconds, hop_samples, log_mel, mel_filterbank
 from .fonts import CHARSET, DEBIAN_FONT_PACKAGES, FontSplit, find_fonts, font_split, usable_fonts
 from .images import (
     CANVAS,
@@ -29,6 +31,10 @@ __all__ = [
     "char_dataset",
     "contrast_image",
     "find_fonts",
+    "frame_hop_seconds",
+    "hop_samples",
+    "log_mel",
+    "mel_filterbank",
     "font_split",
     "load_native_sizes",
     "load_split",
