@@ -1,5 +1,6 @@
 """Models that combine content with positions: attention and Transformer stacks."""
 
+from .asr import ASR_POSITIONS, CTCModel
 from .attention import MultiheadAttention, attention_mask
 from .transformer import (
     TransformerDecoder,
@@ -18,4 +19,6 @@ __all__ = [
     "TransformerDecoder",
     "ViT",
     "VIT_POSITIONS",
+    "CTCModel",
+    "ASR_POSITIONS",
 ]

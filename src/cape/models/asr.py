@@ -1,0 +1,265 @@
+"""CAPE's CTC acoustic model for speech recognition (CAPE sec. 5.2, appendix C.2).
+
+"The AM encoder is composed of a 1D convolution (kernel 7, stride 3) with a GLU activation,
+positional embedding and 36 4-heads Transformer blocks, finally followed by a linear layer which
+outputs a score for each target token", with "dropout 0.3 after the convolution layer".
+
+log-mel features [B, F, n_mels] -> Conv1d(n_mels, 2D, kernel, stride, padding=kernel // 2) ->
+GLU over channels -> dropout -> pre-norm Transformer encoder (+ positions) -> final LayerNorm ->
+Linear(D, vocab) -> float32 log_softmax. Token 0 is the CTC blank.
+
+Positions are the time in seconds of each output frame: after the strided convolution a frame
+spans `stride * hop` seconds, so frame i sits at `(i + 0.5) * stride * hop`
+(`cape.positions.timestamps`). `hop` (the STFT hop) may differ per sample ([B] tensor), for
+batches that mix hops. Per encoding (`ASR_POSITIONS`):
+
+- "nopos": nothing.
+- "sinpos": fixed sinusoid of the seconds, frequencies x30 (`freq_scale=30`, CAPE sec. 3).
+- "cape1d": CAPE over the seconds; default options = the paper's "audio" preset (global shift
+  60 s, local shift 15 ms, scaling 1.1, mean-normalised, freq_scale 30).
+- "abspos": a learned table over output-frame *indices* (a table cannot take seconds); default
+  1024 rows, longer inputs wrap (E(t mod N), CAPE sec. 5.2).
+- "relpos": learned relative positions in every layer, over the seconds; buckets of
+  `step = stride * 0.01` s (one output frame at the default 10 ms hop) up to the paper's 26.8 s
+  either side. Other hops keep seconds as the unit: at a 20 ms hop one frame is 2 buckets.
+- "rotary": rotary embeddings of the seconds in every layer, `freq_scale=30`.
+
+`position_options` override these defaults (keywords of `cape.build` for that name).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from .._checks import check_float, check_int, check_lengths, check_tensor
+from ..build import build
+from ..encodings.learned import AbsPos1d
+from ..encodings.none import NoPos
+from ..encodings.relative import RelPos
+from ..encodings.rotary import Rotary
+from ..encodings.sinusoidal import CAPE1d
+from ..positions import lengths_to_mask, timestamps
+from .transformer import TransformerEncoder
+
+__all__ = ["CTCModel", "ASR_POSITIONS"]
+
+ASR_POSITIONS = ("nopos", "sinpos", "cape1d", "abspos", "relpos", "rotary")
+_DEFAULT_HOP = 0.01  # seconds: the paper's 10 ms STFT hop, used for relpos's default bucket
+_RELPOS_MAX_SECONDS = 26.8  # CAPE's relpos context, "26.8s to the left/right"
+_ABSPOS_ROWS = 1024  # ~30 s of output frames at a 10 ms hop and stride 3
+
+
+def _rate(name: str, value: float) -> float:
+    value = check_float(name, value)
+    if value >= 1.0:
+        raise ValueError(f"{name} must lie in [0, 1), got {value}")
+    return value
+
+
+def _resolve_position(
+    position: str | nn.Module, options: dict[str, Any], dim: int, heads: int, frame_step: float
+) -> tuple[str, nn.Module | None, Callable[[], nn.Module] | None]:
+    """-> (how positions are fed, absolute module or None, per-layer factory or None).
+
+    The first item is "none", "hop" (CAPE1d: `hop=` seconds per frame), "index" (frame
+    indices: the encoding's default) or "seconds" (`positions=` timestamps [B, T', 1]).
+    """
+    if isinstance(position, nn.Module):
+        if options:
+            raise ValueError("position_options apply to a position name, not to a module")
+        if isinstance(position, (RelPos, Rotary)):
+            raise TypeError(
+                "position must be a name or an absolute encoding module; relpos/rotary need one "
+                "module per layer: pass position='relpos' or 'rotary' with position_options"
+            )
+        if isinstance(position, NoPos):
+            return "none", None, None
+        if isinstance(position, CAPE1d):
+            return "hop", position, None
+        if isinstance(position, AbsPos1d):
+            return "index", position, None
+        return "seconds", position, None
+    if not isinstance(position, str):
+        raise TypeError(f"position must be a str or nn.Module, got {type(position).__name__}")
+    name = position.lower()
+    if name not in ASR_POSITIONS:
+        raise ValueError(f"position must be one of {list(ASR_POSITIONS)}, got {position!r}")
+    if name == "nopos":
+        if options:
+            raise ValueError(f"nopos takes no position_options, got {sorted(options)}")
+        return "none", None, None
+    if name in ("sinpos", "cape1d"):
+        if name == "sinpos":
+            options.setdefault("freq_scale", 30.0)
+        else:
+            options.setdefault("preset", "audio")
+        return "hop", build(name, dim, **options), None
+    if name == "abspos":
+        options.setdefault("num_positions", _ABSPOS_ROWS)
+        return "index", build(name, dim, **options), None
+    head_dim = dim // heads
+    if name == "relpos":
+        options.setdefault("step", frame_step)
+        options.setdefault("max_distance", _RELPOS_MAX_SECONDS)
+    else:  # rotary
+        options.setdefault("freq_scale", 30.0)
+    build(name, head_dim, **options)  # validate the options once, eagerly
+
+    def factory() -> nn.Module:
+        return build(name, head_dim, **options)
+
+    return "seconds", None, factory
+
+
+class CTCModel(nn.Module):
+    """CTC acoustic model: `CTCModel(vocab, position="cape1d")` (the paper's 36-layer size).
+
+    vocab_size: output tokens *including* the CTC blank, which is index 0. n_mels: input
+    features per frame. dim, depth, heads, ffn_dim: the Transformer (D = 768, 36 layers, 4 heads,
+    FFN 3072 in the paper). kernel, stride: the front convolution (7, 3); it pads kernel // 2
+    frames on each side, so odd kernels give ceil(F / stride) output frames (`output_length`).
+    position: one of `ASR_POSITIONS` or an absolute encoding module of width dim (CAPE1d gets
+    `hop=`, AbsPos1d frame indices, any other module `positions=` timestamps in seconds).
+    position_options: keywords for `cape.build` (see the module docstring for defaults).
+    conv_dropout: after the GLU. dropout, layer_drop: inside the Transformer.
+
+    forward(features [B, F, n_mels], lengths [B] | None, *, hop, generator) ->
+    (log_probs [B, T', vocab_size] float32, out_lengths [B] int64).
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        *,
+        n_mels: int = 80,
+        dim: int = 768,
+        depth: int = 36,
+        heads: int = 4,
+        ffn_dim: int = 3072,
+        kernel: int = 7,
+        stride: int = 3,
+        position: str | nn.Module = "cape1d",
+        position_options: dict[str, Any] | None = None,
+        conv_dropout: float = 0.3,
+        dropout: float = 0.1,
+        layer_drop: float = 0.0,
+    ) -> None:
+        super().__init__()
+        self.vocab_size = check_int("vocab_size", vocab_size, minimum=2)  # blank + >= 1 token
+        self.n_mels = check_int("n_mels", n_mels)
+        self.dim = check_int("dim", dim)
+        check_int("depth", depth)
+        check_int("heads", heads)
+        if dim % heads:
+            raise ValueError(f"dim ({dim}) must be divisible by heads ({heads})")
+        self.kernel = check_int("kernel", kernel)
+        self.stride = check_int("stride", stride)
+        self.padding = kernel // 2
+        if position_options is not None and not isinstance(position_options, dict):
+            raise TypeError(
+                f"position_options must be a dict or None, got {type(position_options).__name__}"
+            )
+        self.feed, absolute, relative_factory = _resolve_position(
+            position, dict(position_options or {}), dim, heads, stride * _DEFAULT_HOP
+        )
+        self.position_name = position.lower() if isinstance(position, str) else type(position).__name__
+
+        self.conv = nn.Conv1d(n_mels, 2 * dim, kernel, stride=stride, padding=self.padding)
+        self.glu = nn.GLU(dim=1)  # over channels: 2D -> D
+        self.conv_dropout = nn.Dropout(_rate("conv_dropout", conv_dropout))
+        self.encoder = TransformerEncoder(
+            depth, dim, heads, ffn_dim, position=absolute, relative_factory=relative_factory,
+            dropout=dropout, layer_drop=layer_drop, norm_first=True, final_norm=True,
+        )
+        self.head = nn.Linear(dim, vocab_size)
+
+    @classmethod
+    def small(cls, vocab_size: int, position: str | nn.Module = "cape1d", **kw: Any) -> CTCModel:
+        """A CPU-sized model: D 256, 6 layers, 4 heads, FFN 1024 (keywords override)."""
+        options: dict[str, Any] = dict(dim=256, depth=6, heads=4, ffn_dim=1024)
+        return cls(vocab_size, position=position, **{**options, **kw})
+
+    # -- lengths ---------------------------------------------------------------------------
+    def output_length(self, n: int) -> int:
+        """Frames after the convolution for n input frames: (n + 2p - kernel) // stride + 1, >= 0."""
+        check_int("n", n, minimum=0)
+        return max(0, (n + 2 * self.padding - self.kernel) // self.stride + 1)
+
+    def output_lengths(self, lengths: torch.Tensor) -> torch.Tensor:
+        """lengths [B] input frames -> [B] int64 output frames (as `output_length`, on device)."""
+        check_tensor("lengths", lengths, ndims=(1,))
+        if lengths.is_floating_point() or lengths.dtype == torch.bool:
+            raise TypeError(f"lengths must be an integer tensor, got {lengths.dtype}")
+        span = lengths.to(torch.int64) + (2 * self.padding - self.kernel)
+        return (torch.div(span, self.stride, rounding_mode="floor") + 1).clamp_min(0)
+
+    # -- forward ---------------------------------------------------------------------------
+    def _frame_hop(self, hop: float | torch.Tensor, batch: int, device: torch.device):
+        """STFT hop (float or [B] seconds) -> seconds per output frame, stride * hop."""
+        if isinstance(hop, torch.Tensor):
+            check_tensor("hop", hop, ndims=(1,), floating=True)
+            if hop.shape[0] != batch:
+                raise ValueError(f"hop must be a float or a [B] = [{batch}] tensor, got {tuple(hop.shape)}")
+            return hop.to(device) * self.stride
+        return check_float("hop", hop, strict=True) * self.stride
+
+    def forward(
+        self,
+        features: torch.Tensor,
+        lengths: torch.Tensor | None = None,
+        *,
+        hop: float | torch.Tensor = _DEFAULT_HOP,
+        generator: torch.Generator | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """features: [B, F, n_mels], lengths: [B] real frames (None = all F) ->
+        (log_probs [B, T', vocab_size] float32, out_lengths [B] int64).
+
+        hop: the STFT hop in seconds, a float or per sample [B]. Frames past a sample's length
+        are ignored (zeroed before the convolution, masked in attention); log_probs there are
+        unspecified. For `F.ctc_loss(log_probs.transpose(0, 1), targets, out_lengths, ...)`.
+        """
+        check_tensor("features", features, ndims=(3,), floating=True)
+        batch, frames = features.shape[:2]
+        if features.shape[-1] != self.n_mels:
+            raise ValueError(
+                f"features must have shape [B, F, {self.n_mels}], got {tuple(features.shape)}"
+            )
+        frame_hop = self._frame_hop(hop, batch, features.device)
+        if lengths is not None:
+            check_lengths("lengths", lengths, batch, frames)
+            lengths = lengths.to(features.device)
+            # padded frames must look like the conv's own zero padding: a sample then gives the
+            # same outputs alone or padded in a batch (where, not *: garbage may be NaN)
+            real = lengths_to_mask(lengths, frames)
+            features = torch.where(real[..., None], features, 0.0)
+
+        x = self.glu(self.conv(features.transpose(1, 2)))  # [B, D, T']
+        x = self.conv_dropout(x.transpose(1, 2))  # [B, T', D]
+        steps = x.shape[1]
+        if lengths is None:
+            out_lengths = torch.full((batch,), steps, dtype=torch.int64, device=x.device)
+            mask = None
+        else:
+            out_lengths = self.output_lengths(lengths)
+            mask = lengths_to_mask(out_lengths, steps)
+
+        positions, kwargs = None, None
+        if self.feed == "hop":
+            kwargs = {"hop": frame_hop}
+        elif self.feed == "seconds":
+            positions = timestamps(batch, steps, frame_hop, mask=mask, device=x.device)
+        x = self.encoder(
+            x, mask=mask, positions=positions, position_kwargs=kwargs, generator=generator
+        )
+        log_probs = self.head(x).float().log_softmax(dim=-1)
+        return log_probs, out_lengths
+
+    def extra_repr(self) -> str:
+        return (
+            f"vocab_size={self.vocab_size}, position={self.position_name!r}, "
+            f"kernel={self.kernel}, stride={self.stride}, padding={self.padding}"
+        )

@@ -1,0 +1,215 @@
+"""cape.models.asr.CTCModel: lengths, padding invariance, CTC training step, time positions."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import cape
+from cape.models.asr import ASR_POSITIONS, CTCModel
+from cape.positions import timestamps
+
+TINY = dict(n_mels=16, dim=32, depth=2, heads=2, ffn_dim=64)
+VOCAB = 7
+
+
+def _model(position: str = "cape1d", **kw) -> CTCModel:
+    torch.manual_seed(0)
+    return CTCModel(VOCAB, position=position, **{**TINY, **kw})
+
+
+@pytest.mark.parametrize(("kernel", "stride"), [(7, 3), (4, 2), (1, 1), (5, 4)])
+def test_lengths_match_conv1d(kernel: int, stride: int) -> None:
+    model = _model("nopos", kernel=kernel, stride=stride).eval()
+    conv = nn.Conv1d(16, 8, kernel, stride=stride, padding=kernel // 2)
+    lengths = torch.tensor([1, 2, 3, 10, 29, 30, 31])
+    for n in lengths.tolist():
+        expect = conv(torch.zeros(1, 16, n)).shape[-1]
+        assert model.output_length(n) == expect
+    expect = torch.tensor([conv(torch.zeros(1, 16, n)).shape[-1] for n in lengths.tolist()])
+    torch.testing.assert_close(model.output_lengths(lengths), expect)
+    feats = torch.randn(7, 31, 16)
+    log_probs, out_lengths = model(feats, lengths)
+    assert log_probs.shape == (7, model.output_length(31), VOCAB)
+    torch.testing.assert_close(out_lengths, expect)
+    _, full = model(feats)
+    assert full.tolist() == [model.output_length(31)] * 7
+
+
+def test_output_is_log_softmax_float32() -> None:
+    model = _model().eval()
+    log_probs, _ = model(torch.randn(2, 20, 16).double().float())
+    assert log_probs.dtype == torch.float32
+    torch.testing.assert_close(log_probs.exp().sum(-1), torch.ones(2, 7))
+
+
+@pytest.mark.parametrize("position", ASR_POSITIONS)
+@pytest.mark.parametrize("garbage", ["large", "nan"])
+def test_padding_does_not_change_real_frames(position: str, garbage: str) -> None:
+    model = _model(position).eval()
+    torch.manual_seed(1)
+    long, short = torch.randn(40, 16), torch.randn(26, 16)
+    pad = torch.randn(14, 16) * 1e4 if garbage == "large" else torch.full((14, 16), float("nan"))
+    batch = torch.stack([long, torch.cat([short, pad])])
+    hop = torch.tensor([0.01, 0.02])
+    log_probs, out_lengths = model(batch, torch.tensor([40, 26]), hop=hop)
+    alone, alone_len = model(short[None], hop=0.02)
+    n = int(out_lengths[1])
+    assert n == int(alone_len[0]) == model.output_length(26)
+    torch.testing.assert_close(log_probs[1, :n], alone[0], atol=1e-5, rtol=0)
+    first, _ = model(long[None], hop=0.01)
+    torch.testing.assert_close(log_probs[0], first[0], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("position", ASR_POSITIONS)
+def test_ctc_loss_and_grads(position: str) -> None:
+    model = _model(position, layer_drop=0.0).train()
+    feats = torch.randn(2, 40, 16)
+    lengths = torch.tensor([40, 31])
+    log_probs, out_lengths = model(feats, lengths, hop=0.01, generator=torch.Generator().manual_seed(0))
+    targets = torch.randint(1, VOCAB, (2, 5))  # 0 is the blank
+    target_lengths = torch.tensor([5, 3])
+    loss = F.ctc_loss(log_probs.transpose(0, 1), targets, out_lengths, target_lengths, blank=0)
+    assert torch.isfinite(loss)
+    loss.backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None, name
+        assert torch.isfinite(p.grad).all(), name
+    assert model.conv.weight.grad.abs().sum() > 0
+
+
+def _first_layer_positions(model: CTCModel, *args, **kwargs) -> torch.Tensor | None:
+    seen: dict[str, torch.Tensor | None] = {}
+
+    def hook(_mod, _args, kw):
+        seen["positions"] = kw.get("positions")
+
+    handle = model.encoder.layers[0].register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        model(*args, **kwargs)
+    finally:
+        handle.remove()
+    return seen["positions"]
+
+
+@pytest.mark.parametrize("position", ["relpos", "rotary"])
+def test_relative_encodings_get_seconds(position: str) -> None:
+    model = _model(position).eval()
+    feats = torch.randn(2, 30, 16)
+    lengths = torch.tensor([30, 17])
+    hop = torch.tensor([0.01, 0.0125])
+    got = _first_layer_positions(model, feats, lengths, hop=hop)
+    out_lengths = model.output_lengths(lengths)
+    mask = cape.lengths_to_mask(out_lengths, 10)
+    torch.testing.assert_close(got, timestamps(2, 10, 3 * hop, mask=mask))
+    assert got[0, 0, 0] == pytest.approx(0.5 * 0.03)
+    if position == "relpos":
+        assert model.encoder.layers[0].self_attn.relative.step == pytest.approx(0.03)
+
+
+def test_abspos_gets_frame_indices() -> None:
+    model = _model("abspos").eval()
+    feats = torch.randn(1, 30, 16)
+    assert _first_layer_positions(model, feats, hop=0.02) is None  # the table's own indices
+    out, _ = model(feats, hop=0.01)
+    assert out.shape == (1, 10, VOCAB)
+    torch.testing.assert_close(out, model(feats, hop=0.02)[0])  # the hop plays no part
+
+
+@pytest.mark.parametrize("position", ["sinpos", "cape1d"])
+def test_sinusoid_uses_timestamps(position: str) -> None:
+    model = _model(position).eval()
+    seen = []
+    # clone: the encoder's add_to adds the content into a fresh embedding in place
+    handle = model.encoder.position.register_forward_hook(lambda _m, _a, out: seen.append(out.clone()))
+    feats = torch.randn(2, 30, 16)
+    lengths = torch.tensor([30, 20])
+    hop = torch.tensor([0.01, 0.02])
+    try:
+        model(feats, lengths, hop=hop)
+    finally:
+        handle.remove()
+    mask = cape.lengths_to_mask(model.output_lengths(lengths), 10)
+    x = torch.zeros(2, 10, 32)
+    expect = model.encoder.position(x, positions=timestamps(2, 10, 3 * hop, mask=mask), mask=mask)
+    torch.testing.assert_close(seen[0], expect)
+    # and a hop-free encoding (token indices) would give something else
+    other = model.encoder.position(x, mask=mask)
+    assert not torch.allclose(seen[0], other)
+
+
+def test_hop_changes_sinpos_but_not_nopos() -> None:
+    feats = torch.randn(2, 30, 16)
+    sin = _model("sinpos").eval()
+    assert not torch.allclose(sin(feats, hop=0.01)[0], sin(feats, hop=0.02)[0], atol=1e-4)
+    nopos = _model("nopos").eval()
+    torch.testing.assert_close(nopos(feats, hop=0.01)[0], nopos(feats, hop=0.02)[0])
+    # a per-sample hop equals one call per hop
+    both, _ = sin(feats, hop=torch.tensor([0.01, 0.02]))
+    torch.testing.assert_close(both[1], sin(feats[1:], hop=0.02)[0][0], atol=1e-5, rtol=0)
+
+
+def test_position_defaults() -> None:
+    assert _model("cape1d").encoder.position.freq_scale == 30.0
+    assert _model("cape1d").encoder.position.augmentation.max_global_shift == 60.0
+    assert _model("sinpos").encoder.position.freq_scale == 30.0
+    assert _model("sinpos").encoder.position.augmentation is None
+    assert _model("rotary").encoder.layers[1].self_attn.rotary.freq_scale == 30.0
+    assert _model("abspos").encoder.position.num_positions == 1024
+    custom = _model("relpos", position_options=dict(max_distance=0.3))
+    assert custom.encoder.layers[0].self_attn.relative.num_buckets == 21
+    assert _model("nopos").encoder.position is None
+
+
+def test_module_position() -> None:
+    enc = cape.build("cape1d", 32, preset="audio")
+    model = _model(enc)
+    assert model.encoder.position is enc
+    model.eval()(torch.randn(1, 12, 16), hop=0.01)
+    with pytest.raises(TypeError, match="position"):
+        _model(cape.build("relpos", 16))
+
+
+def test_small_preset() -> None:
+    model = CTCModel.small(30, position="nopos", n_mels=8)
+    assert (model.dim, len(model.encoder.layers)) == (256, 6)
+    assert model.encoder.layers[0].self_attn.heads == 4
+    assert model.encoder.layers[0].ffn[0].out_features == 1024
+    assert model.head.out_features == 30 and model.conv.in_channels == 8
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name", "error"),
+    [
+        (dict(vocab_size=1), "vocab_size", ValueError),
+        (dict(vocab_size=2.0), "vocab_size", TypeError),
+        (dict(stride=0), "stride", ValueError),
+        (dict(kernel=0), "kernel", ValueError),
+        (dict(position="bogus"), "position", ValueError),
+        (dict(position=3), "position", TypeError),
+        (dict(position="cape1d", position_options=dict(bogus=1)), "bogus", TypeError),
+        (dict(position_options=[1]), "position_options", TypeError),
+        (dict(dim=30, heads=4), "heads", ValueError),
+        (dict(conv_dropout=1.0), "conv_dropout", ValueError),
+    ],
+)
+def test_bad_arguments(kwargs: dict, name: str, error: type) -> None:
+    args = {**TINY, "vocab_size": VOCAB, **kwargs}
+    with pytest.raises(error, match=name):
+        CTCModel(**args)
+
+
+def test_bad_forward_arguments() -> None:
+    model = _model().eval()
+    with pytest.raises(ValueError, match="features"):
+        model(torch.randn(2, 20, 15))
+    with pytest.raises(ValueError, match="lengths"):
+        model(torch.randn(2, 20, 16), torch.tensor([21, 3]))
+    with pytest.raises(ValueError, match="hop"):
+        model(torch.randn(2, 20, 16), hop=0.0)
+    with pytest.raises(ValueError, match="hop"):
+        model(torch.randn(2, 20, 16), hop=torch.tensor([0.01, 0.01, 0.01]))
+    with pytest.raises(ValueError, match="hop"):
+        model(torch.randn(2, 20, 16), hop=torch.tensor([0.01, -0.01]))
