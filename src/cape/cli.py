@@ -9,16 +9,14 @@ import sys
 __all__ = ["main"]
 
 
+_BENCHES = ("encodings", "slowdown", "throughput", "train")
+
+
 def _bench(args: argparse.Namespace, rest: list[str]) -> int:
-    if args.what == "encodings":
-        from .bench.encodings import main as bench_encodings
+    import importlib
 
-        return bench_encodings(rest)
-    if args.what == "train":
-        from .bench.train import main as bench_train
-
-        return bench_train(rest)
-    raise AssertionError(args.what)  # argparse restricts the choices
+    module = importlib.import_module(f".bench.{args.what}", __package__)  # one module per benchmark
+    return module.main(rest)
 
 
 def _data(args: argparse.Namespace, rest: list[str]) -> int:
@@ -80,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     p = sub.add_parser("bench", help="benchmarks of the cost of the encodings", add_help=False)
-    p.add_argument("what", choices=["encodings", "train"], help="which benchmark")
+    p.add_argument("what", choices=_BENCHES, help="which benchmark")
     p.set_defaults(run=_bench)
     p = sub.add_parser("data", help="make the offline data sets (cached, resumable)", add_help=False)
     p.add_argument("what", choices=["chars"], help="which data set")

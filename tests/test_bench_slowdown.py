@@ -1,0 +1,161 @@
+"""`cape bench slowdown` (CAPE Table 9) on tiny sizes: its tables, models and updates, not its speed."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+import torch
+
+from cape.bench import slowdown
+from cape.bench.slowdown import SlowdownConfig, build_model, table9_rows, update_fn
+from cape.encodings.fourier import LearnableFourierFeatures
+from cape.encodings.learned import AbsPos1d
+from cape.encodings.relative import RelPos
+from cape.encodings.rotary import Rotary
+from cape.encodings.sinusoidal import CAPE1d
+from cape.models import TransformerDecoder, TransformerEncoder
+
+TINY = SlowdownConfig(batch=2, dim=16, heads=2, ffn=32, layers=2, warmup=1, runs=2)
+TINY_ARGS = ["--batch", "2", "--dim", "16", "--heads", "2", "--ffn", "32", "--layers", "2",
+             "--runs", "2", "--warmup", "1", "--lengths", "4,12"]
+
+
+def _csv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def test_main_writes_both_tables_with_ratios_of_one_run(tmp_path: Path) -> None:
+    assert slowdown.main([*TINY_ARGS, "--dtypes", "fp32,bf16", "--out", str(tmp_path)]) == 0
+    for name in ("slowdown", "table9"):
+        assert (tmp_path / f"{name}.md").is_file() and (tmp_path / f"{name}.csv").is_file()
+    rows = _csv(tmp_path / "slowdown.csv")
+    keys = [(r["model"], r["encoding"], r["dtype"], r["length"]) for r in rows]
+    assert len(keys) == len(set(keys)) == 3 * len(slowdown.ENCODINGS) * 2 * 2
+    assert {k[1] for k in keys} >= {"relpos-100", "relpos-1000"}
+    assert rows[0]["torch"] == torch.__version__ and rows[0]["batch"] == "2"
+    base = {(r["model"], r["dtype"], r["length"]): float(r["median_ms"])
+            for r in rows if r["encoding"] == "nopos"}
+    for r in rows:
+        ratio, median = float(r["ratio"]), float(r["median_ms"])
+        assert float(r["iqr_ms"]) >= 0
+        if r["encoding"] == "nopos":
+            assert ratio == 1.0
+        else:
+            assert ratio == median / base[(r["model"], r["dtype"], r["length"])]
+        assert (r["target"] in ("ok", "MISSED")) == (r["encoding"] == "cape1d")
+    table = _csv(tmp_path / "table9.csv")
+    assert len(table) == 3 * (len(slowdown.ENCODINGS) - 1)  # nopos is the reference, left out
+    assert {"fp32 len-4", "fp32 len-12", "bf16 len-4", "bf16 len-12"} <= set(table[0])
+    md = (tmp_path / "table9.md").read_text()
+    assert "| encoder | relpos-1000 |" in md and "Table 9" in md
+
+
+def test_subset_always_times_nopos(tmp_path: Path) -> None:
+    args = [*TINY_ARGS, "--models", "layer", "--encodings", "cape1d", "--dtypes", "fp32"]
+    assert slowdown.main([*args, "--out", str(tmp_path)]) == 0
+    rows = _csv(tmp_path / "slowdown.csv")
+    assert [r["encoding"] for r in rows] == ["nopos", "cape1d"] * 2
+
+
+@pytest.mark.parametrize("kind", slowdown.MODELS)
+@pytest.mark.parametrize("context", [100, 1000])
+def test_relpos_sits_in_every_layer(kind: str, context: int) -> None:
+    model = build_model(kind, f"relpos-{context}", TINY)
+    rel = [m for m in model.modules() if isinstance(m, RelPos)]
+    assert len(rel) == (1 if kind == "layer" else TINY.layers)
+    assert all(r.max_distance == context and r.head_dim == TINY.head_dim for r in rel)
+    assert model.position is None
+
+
+@pytest.mark.parametrize("kind", slowdown.MODELS)
+def test_models_hold_their_encoding(kind: str) -> None:
+    stack = TransformerDecoder if kind == "decoder" else TransformerEncoder
+    for name, cls in (("cape1d", CAPE1d), ("sinpos", CAPE1d), ("abspos", AbsPos1d),
+                      ("lff", LearnableFourierFeatures)):
+        model = build_model(kind, name, TINY, max_length=12)
+        assert isinstance(model, stack) and isinstance(model.position, cls) and model.training
+        assert model.position.training
+    cape = build_model(kind, "cape1d", TINY).position
+    assert cape.augmentation is not None and cape.augmentation.random
+    assert cape.augmentation.normalize == (kind != "decoder")  # the decoder stays causal
+    assert build_model(kind, "sinpos", TINY).position.augmentation is None
+    assert build_model(kind, "abspos", TINY, max_length=12).position.num_positions == 12
+    rot = [m for m in build_model(kind, "rotary", TINY).modules() if isinstance(m, Rotary)]
+    assert len(rot) == (1 if kind == "layer" else TINY.layers)
+    assert build_model(kind, "nopos", TINY).position is None
+    layers = build_model(kind, "nopos", TINY).layers
+    assert len(layers) == (1 if kind == "layer" else TINY.layers)
+    assert all(m.p == 0.0 for m in build_model(kind, "nopos", TINY).modules()
+               if isinstance(m, torch.nn.Dropout))
+
+
+@pytest.mark.parametrize("kind", ["layer", "decoder"])
+@pytest.mark.parametrize("encoding", ["abspos", "lff", "relpos-100", "relpos-1000"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_update_trains_the_learned_encoding(kind: str, encoding: str, dtype: torch.dtype) -> None:
+    model = build_model(kind, encoding, TINY, max_length=12)
+    x = torch.randn(2, 12, TINY.dim)
+    memory = torch.randn(2, 12, TINY.dim) if kind == "decoder" else None
+    update = update_fn(model, x, memory, dtype, "cpu")
+    update()
+    learned = [p for m in model.modules()
+               if isinstance(m, (AbsPos1d, LearnableFourierFeatures, RelPos)) for p in m.parameters()]
+    assert learned and all(p.grad is not None and p.grad.abs().sum() > 0 for p in learned)
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    first = [p.grad.clone() for p in learned]
+    update()  # grads are reset, not accumulated
+    assert all(torch.allclose(a, p.grad) for a, p in zip(first, learned, strict=True))
+
+
+def test_update_fn_checks_memory() -> None:
+    x = torch.randn(2, 4, TINY.dim)
+    with pytest.raises(ValueError, match="memory"):
+        update_fn(build_model("decoder", "nopos", TINY), x, None, torch.float32, "cpu")
+    with pytest.raises(ValueError, match="memory"):
+        update_fn(build_model("encoder", "nopos", TINY), x, x, torch.float32, "cpu")
+
+
+def test_table9_rows_shape_and_target() -> None:
+    def row(enc: str, dtype: str, length: int, ratio: float) -> dict[str, object]:
+        return dict(model="encoder", encoding=enc, dtype=dtype, length=length, ratio=ratio)
+
+    rows = [row("nopos", "fp32", 10, 1.0), row("cape1d", "fp32", 10, 1.01),
+            row("relpos-100", "fp32", 10, 2.0), row("nopos", "fp32", 100, 1.0),
+            row("cape1d", "fp32", 100, 1.05)]
+    table = table9_rows(rows)
+    assert [(t["encoding"], t["fp32 len-10"], t["fp32 len-100"], t["target"]) for t in table] == [
+        ("cape1d", 1.01, 1.05, "MISSED 1/2"), ("relpos-100", 2.0, "", "")]
+    assert table9_rows([row("nopos", "fp32", 10, 1.0)])[0]["encoding"] == "nopos"
+
+
+def test_config_and_builders_reject_bad_values() -> None:
+    with pytest.raises(ValueError, match="batch"):
+        SlowdownConfig(batch=0)
+    with pytest.raises(ValueError, match="heads"):
+        SlowdownConfig(dim=16, heads=3)
+    with pytest.raises(ValueError, match="kind"):
+        build_model("vit", "nopos", TINY)
+    with pytest.raises(ValueError, match="encoding"):
+        build_model("layer", "foo", TINY)
+    with pytest.raises(ValueError, match="nopos"):
+        slowdown.run_cell("layer", 4, "fp32", ["cape1d"], TINY)
+
+
+@pytest.mark.parametrize(("args", "flag"), [
+    (["--encodings", "foo"], "--encodings"),
+    (["--dtypes", "fp16"], "--dtypes"),
+    (["--lengths", "0"], "--lengths"),
+    (["--lengths", "ten"], "--lengths"),
+    (["--models", "vit"], "--models"),
+    (["--heads", "3"], "--heads"),
+    (["--device", "tpu"], "--device"),
+])
+def test_bad_arguments_exit_naming_the_flag(args: list[str], flag: str,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        slowdown.main(args)
+    assert exc.value.code == 2
+    assert flag in capsys.readouterr().err
