@@ -255,6 +255,44 @@ def test_module_default_positions_match_naive(values):
     assert f"values={values}" in repr(mod) and "num_buckets=7" in repr(mod)
 
 
+@pytest.mark.parametrize("values", [False, True])
+@pytest.mark.parametrize("step", [1.0, 0.5, 3.0])
+def test_module_short_inputs_use_only_reachable_buckets(values, step):
+    """T - 1 < K: the sliced tables give the naive output and the naive gradients, and the
+    buckets no pair can reach get no gradient at all."""
+    mod = RelPos(8, max_distance=40, step=step, values=values)
+    q, k, v = (t.requires_grad_() for t in rand_qkv(tq=6, tk=6))
+    out = mod(q, k, v, is_causal=True)
+    k_max = num_buckets(40, step)
+    idx = loop_index(range(6), range(6), k_max, step)[None]
+    tables = [mod.rel_key] + ([mod.rel_value] if values else [])
+    ref_tables = [t.detach().double().requires_grad_() for t in tables]
+    ref = naive_relpos(q.detach(), k.detach(), v.detach(), ref_tables[0], idx,
+                       ref_tables[1] if values else None, causal=True)
+    torch.testing.assert_close(out.double(), ref, atol=1e-5, rtol=1e-5)
+    g = torch.randn(out.shape, dtype=torch.float64)
+    out.backward(g.float())
+    ref.backward(g)
+    for t, r in zip(tables, ref_tables, strict=True):
+        torch.testing.assert_close(t.grad.double(), r.grad, atol=1e-5, rtol=1e-5)
+        reach = round(5 / step)
+        assert t.grad[: k_max - reach].abs().sum() == 0 and t.grad[k_max + reach + 1:].abs().sum() == 0
+
+
+def test_module_short_inputs_project_on_reachable_buckets_only():
+    """The q @ rel_key.T product has 2 (T-1) + 1 columns at T = 6, not 2K + 1 = 201."""
+    mod = RelPos(8, max_distance=100)
+    q, k, v = rand_qkv(tq=6, tk=6)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        mod(q, k, v)
+    widths = {s[-1] for e in prof.events() if e.name == "aten::gather" for s in e.input_shapes if s}
+    assert widths and max(widths) == 11, widths
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        mod(q, k, v, q_positions=torch.arange(6.0)[None].expand(2, 6))   # given: no slicing
+    widths = {s[-1] for e in prof.events() if e.name == "aten::gather" for s in e.input_shapes if s}
+    assert max(widths) == 201, widths
+
+
 def test_module_positions_in_seconds():
     hop = 0.04
     mod = RelPos(8, max_distance=0.2, step=hop, values=True)

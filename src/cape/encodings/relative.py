@@ -122,13 +122,22 @@ class RelPos(nn.Module):
             )
         qp = self._positions("q_positions", q_positions, tq, q.device, key_padding_mask)
         kp = self._positions("k_positions", k_positions, tk, k.device, key_padding_mask)
+        index, rel_key, rel_value = self.index(qp, kp), self.rel_key, self.rel_value
+        if q_positions is None:
+            # token indices 0..T-1: |bucket| <= round((T-1)/step), known from the shape alone
+            # (no host sync), so the q @ rel_key.T projection skips buckets no pair can use
+            used = min(self.k_max, round((tq - 1) / self.step))
+            if used < self.k_max:
+                lo, hi = self.k_max - used, self.k_max + used + 1
+                index, rel_key = index - lo, rel_key[lo:hi]
+                rel_value = None if rel_value is None else rel_value[lo:hi]
         return relpos_attention(
             q,
             k,
             v,
-            self.rel_key,
-            self.index(qp, kp),
-            rel_value=self.rel_value,
+            rel_key,
+            index,
+            rel_value=rel_value,
             key_padding_mask=key_padding_mask,
             attn_mask=attn_mask,
             is_causal=is_causal,
