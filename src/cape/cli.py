@@ -9,7 +9,7 @@ import sys
 __all__ = ["main"]
 
 
-_BENCHES = ("encodings", "slowdown", "throughput", "train")
+_BENCHES = ("encodings", "slowdown", "throughput", "train", "gpu")
 
 
 def _bench(args: argparse.Namespace, rest: list[str]) -> int:
