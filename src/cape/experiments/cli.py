@@ -73,10 +73,10 @@ def train_main(argv: list[str]) -> int:
     cfg, _, out = _resolve(args)
     mod = _module(args)
     row, seed = _row(cfg, args)
-    data = mod.VisionData(cfg.data)
+    data = mod.make_data(cfg)
     _, summary = mod.train_run(cfg, row, seed, out, data)
-    for key in ("step", "loss", "acc", "eval_acc", "engine_overhead"):
-        if key in summary:
+    for key in sorted(summary):
+        if isinstance(summary[key], (int, float)):
             print(f"{key:16s} {summary[key]:.4g}")
     print(f"run: {mod.run_dir(out, row, seed)}")
     return 0
@@ -88,13 +88,10 @@ def eval_main(argv: list[str]) -> int:
     cfg, _, out = _resolve(args)
     mod = _module(args)
     row, seed = _row(cfg, args)
-    data = mod.VisionData(cfg.data)
-    model = mod.load_run(cfg, row, seed, out, data.num_classes)
-    records = mod.eval_records(cfg, row, seed, model, data, model.cls_token.device)
-    print("| set | size | method | acc % | images/s |\n|---|---|---|---|---|")
-    for r in records:
-        ips = "" if r["images_per_s"] is None else f"{r['images_per_s']:.0f}"
-        print(f"| {r['set']} | {r['size'] or r['bin']} | {r['method']} | {r['acc']:.2f} | {ips} |")
+    data = mod.make_data(cfg)
+    model = mod.load_run(cfg, row, seed, out, data)
+    records = mod.eval_records(cfg, row, seed, model, data, next(model.parameters()).device)
+    print(mod.format_records(records))
     from ..report import write_json
 
     write_json(mod.run_dir(out, row, seed) / "eval_only.json", {"records": records})

@@ -28,8 +28,23 @@ from .vision_eval import accuracy, eval_records, predict
 from .vision_report import position_maps, redraw, write_report
 
 __all__ = [
-    "make_model", "classify_loss", "train_run", "load_run", "run_experiment", "run_dir", "redraw",
+    "make_model", "make_data", "classify_loss", "train_run", "load_run", "run_experiment", "run_dir",
+    "redraw", "format_records",
 ]
+
+
+def make_data(cfg: VisionConfig) -> VisionData:
+    """The images the config names (rendered and cached on first use)."""
+    return VisionData(cfg.data)
+
+
+def format_records(records: list[dict[str, Any]]) -> str:
+    """The evaluation records as a markdown table (what `cape eval vision` prints)."""
+    lines = ["| set | size | method | acc % | images/s |", "|---|---|---|---|---|"]
+    for r in records:
+        ips = "" if r["images_per_s"] is None else f"{r['images_per_s']:.0f}"
+        lines.append(f"| {r['set']} | {r['size'] or r['bin']} | {r['method']} | {r['acc']:.2f} | {ips} |")
+    return "\n".join(lines)
 
 
 def make_model(cfg: VisionConfig, row: RowConfig, num_classes: int) -> ViT:
@@ -120,12 +135,14 @@ def train_run(cfg: VisionConfig, row: RowConfig, seed: int, out: str | Path,
 
 
 def load_run(cfg: VisionConfig, row: RowConfig, seed: int, out: str | Path,
-             num_classes: int) -> ViT:
-    """The final weights of a trained run (fine-tuned when the row fine-tunes)."""
+             data: VisionData | int) -> ViT:
+    """The final weights of a trained run (fine-tuned when the row fine-tunes); data: the
+    `VisionData` or its number of classes."""
     folder = run_dir(out, row, seed) / ("ft" if row.finetune_size else "")
     path = latest_checkpoint(folder / "checkpoints")
     if path is None:
         raise FileNotFoundError(f"no checkpoint in {folder}; train it first (cape train vision)")
+    num_classes = data if isinstance(data, int) else data.num_classes
     model = make_model(cfg, row, num_classes)
     load_checkpoint(path, model)
     return model
