@@ -79,6 +79,11 @@ def _mean_std(cell: Cell) -> tuple[float, float]:
     return mean, 0.0
 
 
+def _nan_float(v: Any) -> float:
+    """A cell value as a float; None (NaN after a JSON round trip) reads as NaN."""
+    return float("nan") if v is None else float(v)
+
+
 def _order(seen: list[Any], order: Sequence[Any] | None) -> list[Any]:
     """`order`'s values that occur, then the others in first-appearance order."""
     if order is None:
@@ -142,9 +147,14 @@ def _curves_figure(
     summary: Sequence[Cell], *, x: str, series: str, y_label: str, x_label: str, title: str = "",
     series_order: Sequence[Any] | None = None, vline: float | None = None,
     vline_label: str = "train size", logx: bool = False, percent: bool = False,
+    band: tuple[str, str] | None = None,
 ) -> Figure:
-    """The `plot_curves` figure (one axes; a Line2D labelled str(series value) per series)."""
-    _check_cells(summary, "summary", [x, series, "mean"])
+    """The `plot_curves` figure (one axes; a Line2D labelled str(series value) per series; with
+    `band`, one filled PolyCollection per series)."""
+    if band is not None and not (isinstance(band, (tuple, list)) and len(band) == 2
+                                 and all(isinstance(k, str) for k in band)):
+        raise ValueError(f"band must be None or a pair of cell keys (low, high), got {band!r}")
+    _check_cells(summary, "summary", [x, series, "mean", *(band or ())])
     for i, cell in enumerate(summary):
         if not _is_real(cell[x]):
             raise ValueError(f"summary[{i}][{x!r}] must be a number (the x axis), got {cell[x]!r}")
@@ -159,7 +169,10 @@ def _curves_figure(
         ys, err = zip(*(_mean_std(c) for _, c in points), strict=True)
         color, marker = f"C{i % 10}", MARKERS[i % len(MARKERS)]
         ax.plot(xs, ys, marker=marker, color=color, label=str(s), markersize=5)
-        if any(e > 0 for e in err):
+        if band is not None:
+            lo, hi = ([_nan_float(c[k]) for _, c in points] for k in band)
+            ax.fill_between(xs, lo, hi, color=color, alpha=0.2, linewidth=0)
+        elif any(e > 0 for e in err):
             ax.errorbar(xs, ys, yerr=err, fmt="none", ecolor=color, capsize=3, elinewidth=1)
         xs_all.update(xs)
     if vline is not None:
@@ -183,15 +196,17 @@ def plot_curves(
     summary: Sequence[Cell], path: str | Path, *, x: str, series: str, y_label: str,
     x_label: str, title: str = "", series_order: Sequence[Any] | None = None,
     vline: float | None = None, vline_label: str = "train size", logx: bool = False,
-    percent: bool = False,
+    percent: bool = False, band: tuple[str, str] | None = None,
 ) -> Path:
     """One line (with markers) per `series` value of the cells' mean over `x` (numbers, sorted);
     error bars of one std where n > 1; a dashed vertical line at `vline` (e.g. the training
     resolution). `series_order` puts those series first (and in that order). With `percent` the
-    means are fractions shown as percentages. Returns `path`."""
+    means are fractions shown as percentages. `band=(low, high)` names two keys of every cell
+    (e.g. a confidence interval's ends): a shaded band between them replaces the error bars.
+    Returns `path`."""
     fig = _curves_figure(summary, x=x, series=series, y_label=y_label, x_label=x_label,
                          title=title, series_order=series_order, vline=vline,
-                         vline_label=vline_label, logx=logx, percent=percent)
+                         vline_label=vline_label, logx=logx, percent=percent, band=band)
     return _save(fig, path)
 
 
