@@ -10,6 +10,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from .common import merge, resolve_config, slug
+from .lff_boxes_config import PRESETS as LFF_BOXES_PRESETS
+from .lff_boxes_config import LffBoxesConfig
+from .lff_generation_config import PRESETS as LFF_GENERATION_PRESETS
+from .lff_generation_config import GenerationConfig
 from .vision_config import PRESETS as VISION_PRESETS
 from .vision_config import VisionConfig
 
@@ -18,8 +22,12 @@ __all__ = ["Experiment", "EXPERIMENTS", "merge", "resolve_config", "slug"]
 
 @dataclass(frozen=True)
 class Experiment:
-    """name, its config dataclass, presets (name -> mapping), the module with `run_experiment`,
-    `train_run`, `load_run`, `eval_records` and the report's `redraw`."""
+    """name, its config dataclass, presets (name -> mapping), and the module that implements it.
+
+    The module provides: `run_experiment(cfg, mapping, out)`, `make_data(cfg)`,
+    `train_run(cfg, row, seed, out, data) -> (model, summary)`, `load_run(cfg, row, seed, out,
+    data)`, `eval_records(cfg, row, seed, model, data, device)`, `format_records(records) -> str`,
+    `run_dir(out, row, seed)` and `redraw(folder)` (report and plots from results.json)."""
 
     name: str
     config_cls: type
@@ -30,4 +38,8 @@ class Experiment:
 
 EXPERIMENTS: dict[str, Experiment] = {
     "vision": Experiment("vision", VisionConfig, VISION_PRESETS, "quick", "cape.experiments.vision"),
+    "lff-generation": Experiment("lff-generation", GenerationConfig, LFF_GENERATION_PRESETS, "quick",
+                                 "cape.experiments.lff_generation"),
+    "lff-boxes": Experiment("lff-boxes", LffBoxesConfig, LFF_BOXES_PRESETS, "quick",
+                            "cape.experiments.lff_boxes"),
 }
