@@ -9,7 +9,7 @@ from cape.bench.train import main
 
 def test_bench_train_reports_engine_overhead(capsys: pytest.CaptureFixture[str]) -> None:
     args = ["--layers", "1", "--dim", "32", "--heads", "2", "--length", "16", "--batch", "2",
-            "--runs", "1", "--engine-steps", "3", "--engine-batch", "4"]
+            "--runs", "1", "--peak-size", "128", "--engine-steps", "3", "--engine-batch", "4"]
     assert main(args) == 0
     lines = capsys.readouterr().out.splitlines()
     rows = {r.split("|")[1].strip(): r.split("|")[2:-1] for r in lines if r.startswith("| ")}
@@ -26,7 +26,7 @@ def test_bench_train_reports_engine_overhead(capsys: pytest.CaptureFixture[str])
 
 def test_bench_train_engine_steps_zero_skips_the_section(capsys: pytest.CaptureFixture[str]) -> None:
     args = ["--layers", "1", "--dim", "32", "--heads", "2", "--length", "16", "--batch", "2",
-            "--runs", "1", "--engine-steps", "0"]
+            "--runs", "1", "--peak-size", "128", "--engine-steps", "0"]
     assert main(args) == 0
     assert "engine overhead" not in capsys.readouterr().out
     with pytest.raises(SystemExit):

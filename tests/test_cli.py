@@ -59,7 +59,7 @@ def test_console_script_bench_runs() -> None:
 
 def test_bench_train_reports_fraction_of_peak(capsys: pytest.CaptureFixture[str]) -> None:
     args = ["bench", "train", "--layers", "1", "--dim", "32", "--heads", "2", "--length", "16",
-            "--batch", "2", "--runs", "1", "--engine-steps", "0"]
+            "--batch", "2", "--runs", "1", "--peak-size", "128", "--engine-steps", "0"]
     assert main(args) == 0
     rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith(("| fp32", "| bf16"))]
     assert len(rows) == 2 and all(r.rstrip().endswith("% |") for r in rows)

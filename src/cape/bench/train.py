@@ -125,12 +125,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--position", default="cape1d", help="an encoding name of cape.build")
     p.add_argument("--runs", type=int, default=10)
+    p.add_argument("--peak-size", type=int, default=2048,
+                   help="n of the n x n x n matmul that measures the peak (bf16 without CPU "
+                        "support for it is slow: use a small n there)")
     p.add_argument("--engine-steps", type=int, default=30,
                    help="Trainer steps of the engine-overhead section (0 skips it)")
     p.add_argument("--engine-batch", type=int, default=128, help="its batch size (images)")
     args = p.parse_args(argv)
     if args.engine_steps < 0 or args.engine_batch < 1:
         p.error("--engine-steps must be >= 0 and --engine-batch >= 1")
+    if args.peak_size < 1:
+        p.error(f"--peak-size must be >= 1, got {args.peak_size}")
     ffn = 4 * args.dim
     flops = step_flops(args.layers, args.dim, ffn, args.batch, args.length)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; encoder {args.layers} x "
@@ -139,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|")
     for name, dtype in (("fp32", torch.float32), ("bf16 autocast", torch.bfloat16)):
         timing = _time_step(args, ffn, dtype)
-        peak = matmul_peak(dtype)
+        peak = matmul_peak(dtype, n=args.peak_size)
         achieved = flops / (timing.median_ms / 1e3)
         tokens = args.batch * args.length / (timing.median_ms / 1e3)
         print(f"| {name} | {timing.median_ms:.1f} ({timing.iqr_ms:.1f}) | {tokens:,.0f} | "
