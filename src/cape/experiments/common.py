@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..config import apply_overrides, from_mapping, load_file, to_mapping
 from ..io import atomic_write
 
-__all__ = ["merge", "resolve_config", "slug", "save_config"]
+__all__ = ["merge", "resolve_config", "slug", "save_config", "check_runs", "check_best_metric",
+           "run_dir", "cached_runs"]
 
 
 def merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
@@ -61,3 +62,52 @@ def save_config(path: str | Path, mapping: Mapping[str, Any]) -> Path:
 
     text = yaml.safe_dump(dict(mapping), sort_keys=False, allow_unicode=True)
     return atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+
+
+def check_runs(rows: Sequence[Any], seeds: Sequence[int]) -> None:
+    """What every experiment config needs: >= 1 row, >= 1 seed, unique `rows[].name`."""
+    if not rows:
+        raise ValueError("rows must list at least one model (name, position)")
+    if not seeds:
+        raise ValueError("seeds must list at least one seed")
+    names = [r.name for r in rows]
+    if len(set(names)) != len(names):
+        raise ValueError(f"rows[].name must be unique, got {names}")
+
+
+def check_best_metric(train: Any, metric: str, mode: str, what: str) -> None:
+    """The checkpoint is chosen on `metric` (`mode`), the only eval metric; `what` says why."""
+    if (train.best_metric, train.best_mode) != (metric, mode):
+        raise ValueError(f"train.best_metric must be {metric!r} with train.best_mode {mode!r} "
+                         f"({what}), got {train.best_metric!r}, {train.best_mode!r}")
+
+
+def run_dir(out: str | Path, row: Any, seed: int) -> Path:
+    """The engine run folder of one (row, seed): `<out>/<slug(row.name)>/seed<seed>`."""
+    return Path(out) / slug(row.name) / f"seed{seed}"
+
+
+def cached_runs(
+    rows: Sequence[Any], seeds: Sequence[int], out: str | Path,
+    compute: Callable[[Any, int, Path], dict[str, Any]],
+) -> Iterator[tuple[Any, int, dict[str, Any]]]:
+    """Every (row, seed) in order, with what it left in `<run_dir>/eval.json`: read when it is
+    there, else `compute(row, seed, folder)` (train, resumable, then evaluate), which rank 0
+    writes atomically. A rerun after an interruption thus redoes only unfinished runs."""
+    import json
+
+    from ..report import write_json
+    from ..train import distributed as D
+
+    jobs = [(row, seed) for row in rows for seed in seeds]
+    for i, (row, seed) in enumerate(jobs):
+        print(f"[{i + 1}/{len(jobs)}] {row.name} seed {seed}", flush=True)
+        folder = run_dir(out, row, seed)
+        path = folder / "eval.json"
+        if path.is_file():
+            done = json.loads(path.read_text(encoding="utf-8"))
+        else:
+            done = compute(row, seed, folder)
+            if D.get_rank() == 0:
+                write_json(path, done)
+        yield row, seed, done

@@ -17,7 +17,6 @@ evaluate (`eval_records`, cached in the run folder's `eval.json`), then write `r
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +37,10 @@ from ..data.boxes import (
     make_splits,
 )
 from ..models.transformer import TransformerEncoder
-from ..report import write_json
 from ..train import Trainer, seed_everything
 from ..train import distributed as D
 from ..train.checkpoint import latest_checkpoint, load_checkpoint
-from .common import save_config, slug
+from .common import cached_runs, run_dir, save_config
 from .lff_boxes_config import LffBoxesConfig, RowConfig, position_options
 from .lff_boxes_report import redraw, write_report
 from .vision_eval import summed_accuracy
@@ -145,10 +143,6 @@ def _shard(n: int) -> range:
     return range(D.get_rank(), n, D.get_world_size())
 
 
-def run_dir(out: str | Path, row: RowConfig, seed: int) -> Path:
-    return Path(out) / slug(row.name) / f"seed{seed}"
-
-
 def train_run(cfg: LffBoxesConfig, row: RowConfig, seed: int, out: str | Path,
               data: dict[str, Screens]) -> tuple[BoxQA, dict[str, float]]:
     """Train one (row, seed), resuming from its checkpoints; returns (final model, summary)."""
@@ -234,18 +228,14 @@ def run_experiment(cfg: LffBoxesConfig, mapping: dict[str, Any], out: str | Path
     records: list[dict[str, Any]] = []
     summaries: dict[str, dict[str, float]] = {}
     params: dict[str, dict[str, int]] = {}
-    jobs = [(row, seed) for row in cfg.rows for seed in cfg.seeds]
-    for i, (row, seed) in enumerate(jobs):
-        print(f"[{i + 1}/{len(jobs)}] {row.name} seed {seed}", flush=True)
-        path = run_dir(out, row, seed) / "eval.json"
-        done = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
-        if done is None:
-            model, summary = train_run(cfg, row, seed, out, data)
-            model.to(dist.device).eval()
-            done = {"records": eval_records(cfg, row, seed, model, data, dist.device),
-                    "summary": summary, "params": _parameters(model)}
-            if dist.rank == 0:
-                write_json(path, done)
+
+    def compute(row: RowConfig, seed: int, folder: Path) -> dict[str, Any]:
+        model, summary = train_run(cfg, row, seed, out, data)
+        model.to(dist.device).eval()
+        return {"records": eval_records(cfg, row, seed, model, data, dist.device),
+                "summary": summary, "params": _parameters(model)}
+
+    for row, seed, done in cached_runs(cfg.rows, cfg.seeds, out, compute):
         records += done["records"]
         summaries[f"{row.name}/seed{seed}"] = done["summary"]
         params[row.name] = done["params"]

@@ -16,6 +16,7 @@ from typing import Any
 from .._checks import check_choice, check_float, check_int
 from ..augment import Augmentation
 from ..train.config import TrainConfig
+from .common import check_best_metric, check_runs
 
 __all__ = [
     "DataConfig", "ModelConfig", "RowConfig", "EvalConfig", "LffBoxesConfig", "PRESETS",
@@ -178,17 +179,8 @@ class LffBoxesConfig:
     def __post_init__(self) -> None:
         from ..build import build
 
-        if not self.rows:
-            raise ValueError("rows must list at least one encoding (name, position)")
-        if not self.seeds:
-            raise ValueError("seeds must list at least one seed")
-        names = [r.name for r in self.rows]
-        if len(set(names)) != len(names):
-            raise ValueError(f"rows[].name must be unique, got {names}")
-        if self.train.best_metric != "acc" or self.train.best_mode != "max":
-            raise ValueError("train.best_metric must be 'acc' with train.best_mode 'max' "
-                             f"(the validation accuracy), got {self.train.best_metric!r}, "
-                             f"{self.train.best_mode!r}")
+        check_runs(self.rows, self.seeds)
+        check_best_metric(self.train, "acc", "max", "the validation accuracy")
         for row in self.rows:  # build every encoding once: bad options fail here, named
             if row.position == "nopos":
                 continue

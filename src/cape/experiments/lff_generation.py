@@ -21,11 +21,10 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from ..report import write_json
 from ..train import Trainer, seed_everything
 from ..train import distributed as D
 from ..train.checkpoint import latest_checkpoint, load_checkpoint
-from .common import save_config, slug
+from .common import cached_runs, run_dir, save_config
 from .lff_generation_config import DataConfig, GenerationConfig, RowConfig
 from .lff_generation_model import PixelTransformer, bits_per_dim, flatten_images
 from .lff_generation_report import redraw, write_report
@@ -113,10 +112,6 @@ def evaluate_bpd(model: torch.nn.Module, seqs: torch.Tensor, batch_size: int,
     return total / count if count else math.nan
 
 
-def run_dir(out: str | Path, row: RowConfig, seed: int) -> Path:
-    return Path(out) / slug(row.name) / f"seed{seed}"
-
-
 def _trainer(cfg: GenerationConfig, row: RowConfig, seed: int, folder: Path,
              data: GenerationData, model: PixelTransformer) -> Trainer:
     val = data.sequences("val")
@@ -189,10 +184,6 @@ def read_curve(folder: str | Path) -> list[dict[str, Any]]:
     return [{"step": s, "bpd": points[s]} for s in sorted(points)]
 
 
-def _load_json(path: Path) -> Any:
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
-
-
 def run_experiment(cfg: GenerationConfig, mapping: dict[str, Any], out: str | Path) -> dict[str, Any]:
     """Train and evaluate every (row, seed), then write the report; returns the results."""
     out = Path(out)
@@ -203,17 +194,13 @@ def run_experiment(cfg: GenerationConfig, mapping: dict[str, Any], out: str | Pa
     records: list[dict[str, Any]] = []
     curves: list[dict[str, Any]] = []
     summaries: dict[str, dict[str, float]] = {}
-    jobs = [(row, seed) for row in cfg.rows for seed in cfg.seeds]
-    for i, (row, seed) in enumerate(jobs):
-        print(f"[{i + 1}/{len(jobs)}] {row.name} seed {seed}", flush=True)
-        folder = run_dir(out, row, seed)
-        done = _load_json(folder / "eval.json")
-        if done is None:
-            model, summary = train_run(cfg, row, seed, out, data)
-            done = {"records": eval_records(cfg, row, seed, model, data, dist.device),
-                    "curve": read_curve(folder), "summary": summary}
-            if dist.rank == 0:
-                write_json(folder / "eval.json", done)
+
+    def compute(row: RowConfig, seed: int, folder: Path) -> dict[str, Any]:
+        model, summary = train_run(cfg, row, seed, out, data)
+        return {"records": eval_records(cfg, row, seed, model, data, dist.device),
+                "curve": read_curve(folder), "summary": summary}
+
+    for row, seed, done in cached_runs(cfg.rows, cfg.seeds, out, compute):
         records += done["records"]
         curves += [{"row": row.name, "seed": seed, **p} for p in done["curve"]]
         summaries[f"{row.name}/seed{seed}"] = done["summary"]

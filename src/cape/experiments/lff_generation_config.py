@@ -16,6 +16,7 @@ from typing import Any
 from .._checks import check_choice, check_float, check_int
 from ..data.images import CANVAS
 from ..train.config import TrainConfig
+from .common import check_best_metric, check_runs
 from .lff_generation_model import POSITIONS, PixelPositions
 
 __all__ = ["DataConfig", "ModelConfig", "RowConfig", "EvalConfig", "GenerationConfig", "PRESETS",
@@ -112,22 +113,13 @@ class GenerationConfig:
     rows: list[RowConfig] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        if not self.rows:
-            raise ValueError("rows must list at least one model (name, position)")
-        if not self.seeds:
-            raise ValueError("seeds must list at least one seed")
+        check_runs(self.rows, self.seeds)
         for s in self.seeds:
             check_int("seeds[]", s, minimum=0)
-        names = [r.name for r in self.rows]
-        if len(set(names)) != len(names):
-            raise ValueError(f"rows[].name must be unique, got {names}")
         if self.train.eval_every < 1:
             raise ValueError("train.eval_every must be >= 1: the bits-per-dim curve is measured "
                              f"every eval_every steps, got {self.train.eval_every}")
-        if (self.train.best_metric, self.train.best_mode) != ("bpd", "min"):
-            raise ValueError("train.best_metric must be 'bpd' with train.best_mode 'min' (the "
-                             f"only eval metric), got {self.train.best_metric!r}, "
-                             f"{self.train.best_mode!r}")
+        check_best_metric(self.train, "bpd", "min", "the only eval metric")
         m, s = self.model, self.data.size
         for row in self.rows:  # build each pixel encoding once: bad options fail here
             try:

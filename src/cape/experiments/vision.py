@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ from ..models.vit import ViT
 from ..train import Trainer, seed_everything
 from ..train import distributed as D
 from ..train.checkpoint import latest_checkpoint, load_checkpoint
-from .common import save_config, slug
+from .common import cached_runs, run_dir, save_config
 from .vision_config import RowConfig, VisionConfig
 from .vision_data import VisionData
 from .vision_eval import accuracy, eval_records, predict
@@ -84,10 +83,6 @@ def classify_loss(sizes: list[int], packed: bool = False):
     return loss_fn
 
 
-def run_dir(out: str | Path, row: RowConfig, seed: int) -> Path:
-    return Path(out) / slug(row.name) / f"seed{seed}"
-
-
 def _trainer(
     cfg: VisionConfig, row: RowConfig, seed: int, folder: Path, data: VisionData, model: ViT,
     *, finetune: bool = False,
@@ -148,10 +143,6 @@ def load_run(cfg: VisionConfig, row: RowConfig, seed: int, out: str | Path,
     return model
 
 
-def _load_json(path: Path) -> Any:
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
-
-
 def run_experiment(cfg: VisionConfig, mapping: dict[str, Any], out: str | Path) -> dict[str, Any]:
     """Train and evaluate every (row, seed), then write the report; returns the results."""
     out = Path(out)
@@ -162,20 +153,14 @@ def run_experiment(cfg: VisionConfig, mapping: dict[str, Any], out: str | Path) 
     records: list[dict[str, Any]] = []
     summaries: dict[str, dict[str, float]] = {}
     maps: dict[str, Any] = {}
-    jobs = [(row, seed) for row in cfg.rows for seed in cfg.seeds]
-    for i, (row, seed) in enumerate(jobs):
-        print(f"[{i + 1}/{len(jobs)}] {row.name} seed {seed}", flush=True)
-        folder = run_dir(out, row, seed)
-        done = _load_json(folder / "eval.json")
-        if done is None:
-            model, summary = train_run(cfg, row, seed, out, data)
-            model.to(dist.device).eval()
-            done = {"records": eval_records(cfg, row, seed, model, data, dist.device),
-                    "summary": summary}
-            if dist.rank == 0:
-                from ..report import write_json
 
-                write_json(folder / "eval.json", done)
+    def compute(row: RowConfig, seed: int, folder: Path) -> dict[str, Any]:
+        model, summary = train_run(cfg, row, seed, out, data)
+        model.to(dist.device).eval()
+        return {"records": eval_records(cfg, row, seed, model, data, dist.device),
+                "summary": summary}
+
+    for row, seed, done in cached_runs(cfg.rows, cfg.seeds, out, compute):
         records += done["records"]
         summaries[f"{row.name}/seed{seed}"] = done["summary"]
         if cfg.eval.figures and seed == cfg.seeds[0] and dist.rank == 0:

@@ -14,6 +14,7 @@ from typing import Any
 from .._checks import check_choice, check_int
 from ..models.vit import VIT_POSITIONS
 from ..train.config import TrainConfig
+from .common import check_runs
 
 __all__ = ["DataConfig", "ModelConfig", "RowConfig", "EvalConfig", "VisionConfig", "PRESETS"]
 
@@ -139,13 +140,7 @@ class VisionConfig:
     rows: list[RowConfig] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        if not self.rows:
-            raise ValueError("rows must list at least one model (name, position)")
-        if not self.seeds:
-            raise ValueError("seeds must list at least one seed")
-        names = [r.name for r in self.rows]
-        if len(set(names)) != len(names):
-            raise ValueError(f"rows[].name must be unique, got {names}")
+        check_runs(self.rows, self.seeds)
         p = self.model.patch
         sizes = list(self.eval.sizes) + [s for r in self.rows for s in (r.train_size, *r.univit_sizes)]
         sizes += [r.finetune_size for r in self.rows if r.finetune_size]
