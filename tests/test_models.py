@@ -168,6 +168,24 @@ def test_decoder_is_causal(kind):
         assert not torch.allclose(out[:, t + 1 :], out2[:, t + 1 :])
 
 
+@pytest.mark.parametrize("causal", [True, False])
+def test_encoder_causal_flag_hides_the_future_only_when_set(causal):
+    torch.manual_seed(0)
+    enc = TransformerEncoder(2, D, H, 2 * D, position=cape.build("sinpos", D), dropout=0.0,
+                             causal=causal).eval()
+    mask = _mask([8, 5, 3])
+    x = torch.randn(B, T, D)
+    out = enc(x, mask=mask)
+    t = 2
+    changed = x.clone()
+    changed[:, t + 1 :] = torch.randn(B, T - t - 1, D)
+    out2 = enc(changed, mask=mask)
+    # causal: outputs up to t see only inputs up to t; otherwise every output sees the change
+    assert torch.allclose(out[:, : t + 1], out2[:, : t + 1], atol=1e-5) == causal
+    with pytest.raises(TypeError, match="causal must be a bool"):
+        TransformerEncoder(1, D, H, 2 * D, causal=1)
+
+
 @pytest.mark.parametrize("norm_first", [True, False])
 def test_layer_drop_skips_ffn_in_training_only(norm_first):
     torch.manual_seed(0)

@@ -12,7 +12,7 @@ from ..config import apply_overrides, from_mapping, load_file, to_mapping
 from ..io import atomic_write
 
 __all__ = ["merge", "resolve_config", "slug", "save_config", "check_runs", "check_best_metric",
-           "run_dir", "cached_runs"]
+           "run_dir", "cached_runs", "summed_accuracy", "plot_ok", "train_cost_table"]
 
 
 def merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
@@ -111,3 +111,38 @@ def cached_runs(
             if D.get_rank() == 0:
                 write_json(path, done)
         yield row, seed, done
+
+
+def summed_accuracy(correct: float, count: int) -> float:
+    """Accuracy in % from this rank's `correct` of `count`, summed over ranks (each rank holds a
+    shard of the test set); NaN when no rank has any sample."""
+    from ..train import distributed as D
+
+    m = D.all_reduce_mean({"correct": float(correct), "n": float(count)})
+    return 100.0 * m["correct"] / m["n"] if m["n"] else float("nan")
+
+
+def plot_ok() -> bool:
+    """Whether matplotlib (the `plot` extra) is there: reports skip their PNGs without it."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def train_cost_table(rep: Any, results: Mapping[str, Any], metric: str = "eval_acc",
+                     label: str = "final val acc") -> None:
+    """The training cost of every run (`results["train"]`: name -> the Trainer's summary) as a
+    table of `rep` (`cape.report.Report`): compute and data-loading seconds, the loader's share,
+    the engine's overhead and the final validation `metric`."""
+    lines = [f"| run | train s | data s | loader share | engine overhead | {label} |",
+             "|---|---|---|---|---|---|"]
+    for name, s in results["train"].items():
+        total = sum(s.get(f"time_{k}", 0.0) for k in ("data", "compute", "log", "checkpoint"))
+        share = s.get("time_data", 0.0) / total if total else float("nan")
+        lines.append(f"| {name} | {s.get('time_compute', 0):.0f} | {s.get('time_data', 0):.1f} | "
+                     f"{share:.1%} | {s.get('engine_overhead', float('nan')):.1%} | "
+                     f"{s.get(metric, float('nan')):.{3 if metric == 'eval_bpd' else 1}f} |")
+    rep.table("\n".join(lines), caption="Training cost per run (this process; resumed runs "
+              "count only their last session).")

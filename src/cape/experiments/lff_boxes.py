@@ -40,10 +40,9 @@ from ..models.transformer import TransformerEncoder
 from ..train import Trainer, seed_everything
 from ..train import distributed as D
 from ..train.checkpoint import latest_checkpoint, load_checkpoint
-from .common import cached_runs, run_dir, save_config
+from .common import cached_runs, run_dir, save_config, summed_accuracy
 from .lff_boxes_config import LffBoxesConfig, RowConfig, position_options
 from .lff_boxes_report import redraw, write_report
-from .vision_eval import summed_accuracy
 
 __all__ = [
     "BoxQA", "augment_boxes", "make_model", "make_data", "answer_loss", "predict", "train_run",

@@ -14,7 +14,7 @@ from typing import Any
 from ..data.boxes import QUESTIONS
 from ..report import Report, pivot, summarize, write_json
 from ..stats import welch_t_test
-from .vision_report import _plot_ok, _train_table
+from .common import plot_ok, train_cost_table
 
 __all__ = ["write_report", "redraw", "main_table"]
 
@@ -125,7 +125,7 @@ def _render(out: Path, results: dict[str, Any]) -> Path:
                             cols="question", row_order=rows, col_order=["all", *QUESTIONS]),
                       caption=f"Accuracy (%) per question type, {label} coordinates.")
     _plot(rep, out, results)
-    _train_table(rep, results)
+    train_cost_table(rep, results)
     return rep.write(out / "report.md")
 
 
@@ -133,7 +133,7 @@ def _plot(rep: Report, out: Path, results: dict[str, Any]) -> None:
     recs = [r for r in results["records"] if r["question"] == "all"]
     seen = summarize([r for r in recs if r["set"] == "test_seen"], ["row", "question"], "acc")
     unseen = summarize([r for r in recs if r["set"] == "test_unseen"], ["row", "question"], "acc")
-    if not (seen and unseen and _plot_ok()):
+    if not (seen and unseen and plot_ok()):
         return
     from ..viz import plot_tradeoff
 

@@ -30,12 +30,12 @@ from torch import nn
 
 from .._checks import check_choice, check_int
 from ..build import build
-from ..models.transformer import TransformerEncoderLayer, _Stack
+from ..models.transformer import TransformerEncoder
 from ..positions import grid_indices
 
 __all__ = [
     "POSITIONS", "INTENSITIES", "START", "flatten_images", "unflatten_images", "shift_right",
-    "bits_per_dim", "CausalTransformer", "PixelPositions", "PixelTransformer",
+    "bits_per_dim", "causal_transformer", "PixelPositions", "PixelTransformer",
 ]
 
 POSITIONS = ("embed-1d", "sine-1d", "embed-2d", "sine-2d", "lff", "cape2d")
@@ -72,37 +72,11 @@ def bits_per_dim(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return nats / math.log(2.0)
 
 
-class _CausalLayer(TransformerEncoderLayer):
-    """The library's encoder layer with causal self-attention (key j visible from query i iff
-    j <= i; SDPA's fused causal kernels)."""
-
-    def forward(  # type: ignore[override]
-        self, x: torch.Tensor, *, generator: torch.Generator | None = None
-    ) -> torch.Tensor:
-        """x: [B, T, D] -> [B, T, D]; output t depends on x[:, :t+1] only."""
-        def attend(h: torch.Tensor) -> torch.Tensor:
-            return self.self_attn(h, causal=True)
-
-        x = self._residual(x, self.self_norm, attend)
-        return self._ffn(x, generator)
-
-
-class CausalTransformer(_Stack):
-    """A pre-norm stack of causal self-attention layers (a decoder without cross-attention),
-    built from `cape.models.transformer`'s layers, with a final LayerNorm.
-
-    forward(x: [B, T, D]) -> [B, T, D]; output t depends on inputs 0..t only.
-    """
-
-    def __init__(self, layers: int, dim: int, heads: int, ffn_dim: int, *,
-                 dropout: float = 0.0) -> None:
-        super().__init__(_CausalLayer, layers, dim, heads, ffn_dim, None, None, "all", None,
-                         dropout=dropout, layer_drop=0.0, norm_first=True, activation="gelu")
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for layer in self.layers:
-            x = layer(x)
-        return self._finish(x)
+def causal_transformer(layers: int, dim: int, heads: int, ffn_dim: int, *,
+                       dropout: float = 0.0) -> TransformerEncoder:
+    """A pre-norm stack of causal self-attention layers (a decoder without cross-attention)
+    with a final LayerNorm: x [B, T, D] -> [B, T, D], output t depends on inputs 0..t only."""
+    return TransformerEncoder(layers, dim, heads, ffn_dim, dropout=dropout, causal=True)
 
 
 def _pixel_options(kind: str, pixel_dim: int, height: int, width: int,
@@ -192,7 +166,7 @@ class PixelTransformer(nn.Module):
         self.position = PixelPositions(position, dim, channel_dim, height, width, position_options)
         self.token = nn.Embedding(INTENSITIES + 1, dim)  # 256 intensities + START
         self.dropout = nn.Dropout(dropout)
-        self.decoder = CausalTransformer(depth, dim, heads, ffn_dim, dropout=dropout)
+        self.decoder = causal_transformer(depth, dim, heads, ffn_dim, dropout=dropout)
         self.head = nn.Linear(dim, INTENSITIES)
 
     @property

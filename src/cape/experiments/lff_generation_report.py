@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..report import Report, pivot, summarize, write_json
+from .common import plot_ok
 
 __all__ = ["T975", "t_quantile_975", "confidence_cells", "write_report", "redraw"]
 
@@ -145,9 +146,7 @@ def _component(row: dict[str, Any]) -> bool:
 
 def _plots(rep: Report, out: Path, curve: list[dict[str, Any]], rows: list[dict[str, Any]],
            n_seeds: int) -> None:
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
+    if not plot_ok():
         return
     from ..viz import plot_curves
 

@@ -18,6 +18,7 @@ import torch
 from ..models.vit import _CONTINUOUS, ViT
 from ..train import distributed as D
 from ..train.logging import progress
+from .common import summed_accuracy
 from .vision_config import RowConfig, VisionConfig
 from .vision_data import VisionData, resize_images, to_tensors
 
@@ -73,13 +74,6 @@ def predict(
         out.append(logits.float().softmax(-1).cpu())
     seconds = time.perf_counter() - start
     return torch.cat(out), len(images) / max(seconds, 1e-9)
-
-
-def summed_accuracy(correct: float, count: int) -> float:
-    """Top-1 accuracy in % from this rank's `correct` of `count`, summed over ranks (each rank
-    holds a shard); NaN when no rank has any sample."""
-    m = D.all_reduce_mean({"correct": float(correct), "n": float(count)})
-    return 100.0 * m["correct"] / m["n"] if m["n"] else float("nan")
 
 
 def accuracy(probs: torch.Tensor, labels: torch.Tensor) -> float:

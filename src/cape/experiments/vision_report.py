@@ -16,6 +16,7 @@ import torch
 from ..io import atomic_write
 from ..models.vit import ViT
 from ..report import Report, pivot, summarize, write_json
+from .common import plot_ok, train_cost_table
 from .vision_config import RowConfig
 
 __all__ = ["position_maps", "write_report", "redraw"]
@@ -112,7 +113,7 @@ def _render(out: Path, results: dict[str, Any], maps: dict[str, np.ndarray]) -> 
             rep.table(pivot(summarize(recs, ["row", "size"], "acc"), **opts),
                       caption=f"Top-1 accuracy (%) on {title}, by test resolution.")
     plain = summarize(_records(results, set="test", method="plain"), ["row", "size"], "acc")
-    if plain and _plot_ok():
+    if plain and plot_ok():
         from ..viz import plot_curves
 
         plot_curves(plain, out / "accuracy_vs_resolution.png", x="size", series="row",
@@ -125,14 +126,14 @@ def _render(out: Path, results: dict[str, Any], maps: dict[str, np.ndarray]) -> 
     if speed:
         rep.table(pivot(speed, **opts, fmt="{mean:.0f}", fmt_single="{mean:.0f}", best=None),
                   caption="Evaluation throughput (images/s, one process) by resolution (Figure 4).")
-        if _plot_ok():
+        if plot_ok():
             from ..viz import plot_tradeoff
 
             plot_tradeoff(speed, plain, out / "throughput.png", key="size", series="row",
                           x_label="images/s", y_label="top-1 accuracy (%)",
                           title="Accuracy vs throughput per test resolution", annotate="size")
             rep.image("throughput.png", "Accuracy vs throughput (Figure 4 analog).")
-    _train_table(rep, results)
+    train_cost_table(rep, results)
     _figures(rep, out, maps)
     return rep.write(out / "report.md")
 
@@ -162,21 +163,8 @@ def _extra_tables(rep: Report, results: dict[str, Any], rows: list[str]) -> None
                   caption="Accuracy (%) per native-size bin and resize strategy (Table 5).")
 
 
-def _train_table(rep: Report, results: dict[str, Any]) -> None:
-    lines = ["| run | train s | data s | loader share | engine overhead | final val acc |",
-             "|---|---|---|---|---|---|"]
-    for name, s in results["train"].items():
-        total = sum(s.get(f"time_{k}", 0.0) for k in ("data", "compute", "log", "checkpoint"))
-        share = s.get("time_data", 0.0) / total if total else float("nan")
-        lines.append(f"| {name} | {s.get('time_compute', 0):.0f} | {s.get('time_data', 0):.1f} | "
-                     f"{share:.1%} | {s.get('engine_overhead', float('nan')):.1%} | "
-                     f"{s.get('eval_acc', float('nan')):.1f} |")
-    rep.table("\n".join(lines), caption="Training cost per run (this process; resumed runs "
-              "count only their last session).")
-
-
 def _figures(rep: Report, out: Path, maps: dict[str, np.ndarray]) -> None:
-    if not maps or not _plot_ok():
+    if not maps or not plot_ok():
         return
     from ..viz import plot_maps
 
@@ -197,11 +185,3 @@ def _figures(rep: Report, out: Path, maps: dict[str, np.ndarray]) -> None:
                   "resolutions")
         rep.image("embeddings.png", "Embedding components at three test resolutions "
                   "(Figure 13 analog).")
-
-
-def _plot_ok() -> bool:
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        return False
-    return True

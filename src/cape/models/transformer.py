@@ -101,17 +101,21 @@ class TransformerEncoderLayer(_Block):
     dim: D (divisible by heads). ffn_dim: FFN hidden size. dropout: on attention
     probabilities, the FFN hidden layer and both residual branches. layer_drop: probability of
     skipping the FFN branch in training (module docstring). activation: "gelu" or "relu".
-    relative / rotary: in-attention positions (head_dim = D / heads).
+    relative / rotary: in-attention positions (head_dim = D / heads). causal: token i attends
+    to tokens j <= i only (a decoder-only model, e.g. autoregressive pixels).
     """
 
     def __init__(
         self, dim: int, heads: int, ffn_dim: int, *, dropout: float = 0.1,
         layer_drop: float = 0.0, norm_first: bool = True, activation: str = "gelu",
-        relative: RelPos | None = None, rotary: Rotary | None = None,
+        relative: RelPos | None = None, rotary: Rotary | None = None, causal: bool = False,
     ) -> None:
         super().__init__(
             dim, heads, ffn_dim, dropout, layer_drop, norm_first, activation, relative, rotary
         )
+        if not isinstance(causal, bool):
+            raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+        self.causal = causal
 
     def forward(
         self, x: torch.Tensor, *, mask: torch.Tensor | None = None,
@@ -119,7 +123,8 @@ class TransformerEncoderLayer(_Block):
     ) -> torch.Tensor:
         """x: [B, T, D], mask: [B, T] bool (True = real), positions: [B, T(, M)] -> [B, T, D]."""
         def attend(h: torch.Tensor) -> torch.Tensor:
-            return self.self_attn(h, key_mask=mask, q_positions=positions, generator=generator)
+            return self.self_attn(h, key_mask=mask, causal=self.causal, q_positions=positions,
+                                  generator=generator)
 
         x = self._residual(x, self.self_norm, attend)
         return self._ffn(x, generator)
@@ -223,7 +228,7 @@ class TransformerEncoder(_Stack):
     added to the input; NoPos/None = nothing added. relative_factory: makes one `RelPos` or
     `Rotary` (head_dim = D / heads) per layer that has one. relative_layers: "all" or "first"
     (CAPE C.4 *relpos first layer*). final_norm: LayerNorm after the stack; None = only for
-    pre-norm. options: dropout, layer_drop, norm_first, activation (see the layer).
+    pre-norm. options: dropout, layer_drop, norm_first, activation, causal (see the layer).
     """
 
     def __init__(
@@ -232,11 +237,12 @@ class TransformerEncoder(_Stack):
         relative_factory: Callable[[], nn.Module] | None = None,
         relative_layers: str = "all", final_norm: bool | None = None, dropout: float = 0.1,
         layer_drop: float = 0.0, norm_first: bool = True, activation: str = "gelu",
+        causal: bool = False,
     ) -> None:
         super().__init__(
             TransformerEncoderLayer, layers, dim, heads, ffn_dim, position, relative_factory,
             relative_layers, final_norm, dropout=dropout, layer_drop=layer_drop,
-            norm_first=norm_first, activation=activation,
+            norm_first=norm_first, activation=activation, causal=causal,
         )
 
     def forward(
