@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..report import Report, pivot, summarize, write_json
-from .common import plot_ok
+from .common import plot_ok, train_cost_table
 
 __all__ = ["T975", "t_quantile_975", "confidence_cells", "write_report", "redraw"]
 
@@ -135,6 +135,8 @@ def _render(out: Path, results: dict[str, Any]) -> Path:
                         col_format="step {}"),
                   caption="Held-out bits per dim during training (mean ± 95% CI half-width).")
         _plots(rep, out, curve, cfg["rows"], len(seeds))
+    if results.get("train"):
+        train_cost_table(rep, results, metric="eval_bpd", label="final val bpd")
     return rep.write(out / "report.md")
 
 
