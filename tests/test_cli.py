@@ -81,3 +81,23 @@ def test_data_chars_makes_cached_splits(tmp_path: Path, capsys: pytest.CaptureFi
     assert main(args) == 0  # second run: everything cached, same files
     assert capsys.readouterr().out == first
     assert main(["data", "chars", "--root", str(tmp_path), "--sizes", "a,b"]) == 2
+
+
+def test_data_speech_makes_then_verifies_and_names_a_corrupt_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cape.data import espeak_available
+
+    if not espeak_available():
+        pytest.skip("libespeak-ng is not installed (scripts/setup.sh installs it)")
+    args = ["data", "speech", "--root", str(tmp_path), "--train", "2", "--val", "1",
+            "--test-per-bin", "0", "--workers", "1"]
+    assert main(args) == 0
+    wavs = sorted(tmp_path.rglob("*.wav"))
+    assert len(wavs) == 3
+    wavs[0].write_bytes(wavs[0].read_bytes()[:100])  # truncate one file
+    capsys.readouterr()
+    assert main(["data", "speech", "--root", str(tmp_path), "--verify"]) == 1
+    assert wavs[0].name in capsys.readouterr().err
+    assert main(args) == 0  # a rerun repairs it
+    assert main(["data", "speech", "--root", str(tmp_path), "--verify"]) == 0

@@ -20,6 +20,10 @@ def _bench(args: argparse.Namespace, rest: list[str]) -> int:
 
 
 def _data(args: argparse.Namespace, rest: list[str]) -> int:
+    if args.what == "speech":  # WordNet text spoken by espeak-ng (cape.data.speech)
+        from .data.speech import speech_main
+
+        return speech_main(rest)
     from .data.images import make_native_sizes, make_split
 
     p = argparse.ArgumentParser(prog=f"cape data {args.what}")
@@ -81,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("what", choices=_BENCHES, help="which benchmark")
     p.set_defaults(run=_bench)
     p = sub.add_parser("data", help="make the offline data sets (cached, resumable)", add_help=False)
-    p.add_argument("what", choices=["chars"], help="which data set")
+    p.add_argument("what", choices=["chars", "speech"], help="which data set")
     p.set_defaults(run=_data)
     for name, text in (
         ("experiment", "train + evaluate + report a paper experiment (presets quick, cpu-full, paper)"),

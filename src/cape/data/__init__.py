@@ -1,7 +1,18 @@
-"""Offline data made on the machine: character images from Debian fonts, image datasets, and
-log-mel speech features."""
+"""Offline data made on the machine: character images from Debian fonts, image datasets, log-mel
+speech features, and a speech corpus (WordNet text spoken by espeak-ng)."""
 
+from .audio import (
+    NOISE_KINDS,
+    add_noise,
+    add_noise_floor,
+    colored_noise,
+    read_wav,
+    resample,
+    sox_effects,
+    write_wav,
+)
 from .datasets import ArrayImageDataset, ImageFolderDataset, char_dataset
+from .espeak import Espeak, Synthesis, espeak_available, get_espeak
 from .features import frame_hop_seconds, hop_samples, log_mel, mel_filterbank
 from .fonts import CHARSET, DEBIAN_FONT_PACKAGES, FontSplit, find_fonts, font_split, usable_fonts
 from .images import (
@@ -15,6 +26,50 @@ from .images import (
     render_sample,
     sample_spec,
     split_seeds,
+)
+from .numwords import decimal_words, integer_words, ordinal_words, year_words
+from .specaugment import SpecAugment, spec_augment, spec_augment_masks
+from .speech import CorpusError, load_manifest, make_speech_corpus, speech_main, verify_corpus
+from .speech_batching import (
+    DurationBatchSampler,
+    SpeechBatch,
+    padded_features,
+    padding_free_features,
+    padding_free_hops,
+    skip_frames,
+)
+from .speech_synth import (
+    DURATION_BINS,
+    HELDOUT_VOICES,
+    MAX_TRAIN_SECONDS,
+    SAMPLE_RATE,
+    SPEECH_SPLITS,
+    TRAIN_VOICES,
+    UtteranceParams,
+    bin_label,
+    synthesize_utterance,
+    text_pool,
+    utterance_params,
+)
+from .text import (
+    ALPHABET,
+    WORDNET_DIR,
+    normalize_text,
+    split_sentences,
+    wordnet_glosses,
+    wordnet_sentences,
+)
+from .tokens import (
+    BLANK,
+    BOUNDARY,
+    TOKENS,
+    VOCAB_SIZE,
+    ctc_beam_decode,
+    ctc_collapse,
+    ctc_greedy_decode,
+    ctc_prefix_beam_search,
+    decode,
+    encode,
 )
 from .transforms import TRANSFORMS, apply_transform, contrast_image
 
@@ -45,4 +100,61 @@ __all__ = [
     "sample_spec",
     "split_seeds",
     "usable_fonts",
+    "BLANK",
+    "BOUNDARY",
+    "TOKENS",
+    "VOCAB_SIZE",
+    "DurationBatchSampler",
+    "SpecAugment",
+    "SpeechBatch",
+    "ctc_beam_decode",
+    "ctc_collapse",
+    "ctc_greedy_decode",
+    "ctc_prefix_beam_search",
+    "decode",
+    "encode",
+    "padded_features",
+    "padding_free_features",
+    "padding_free_hops",
+    "skip_frames",
+    "spec_augment",
+    "spec_augment_masks",
+    "ALPHABET",
+    "DURATION_BINS",
+    "HELDOUT_VOICES",
+    "MAX_TRAIN_SECONDS",
+    "NOISE_KINDS",
+    "SAMPLE_RATE",
+    "SPEECH_SPLITS",
+    "TRAIN_VOICES",
+    "WORDNET_DIR",
+    "CorpusError",
+    "Espeak",
+    "Synthesis",
+    "UtteranceParams",
+    "add_noise",
+    "add_noise_floor",
+    "bin_label",
+    "colored_noise",
+    "decimal_words",
+    "espeak_available",
+    "get_espeak",
+    "integer_words",
+    "load_manifest",
+    "make_speech_corpus",
+    "normalize_text",
+    "ordinal_words",
+    "read_wav",
+    "resample",
+    "sox_effects",
+    "speech_main",
+    "split_sentences",
+    "synthesize_utterance",
+    "text_pool",
+    "utterance_params",
+    "verify_corpus",
+    "wordnet_glosses",
+    "wordnet_sentences",
+    "write_wav",
+    "year_words",
 ]

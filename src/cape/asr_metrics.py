@@ -1,0 +1,142 @@
+"""Word and character error rates for CAPE's ASR evaluation (CAPE sec. 5.2, Table 2, Figs 6-8).
+
+Corpus-level rates, as ASR papers report them: WER = (total word edits) / (total reference
+words) over all utterances, edits being the Levenshtein distance (substitutions, deletions and
+insertions, each of cost 1). CER is the same over characters.
+
+Text conventions (the same as `jiwer`'s defaults for clean text): words are `text.split()`;
+the characters of an utterance are those of `" ".join(text.split())`, spaces between words
+included. No other normalisation (case, punctuation) is done: normalise before scoring.
+
+`wer_by_bin` splits a test set by utterance duration (CAPE's Figures 6-8 plot WER against
+duration bins of the test audio) and scores each bin as a corpus.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Sequence
+
+import numpy as np
+
+__all__ = ["DURATION_BINS", "edit_distance", "wer", "cer", "error_counts", "wer_by_bin"]
+
+DURATION_BINS: tuple[tuple[float, float], ...] = (
+    (0, 6), (6, 10), (10, 15), (15, 20), (20, 30), (30, 45),
+)
+
+
+def edit_distance(ref: Sequence[Hashable], hyp: Sequence[Hashable]) -> int:
+    """Levenshtein distance between two sequences (unit substitution, deletion, insertion).
+
+    Row-by-row dynamic programme, each row vectorised: with `tmp[j] = min(prev[j] + 1,
+    prev[j - 1] + (ref[i] != hyp[j]))`, the insertion chain is resolved in one pass as
+    `cur[j] = j + cummin(tmp[k] - k, k <= j)`. O(len(ref) * len(hyp)) work, O(len(hyp)) memory.
+    """
+    vocab: dict[Hashable, int] = {}
+    r = np.array([vocab.setdefault(t, len(vocab)) for t in ref], dtype=np.int64)
+    h = np.array([vocab.setdefault(t, len(vocab)) for t in hyp], dtype=np.int64)
+    if r.size == 0 or h.size == 0:
+        return int(r.size + h.size)
+    cols = np.arange(h.size + 1, dtype=np.int64)
+    prev = cols.copy()  # distance from the empty ref prefix: j insertions
+    for i, token in enumerate(r, start=1):
+        tmp = np.empty_like(prev)
+        tmp[0] = i  # i deletions
+        tmp[1:] = np.minimum(prev[1:] + 1, prev[:-1] + (h != token))
+        prev = cols + np.minimum.accumulate(tmp - cols)
+    return int(prev[-1])
+
+
+def _texts(name: str, value: str | Sequence[str]) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, (list, tuple)):
+        raise TypeError(f"{name} must be a str or a list of str, got {type(value).__name__}")
+    for i, v in enumerate(value):
+        if not isinstance(v, str):
+            raise TypeError(f"{name}[{i}] must be a str, got {type(v).__name__}")
+    return list(value)
+
+
+def _pairs(refs: str | Sequence[str], hyps: str | Sequence[str]) -> list[tuple[str, str]]:
+    r, h = _texts("refs", refs), _texts("hyps", hyps)
+    if len(r) != len(h):
+        raise ValueError(f"refs and hyps must have the same length, got {len(r)} and {len(h)}")
+    return list(zip(r, h, strict=True))
+
+
+def error_counts(ref: str, hyp: str) -> dict[str, int]:
+    """One utterance -> {"word_edits", "words", "char_edits", "chars"} (reference sizes)."""
+    rw, hw = ref.split(), hyp.split()
+    rc, hc = " ".join(rw), " ".join(hw)
+    return {
+        "word_edits": edit_distance(rw, hw),
+        "words": len(rw),
+        "char_edits": edit_distance(rc, hc),
+        "chars": len(rc),
+    }
+
+
+def _rate(edits: int, total: int, what: str) -> float:
+    if total == 0:
+        raise ValueError(f"the references hold no {what}: the error rate is undefined")
+    return edits / total
+
+
+def wer(refs: str | Sequence[str], hyps: str | Sequence[str]) -> float:
+    """Corpus word error rate: sum of word edit distances / total reference words (a fraction;
+    x 100 for %). refs, hyps: one string each or equal-length lists. Can exceed 1 (insertions).
+    Raises ValueError when the references have no word at all."""
+    counts = [error_counts(r, h) for r, h in _pairs(refs, hyps)]
+    return _rate(sum(c["word_edits"] for c in counts), sum(c["words"] for c in counts), "words")
+
+
+def cer(refs: str | Sequence[str], hyps: str | Sequence[str]) -> float:
+    """Corpus character error rate over `" ".join(text.split())` (spaces count as characters)."""
+    counts = [error_counts(r, h) for r, h in _pairs(refs, hyps)]
+    return _rate(sum(c["char_edits"] for c in counts), sum(c["chars"] for c in counts), "characters")
+
+
+def wer_by_bin(
+    durations: Sequence[float] | np.ndarray,
+    refs: Sequence[str],
+    hyps: Sequence[str],
+    bins: Sequence[tuple[float, float]] = DURATION_BINS,
+) -> list[dict[str, float]]:
+    """Corpus WER and CER per duration bin: one dict per bin, in the order of `bins`.
+
+    durations: [N] seconds of the N utterances; bins: (low, high) seconds, an utterance falls in
+    every bin with low <= duration < high (overlapping bins are allowed; utterances outside all
+    bins are not counted). Each dict: low, high, count (utterances), words, chars (reference
+    sizes), word_edits, char_edits, wer, cer (corpus-level within the bin; NaN when the bin has
+    no reference word / character).
+    """
+    pairs = _pairs(refs, hyps)
+    d = np.asarray(durations, dtype=np.float64).reshape(-1)
+    if d.size != len(pairs):
+        raise ValueError(f"durations must have one entry per utterance ({len(pairs)}), got {d.size}")
+    if not np.all(np.isfinite(d)) or np.any(d < 0):
+        raise ValueError("durations must be finite and >= 0 seconds")
+    checked = []
+    for i, b in enumerate(bins):
+        if not isinstance(b, (tuple, list)) or len(b) != 2:
+            raise TypeError(f"bins[{i}] must be a (low, high) pair, got {b!r}")
+        lo, hi = float(b[0]), float(b[1])
+        if not lo < hi:
+            raise ValueError(f"bins[{i}] must have low < high, got {tuple(b)}")
+        checked.append((lo, hi))
+    counts = [error_counts(r, h) for r, h in pairs]
+    out = []
+    for lo, hi in checked:
+        members = [c for c, t in zip(counts, d, strict=True) if lo <= t < hi]
+        row = {
+            "low": lo,
+            "high": hi,
+            "count": len(members),
+            **{k: sum(c[k] for c in members) for k in ("words", "chars", "word_edits", "char_edits")},
+        }
+        row["wer"] = row["word_edits"] / row["words"] if row["words"] else math.nan
+        row["cer"] = row["char_edits"] / row["chars"] if row["chars"] else math.nan
+        out.append(row)
+    return out
