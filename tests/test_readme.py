@@ -66,3 +66,22 @@ def test_functional_name_has_an_example(name: str) -> None:
 def test_report_viz_experiments_names_have_examples(name: str) -> None:
     short = name.split(".", 1)[1]
     assert re.search(rf"\b{re.escape(short)}\b", "\n".join(BLOCKS)), f"cape.{name} has no example"
+
+
+# A results table in the README is marked `<!-- from docs/<run>/report.md -->` on the line
+# before it: every one of its rows must be a row of that generated report, so no figure in the
+# README is typed in by hand.
+_ROOT = Path(__file__).resolve().parents[1]
+_SOURCED = re.findall(r"<!-- from (\S+) -->\n((?:\|.*\n)+)", README)
+
+
+def test_readme_has_sourced_tables() -> None:
+    assert len(_SOURCED) >= 2
+
+
+@pytest.mark.parametrize("index", range(len(_SOURCED)))
+def test_readme_results_come_from_generated_reports(index: int) -> None:
+    source, table = _SOURCED[index]
+    report = (_ROOT / source).read_text(encoding="utf-8").splitlines()
+    for line in table.splitlines()[2:]:  # header and rule may be shortened
+        assert line in report, f"README row not in {source}: {line}"
