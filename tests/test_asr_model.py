@@ -213,3 +213,58 @@ def test_bad_forward_arguments() -> None:
         model(torch.randn(2, 20, 16), hop=torch.tensor([0.01, 0.01, 0.01]))
     with pytest.raises(ValueError, match="hop"):
         model(torch.randn(2, 20, 16), hop=torch.tensor([0.01, -0.01]))
+
+
+def test_output_times_means_of_stride_groups() -> None:
+    from cape.models.asr import output_times
+
+    times = torch.tensor([[0.1, 0.3, 0.4, 0.9, 1.0, 1.6, 2.0], [0.2, 0.5, 0.7, 0.8, 0.0, 0.0, 0.0]])
+    got = output_times(times, torch.tensor([7, 4]), 3, 3)
+    # independent: plain Python means of each group of 3; missing frames continue the last step
+    expect = [[(0.1 + 0.3 + 0.4) / 3, (0.9 + 1.0 + 1.6) / 3, (2.0 + 2.4 + 2.8) / 3],
+              [(0.2 + 0.5 + 0.7) / 3, (0.8 + 0.9 + 1.0) / 3, 0.0]]
+    torch.testing.assert_close(got, torch.tensor(expect))
+
+
+@pytest.mark.parametrize("position", ["sinpos", "relpos", "rotary", "cape1d"])
+def test_even_frame_times_equal_hop(position: str) -> None:
+    """Evenly spaced frame times give what `hop=` gives: the same positions, the same outputs."""
+    model = _model(position).eval()
+    feats = torch.randn(2, 31, 16)
+    lengths = torch.tensor([31, 19])
+    hop = torch.tensor([0.01, 0.02])
+    frame = (torch.arange(31)[None] + 0.5) * hop[:, None]
+    frame = torch.where(torch.arange(31)[None] < lengths[:, None], frame, 0.0)
+    a, la = model(feats, lengths, hop=hop)
+    b, lb = model(feats, lengths, frame_times=frame, hop=0.5)  # hop is unused with frame_times
+    assert torch.equal(la, lb)
+    mask = cape.lengths_to_mask(la, a.shape[1])
+    torch.testing.assert_close(a[mask], b[mask], atol=1e-4, rtol=1e-4)
+
+
+def test_skipped_frames_follow_their_times() -> None:
+    """Uneven times (frames skipped) reach the encoder as the group means, not as even steps."""
+    model = _model("relpos").eval()
+    frame = torch.tensor([[0.005, 0.015, 0.045, 0.055, 0.095, 0.105]])
+    got = _first_layer_positions(model, torch.randn(1, 6, 16), frame_times=frame)
+    torch.testing.assert_close(got[0, :, 0], torch.tensor([(0.005 + 0.015 + 0.045) / 3,
+                                                         (0.055 + 0.095 + 0.105) / 3]))
+    with pytest.raises(ValueError, match="frame_times"):
+        model(torch.randn(1, 6, 16), frame_times=frame[:, :5])
+
+
+def test_spec_rebuilds_the_model() -> None:
+    import json
+
+    model = _model("cape1d", position_options={"max_global_shift": 15.0})
+    twin = CTCModel(**json.loads(json.dumps(model.spec)))
+    assert repr(twin) == repr(model)
+    twin.load_state_dict(model.state_dict())
+
+
+def test_relpos_in_the_first_layer_only() -> None:
+    model = _model("relpos", relative_layers="first")
+    kinds = [layer.self_attn.relative is not None for layer in model.encoder.layers]
+    assert kinds == [True, False]
+    with pytest.raises(ValueError, match="relative_layers"):
+        _model("relpos", relative_layers="last")

@@ -43,6 +43,12 @@ def test_overrides_parse_yaml_scalars_and_nest() -> None:
     assert (cfg.model.dim, cfg.model.shift, cfg.bf16, cfg.sizes, cfg.name) == (256, 0.5, True, (1, 2), "abc")
 
 
+def test_overrides_read_exponents_without_a_dot_as_numbers() -> None:
+    # plain YAML 1.1 reads "3e-3" as a string; "3.0e-3" as a float
+    out = apply_overrides({}, ["a=3e-3", "b=-1E4", "c=2.5e+1", "d=e5", "e=1e", "f='x'"])
+    assert out == {"a": 0.003, "b": -10000.0, "c": 25.0, "d": "e5", "e": "1e", "f": "x"}
+
+
 def test_errors_name_the_key_and_what_is_allowed(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"unknown config key\(s\) \['model.dimm'\].*'dim'"):
         from_mapping(Config, {"model": {"dimm": 3}})

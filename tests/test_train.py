@@ -409,3 +409,39 @@ def test_ddp_two_cpu_ranks_with_gloo(tmp_path: Path) -> None:
     rank0, rank1 = tmp_path / "run" / "rank0", tmp_path / "run" / "rank1"
     assert (rank0 / "metrics.jsonl").exists() and latest_checkpoint(rank0 / "checkpoints")
     assert not rank1.exists() or not any(rank1.iterdir())
+
+
+def test_batches_resume_mid_epoch_and_read_what_the_sampler_forms(tmp_path: Path) -> None:
+    """Trainer(batches=DurationBatchSampler): every step reads one of its batches, in its
+    order; stopping mid-epoch and resuming gives the same weights as one uninterrupted run."""
+    from cape.data import DurationBatchSampler
+
+    data, x, y = _task(40)
+    durations = torch.rand(40, generator=torch.Generator().manual_seed(1)).numpy() + 0.5
+    seen: list[list[int]] = []
+
+    def collate(items):
+        seen.append([int(i) for i, _ in items])
+        return torch.stack([x for _, (x, _) in items]), torch.stack([t for _, (_, t) in items])
+
+    indexed = [(i, data[i]) for i in range(len(data))]
+
+    def run(folder: str, steps: int) -> nn.Module:
+        seed_everything(0)
+        model = _mlp()
+        cfg = TrainConfig(steps=steps, batch_size=1, lr=1e-2, schedule="constant", checkpoint_every=3,
+                          seed=0)
+        sampler = DurationBatchSampler(durations, 6, seed=5)
+        Trainer(model, _loss, indexed, None, cfg, tmp_path / folder, collate, batches=sampler).fit(
+            resume=True)
+        return model
+
+    full = run("full", 10)
+    expect = sum((DurationBatchSampler(durations, 6, seed=5).all_batches(e) for e in (0, 1)), [])
+    assert seen == expect[:10]  # 7 batches per epoch: steps 8-10 are epoch 1's
+    run("part", 4)
+    seen.clear()
+    part = run("part", 10)  # resumes from the checkpoint of step 4 (the last step saves)
+    assert seen == expect[4:10]
+    for a, b in zip(full.parameters(), part.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)

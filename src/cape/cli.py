@@ -75,6 +75,12 @@ def _experiments(args: argparse.Namespace, rest: list[str]) -> int:
     return getattr(cli, f"{args.command}_main")(rest)
 
 
+def _transcribe(args: argparse.Namespace, rest: list[str]) -> int:
+    from .asr_inference import transcribe_main  # WAV files + a trained CTC run -> text, or WER
+
+    return transcribe_main(rest)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="cape",
@@ -95,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     ):
         p = sub.add_parser(name, help=text, add_help=False)
         p.set_defaults(run=_experiments)
+    p = sub.add_parser("transcribe", help="transcribe WAV files with a trained speech model; "
+                       "with --transcripts, WER per duration bin", add_help=False)
+    p.set_defaults(run=_transcribe)
     p = sub.add_parser("demo", help="build every encoding, check its properties, plot similarities", add_help=False)
     p.set_defaults(run=_demo)
     p = sub.add_parser("encodings", help="list the encodings `cape.build` knows and their options")

@@ -8,6 +8,7 @@ YAML scalars (`--set model.dim=256`, `--set train.precision=bf16`, `--set data.s
 from __future__ import annotations
 
 import dataclasses
+import re
 import sys
 import types
 import typing
@@ -56,8 +57,18 @@ def apply_overrides(config: Mapping[str, Any], overrides: Sequence[str]) -> dict
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise ValueError(f"--set {key}: {part!r} is not a section")
-        node[parts[-1]] = yaml.safe_load(raw) if raw.strip() else ""
+        node[parts[-1]] = _scalar(yaml.safe_load(raw)) if raw.strip() else ""
     return out
+
+
+_EXPONENT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
+def _scalar(value: Any) -> Any:
+    """YAML 1.1 reads "3e-3" (no dot) as a string; a user writing it means the number."""
+    if isinstance(value, str) and _EXPONENT.fullmatch(value.strip()):
+        return float(value)
+    return value
 
 
 def _deep_copy(m: Mapping[str, Any]) -> dict[str, Any]:

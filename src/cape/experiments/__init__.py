@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .asr_config import PRESETS as ASR_PRESETS
+from .asr_config import AsrConfig
 from .common import merge, resolve_config, slug
 from .lff_boxes_config import PRESETS as LFF_BOXES_PRESETS
 from .lff_boxes_config import LffBoxesConfig
@@ -42,4 +44,5 @@ EXPERIMENTS: dict[str, Experiment] = {
                                  "cape.experiments.lff_generation"),
     "lff-boxes": Experiment("lff-boxes", LffBoxesConfig, LFF_BOXES_PRESETS, "quick",
                             "cape.experiments.lff_boxes"),
+    "asr": Experiment("asr", AsrConfig, ASR_PRESETS, "quick", "cape.experiments.asr"),
 }

@@ -45,7 +45,7 @@ from ..encodings.sinusoidal import CAPE1d
 from ..positions import lengths_to_mask, timestamps
 from .transformer import TransformerEncoder
 
-__all__ = ["CTCModel", "ASR_POSITIONS"]
+__all__ = ["CTCModel", "ASR_POSITIONS", "output_times"]
 
 ASR_POSITIONS = ("nopos", "sinpos", "cape1d", "abspos", "relpos", "rotary")
 _DEFAULT_HOP = 0.01  # seconds: the paper's 10 ms STFT hop, used for relpos's default bucket
@@ -115,6 +115,33 @@ def _resolve_position(
     return "seconds", None, factory
 
 
+def output_times(frame_times: torch.Tensor, lengths: torch.Tensor | None, stride: int,
+                 steps: int) -> torch.Tensor:
+    """Input frame times [B, F] seconds -> output frame times [B, steps] seconds.
+
+    Output frame i stands for input frames [i * stride, (i + 1) * stride): its time is the mean
+    of those frames' times. Frames at or past a sample's length (the convolution's end padding)
+    are extrapolated from its last two frames, so evenly spaced frames (f + 0.5) * hop give
+    (i + 0.5) * stride * hop for every i, exactly the `timestamps` the model uses with `hop=`.
+    lengths: [B] real input frames (None = all F). Outputs past a sample's frames are 0.
+    """
+    check_tensor("frame_times", frame_times, ndims=(2,), floating=True)
+    batch, frames = frame_times.shape
+    t = frame_times.float()
+    if lengths is None:
+        lengths = torch.full((batch,), frames, dtype=torch.int64, device=t.device)
+    last = (lengths.to(t.device).to(torch.int64) - 1).clamp(0, max(frames - 1, 0))[:, None]  # [B, 1]
+    prev = (last - 1).clamp_min(0)
+    spacing = t.gather(1, last) - t.gather(1, prev)  # [B, 1]; 0 for a one-frame sample
+    k = torch.arange(steps * stride, device=t.device)[None].expand(batch, -1)  # [B, steps * stride]
+    inside = torch.minimum(k, last)
+    times = t.gather(1, inside) + (k - inside).float() * spacing
+    times = times.reshape(batch, steps, stride).mean(-1)
+    # outputs whose window starts past the real frames are padding
+    out_len = torch.div(lengths.to(t.device) + stride - 1, stride, rounding_mode="floor")
+    return torch.where(torch.arange(steps, device=t.device)[None] < out_len[:, None], times, 0.0)
+
+
 class CTCModel(nn.Module):
     """CTC acoustic model: `CTCModel(vocab, position="cape1d")` (the paper's 36-layer size).
 
@@ -125,7 +152,9 @@ class CTCModel(nn.Module):
     position: one of `ASR_POSITIONS` or an absolute encoding module of width dim (CAPE1d gets
     `hop=`, AbsPos1d frame indices, any other module `positions=` timestamps in seconds).
     position_options: keywords for `cape.build` (see the module docstring for defaults).
-    conv_dropout: after the GLU. dropout, layer_drop: inside the Transformer.
+    conv_dropout: after the GLU. dropout, layer_drop: inside the Transformer. relative_layers:
+    "all" or "first" (relpos/rotary in the first layer only, the paper's relpos ablation).
+    `spec`: the constructor's keywords (JSON-able with a position name): `CTCModel(**spec)`.
 
     forward(features [B, F, n_mels], lengths [B] | None, *, hop, generator) ->
     (log_probs [B, T', vocab_size] float32, out_lengths [B] int64).
@@ -147,6 +176,7 @@ class CTCModel(nn.Module):
         conv_dropout: float = 0.3,
         dropout: float = 0.1,
         layer_drop: float = 0.0,
+        relative_layers: str = "all",
     ) -> None:
         super().__init__()
         self.vocab_size = check_int("vocab_size", vocab_size, minimum=2)  # blank + >= 1 token
@@ -163,6 +193,13 @@ class CTCModel(nn.Module):
             raise TypeError(
                 f"position_options must be a dict or None, got {type(position_options).__name__}"
             )
+        # the constructor's keywords: with a position *name* they rebuild the model (model.json)
+        self.spec: dict[str, Any] = dict(
+            vocab_size=vocab_size, n_mels=n_mels, dim=dim, depth=depth, heads=heads,
+            ffn_dim=ffn_dim, kernel=kernel, stride=stride, position=position,
+            position_options=dict(position_options or {}), conv_dropout=conv_dropout,
+            dropout=dropout, layer_drop=layer_drop, relative_layers=relative_layers,
+        )
         self.feed, absolute, relative_factory = _resolve_position(
             position, dict(position_options or {}), dim, heads, stride * _DEFAULT_HOP
         )
@@ -174,6 +211,7 @@ class CTCModel(nn.Module):
         self.encoder = TransformerEncoder(
             depth, dim, heads, ffn_dim, position=absolute, relative_factory=relative_factory,
             dropout=dropout, layer_drop=layer_drop, norm_first=True, final_norm=True,
+            relative_layers=relative_layers,
         )
         self.head = nn.Linear(dim, vocab_size)
 
@@ -213,6 +251,7 @@ class CTCModel(nn.Module):
         lengths: torch.Tensor | None = None,
         *,
         hop: float | torch.Tensor = _DEFAULT_HOP,
+        frame_times: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """features: [B, F, n_mels], lengths: [B] real frames (None = all F) ->
@@ -221,6 +260,9 @@ class CTCModel(nn.Module):
         hop: the STFT hop in seconds, a float or per sample [B]. Frames past a sample's length
         are ignored (zeroed before the convolution, masked in attention); log_probs there are
         unspecified. For `F.ctc_loss(log_probs.transpose(0, 1), targets, out_lengths, ...)`.
+        frame_times: [B, F] seconds of every input frame (padding-free batches whose frames were
+        skipped: `SpeechBatch.frame_times`); then positions follow them (`output_times`) and
+        `hop` is unused, except by abspos, which counts frames whatever their times.
         """
         check_tensor("features", features, ndims=(3,), floating=True)
         batch, frames = features.shape[:2]
@@ -248,7 +290,13 @@ class CTCModel(nn.Module):
             mask = lengths_to_mask(out_lengths, steps)
 
         positions, kwargs = None, None
-        if self.feed == "hop":
+        if frame_times is not None and self.feed in ("hop", "seconds"):
+            if frame_times.shape != features.shape[:2]:
+                raise ValueError(f"frame_times must have shape [B, F] = {list(features.shape[:2])}, "
+                                 f"got {list(frame_times.shape)}")
+            times = output_times(frame_times, lengths, self.stride, steps)
+            positions = times[..., None]  # [B, T', 1]
+        elif self.feed == "hop":
             kwargs = {"hop": frame_hop}
         elif self.feed == "seconds":
             positions = timestamps(batch, steps, frame_hop, mask=mask, device=x.device)

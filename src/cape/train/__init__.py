@@ -22,13 +22,14 @@ from .distributed import (
 from .engine import Trainer
 from .logging import MetricsLogger, progress, run_info
 from .optim import build_optimizer, build_scheduler, lr_factor
-from .sampler import ResumableSampler
+from .sampler import ResumableBatchSampler, ResumableSampler
 from .seeding import seed_everything, set_deterministic
 
 __all__ = [
     "TrainConfig",
     "Trainer",
     "ResumableSampler",
+    "ResumableBatchSampler",
     "seed_everything",
     "set_deterministic",
     "run_info",

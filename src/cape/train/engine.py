@@ -29,7 +29,7 @@ from .checkpoint import (
 from .config import TrainConfig
 from .logging import MetricsLogger, progress, write_run_record
 from .optim import build_optimizer, build_scheduler
-from .sampler import ResumableSampler
+from .sampler import ResumableBatchSampler, ResumableSampler
 from .seeding import seed_everything, set_deterministic
 
 __all__ = ["Trainer"]
@@ -58,6 +58,10 @@ class Trainer:
 
     Exact resume covers RNG draws in the main process (loss_fn, collate_fn with num_workers=0);
     draws inside DataLoader workers are seeded per epoch iterator, not checkpointed.
+
+    `batches`: an epoch-wise batch sampler (`all_batches(epoch)`, `rank`, `world_size`, as
+    `cape.data.DurationBatchSampler`) that forms the batches instead of `config.batch_size`
+    random samples; the position within its epoch is checkpointed the same way.
     """
 
     def __init__(
@@ -72,6 +76,7 @@ class Trainer:
         *,
         on_step_end: Callable[[Trainer, int, dict[str, float]], None] | None = None,
         experiment: dict[str, Any] | None = None,
+        batches: Any = None,
     ) -> None:
         self.cfg, self.loss_fn, self.eval_fn = config, loss_fn, eval_fn
         self.on_step_end, self.experiment = on_step_end, experiment or {}
@@ -88,30 +93,30 @@ class Trainer:
             self.ddp = DistributedDataParallel(self.model, device_ids=ids)
         self.optimizer = build_optimizer(self.model, config)
         self.scheduler = build_scheduler(self.optimizer, config)
-        self.sampler = ResumableSampler(
-            len(train_data),
-            num_replicas=self.dist.world_size,
-            rank=self.dist.rank,
-            seed=config.seed,
-        )
-        if len(self.sampler.shard()) < config.batch_size:
-            raise ValueError(
-                f"batch_size={config.batch_size} exceeds this rank's "
-                f"{len(self.sampler.shard())} samples per epoch"
-            )
         # A private generator: creating a DataLoader iterator would otherwise consume the global
         # RNG, and a resumed run creates one at a point where the original did not.
         self._loader_gen = torch.Generator().manual_seed(config.seed + self.dist.rank)
-        self.loader = DataLoader(
-            train_data,
-            batch_size=config.batch_size,
-            sampler=self.sampler,
-            drop_last=True,
-            collate_fn=collate_fn,
-            num_workers=config.num_workers,
-            generator=self._loader_gen,
-            pin_memory=self.device.type == "cuda",
-        )
+        common = dict(collate_fn=collate_fn, num_workers=config.num_workers,
+                      generator=self._loader_gen, pin_memory=self.device.type == "cuda")
+        if batches is not None:  # the caller forms the batches (e.g. by duration)
+            self.sampler: ResumableSampler | ResumableBatchSampler = ResumableBatchSampler(batches)
+            if not self.sampler.shard():
+                raise ValueError("batches gives this rank no batch in epoch 0")
+            self._per_batch = 1
+            self.loader = DataLoader(train_data, batch_sampler=self.sampler, **common)
+        else:
+            self.sampler = ResumableSampler(
+                len(train_data), num_replicas=self.dist.world_size, rank=self.dist.rank,
+                seed=config.seed,
+            )
+            if len(self.sampler.shard()) < config.batch_size:
+                raise ValueError(
+                    f"batch_size={config.batch_size} exceeds this rank's "
+                    f"{len(self.sampler.shard())} samples per epoch"
+                )
+            self._per_batch = config.batch_size
+            self.loader = DataLoader(train_data, batch_size=config.batch_size, sampler=self.sampler,
+                                     drop_last=True, **common)
         self._it: Iterator[Any] | None = None
         self.step = 0
         self.best: float | None = None
@@ -130,7 +135,7 @@ class Trainer:
             self.sampler.set_epoch(self.sampler.epoch + 1)
             self._it = iter(self.loader)
             batch = next(self._it)
-        self.sampler.advance(self.cfg.batch_size)
+        self.sampler.advance(self._per_batch)
         return _to_device(batch, self.device)
 
     # -- checkpoints ----------------------------------------------------------------------------

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch.utils.data import Sampler
 
-__all__ = ["ResumableSampler"]
+__all__ = ["ResumableSampler", "ResumableBatchSampler"]
 
 
 class ResumableSampler(Sampler[int]):
@@ -60,6 +61,49 @@ class ResumableSampler(Sampler[int]):
 
     def advance(self, n: int) -> None:
         """Mark `n` more of this rank's samples as consumed."""
+        self.index += n
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "index": self.index}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch, self.index = int(state["epoch"]), int(state["index"])
+
+
+class ResumableBatchSampler(Sampler[list[int]]):
+    """Epoch-wise batches of another batch sampler, resumable mid-epoch (`Trainer(batches=)`).
+
+    `batches` has `all_batches(epoch) -> list[list[int]]` (every rank's batches of that epoch,
+    a function of its seed and the epoch), `rank` and `world_size`, as
+    `cape.data.DurationBatchSampler`. This rank gets `all_batches(epoch)[rank::world_size]`;
+    `index` counts the batches it consumed this epoch (`advance(1)` per batch).
+    """
+
+    def __init__(self, batches: Any) -> None:
+        for name in ("all_batches", "rank", "world_size"):
+            if not hasattr(batches, name):
+                raise TypeError(f"batches must have {name!r} (as DurationBatchSampler), "
+                                f"got {type(batches).__name__}")
+        self.batches = batches
+        self.epoch = 0
+        self.index = 0
+
+    def shard(self) -> list[list[int]]:
+        """This rank's batches of the current epoch."""
+        every = self.batches.all_batches(self.epoch)
+        return every[self.batches.rank :: self.batches.world_size]
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return iter(self.shard()[self.index :])
+
+    def __len__(self) -> int:
+        return len(self.shard()) - self.index
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch, self.index = epoch, 0
+
+    def advance(self, n: int) -> None:
+        """Mark `n` more of this rank's batches as consumed."""
         self.index += n
 
     def state_dict(self) -> dict[str, int]:

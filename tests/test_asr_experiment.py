@@ -1,0 +1,210 @@
+"""The speech experiment: config checks, batches, the CTC loss feed, decoding, per-bin WER, the
+report, and a tiny end-to-end run on a synthesised corpus (resumed from its cached results)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from cape.asr_metrics import wer
+from cape.data.speech_synth import DURATION_BINS
+from cape.data.tokens import decode as decode_ids
+from cape.experiments import EXPERIMENTS, resolve_config
+from cape.experiments import asr as A
+from cape.experiments.asr_config import AsrConfig
+from cape.experiments.asr_data import Utterance, collate_fn
+from cape.experiments.asr_report import bin_table, flatness
+
+TINY_MODEL = {"dim": 32, "depth": 1, "heads": 2, "ffn_dim": 64}
+
+
+def _cfg(*overrides: str, preset: str = "quick") -> AsrConfig:
+    exp = EXPERIMENTS["asr"]
+    return resolve_config(exp.config_cls, exp.presets, preset, [], list(overrides))[0]
+
+
+def _utt(seconds: float, text: str = "hello world", seed: int = 0) -> Utterance:
+    g = torch.Generator().manual_seed(seed)
+    wave = (torch.randn(int(seconds * 16000), generator=g) * 3000).to(torch.int16).numpy()
+    return Utterance(wave, text, seconds, None, f"u{seed}")
+
+
+@pytest.mark.parametrize("preset", ["quick", "cpu-full", "paper"])
+def test_presets_resolve(preset: str) -> None:
+    cfg = _cfg(preset=preset)
+    assert cfg.rows and cfg.train.best_metric == "wer"
+    names = [r.name for r in cfg.rows]
+    assert {"sinpos", "CAPE", "abspos", "nopos"} <= set(names)
+    assert set(cfg.eval.hop_rows) <= set(names)
+
+
+@pytest.mark.parametrize(("override", "key"), [
+    ('rows=[{"name": "x", "position": "wavelet"}]', "rows[x].position"),
+    ('rows=[{"name": "x", "position": "sinpos", "batching": "packed"}]', "rows[x].batching"),
+    ("eval.hop_rows=[nobody]", "eval.hop_rows"),
+    ("train.best_metric=loss", "train.best_metric"),
+    ("features.time_ratio=1.5", "features.time_ratio"),
+    ("model.heads=5", "model.dim"),
+    ("eval.splits=[train]", "eval.splits"),
+])
+def test_bad_config_names_the_key(override: str, key: str) -> None:
+    with pytest.raises(ValueError, match=key.replace("[", r"\[").replace("]", r"\]")):
+        _cfg(override)
+
+
+def test_collate_padded_and_padding_free() -> None:
+    cfg = _cfg()
+    items = [_utt(1.0, "a b", 0), _utt(1.5, "cd", 1), _utt(1.2, "e", 2)]
+    padded = collate_fn(cfg.features, "padded")(items)
+    assert padded["features"].shape == (3, 1 + (24000 - 400) // 160, 80)
+    assert padded["lengths"].tolist() == [1 + (n - 400) // 160 for n in (16000, 24000, 19200)]
+    assert decode_ids(padded["targets"][:3]) == "a b"
+    assert padded["target_lengths"].tolist() == [3, 2, 1]
+    torch.manual_seed(0)
+    free = collate_fn(cfg.features, "padding-free")(items)
+    frames = free["features"].shape[1]
+    assert free["lengths"].tolist() == [frames] * 3  # no padding at all
+    # every sample spans its whole audio: its last kept frame lies near its end
+    last = free["frame_times"][:, -1]
+    for t, u in zip(last.tolist(), items, strict=True):
+        assert u.duration - 0.05 < t + 0.0125 < u.duration + 0.05
+    assert (free["hop"] > 0.008).all() and not torch.allclose(free["hop"], free["hop"][:1])
+
+
+class _Spy(torch.nn.Module):
+    """Records how the loss calls the model; outputs uniform log-probs of 29 tokens."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(()))
+        self.calls: list[dict] = []
+
+    def forward(self, feats, lengths, **kw):
+        self.calls.append(kw)
+        steps = (feats.shape[1] + 2) // 3
+        out = torch.full((feats.shape[0], steps, 29), -math.log(29.0)) + 0 * self.w
+        return out, (lengths + 2) // 3
+
+
+@pytest.mark.parametrize("batching", ["padded", "padding-free"])
+def test_loss_feeds_hops_or_frame_times_and_is_ctc(batching: str) -> None:
+    cfg = _cfg()
+    row = next(r for r in cfg.rows if r.name == "CAPE")
+    row.batching, row.specaugment = batching, False
+    batch = collate_fn(cfg.features, batching)([_utt(1.0, "ab", 0), _utt(1.3, "c", 1)])
+    spy = _Spy()
+    loss, _ = A.ctc_loss_fn(cfg.features, row)(spy, batch)
+    assert set(spy.calls[0]) == ({"frame_times"} if batching == "padding-free" else {"hop"})
+    # independent: CTC of uniform scores is -log(#paths) + T log 29, via torch's own ctc_loss
+    lp, ol = spy(batch["features"], batch["lengths"])
+    ref = torch.nn.functional.ctc_loss(lp.transpose(0, 1), batch["targets"], ol,
+                                       batch["target_lengths"], reduction="none")
+    torch.testing.assert_close(loss, (ref / batch["target_lengths"]).mean())
+
+
+def test_batched_decoding_equals_one_at_a_time() -> None:
+    cfg = _cfg(*(f"model.{k}={v}" for k, v in TINY_MODEL.items()))
+    torch.manual_seed(0)
+    model = A.make_model(cfg, cfg.rows[3]).eval()
+    with torch.no_grad():
+        model.head.bias.copy_(torch.linspace(-1, 1, 29))  # avoid an all-blank output
+    utts = [_utt(s, seed=i) for i, s in enumerate((0.7, 2.0, 1.1, 3.3))]
+    one, _ = A.decode(model, utts, cfg.features, batch_size=1)
+    many, _ = A.decode(model, utts, cfg.features, batch_size=3)
+    assert one == many and any(one)
+
+
+def test_bin_records_match_independent_wer() -> None:
+    utts = [_utt(d, text, i) for i, (d, text) in enumerate(
+        [(2.0, "a b c"), (5.0, "d e"), (7.0, "f g h i"), (31.0, "j")])]
+    hyps = ["a x c", "d e", "f g", ""]
+    recs = A._bin_records(utts, hyps, {"row": "r"})
+    by = {r["bin"]: r for r in recs}
+    assert list(by) == [f"{lo:02d}-{hi:02d}" for lo, hi in DURATION_BINS] + ["all"]
+    assert by["00-06"]["wer"] == pytest.approx(100 * wer(["a b c", "d e"], hyps[:2]))
+    assert by["06-10"]["wer"] == pytest.approx(50.0)
+    assert by["30-45"]["wer"] == pytest.approx(100.0)
+    assert by["all"]["wer"] == pytest.approx(100 * wer([u.text for u in utts], hyps))
+    assert by["10-15"]["utterances"] == 0 and math.isnan(by["10-15"]["wer"])
+
+
+def test_without_positions_takes_the_encoding_out_and_puts_it_back(monkeypatch) -> None:
+    cfg = _cfg(*(f"model.{k}={v}" for k, v in TINY_MODEL.items()))
+    row = next(r for r in cfg.rows if r.name == "sinpos")
+    model = A.make_model(cfg, row).eval()
+    encoding = model.encoder.position
+    seen = []
+
+    def spy(model, utts, features, **kw):  # what decode sees: no encoding
+        seen.append(model.encoder.position)
+        return ["a"] * len(utts), 0.0
+
+    monkeypatch.setattr(A, "decode", spy)
+    data = type("D", (), {"test": lambda self, split: [_utt(2.0, "a", 0)]})()
+    recs = A.without_positions(cfg, row, 0, model, data)
+    assert seen == [None] and model.encoder.position is encoding
+    assert {r["split"] for r in recs} == {"test, positions removed"} and recs[-1]["wer"] == 0.0
+    nopos = next(r for r in cfg.rows if r.name == "nopos")
+    assert A.without_positions(cfg, nopos, 0, A.make_model(cfg, nopos), data) == []
+
+
+def test_flatness_is_longest_over_shortest_mean() -> None:
+    recs = [{"row": "a", "bin": "00-06", "wer": 10.0}, {"row": "a", "bin": "00-06", "wer": 20.0},
+            {"row": "a", "bin": "30-45", "wer": 45.0}, {"row": "b", "bin": "00-06", "wer": 8.0},
+            {"row": "b", "bin": "30-45", "wer": 8.0}]
+    assert flatness(recs) == {"a": pytest.approx(3.0), "b": pytest.approx(1.0)}
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    from cape.data.espeak import espeak_available
+
+    if not espeak_available():
+        pytest.skip("libespeak-ng is not installed")
+    pytest.importorskip("soundfile")
+    root = tmp_path_factory.mktemp("asr")
+    sets = [f"data.root={root / 'corpus'}", "data.train=24", "data.val=4", "data.test_per_bin=1",
+            "data.workers=1", "train.steps=3", "train.batch_size=8", "train.eval_every=3",
+            "train.checkpoint_every=3", "train.warmup_steps=1", "eval.hops_ms=[10, 20]",
+            'rows=[{"name": "CAPE", "position": "cape1d"}, {"name": "sinpos pf", '
+            '"position": "sinpos", "batching": "padding-free"}]', "eval.hop_rows=[CAPE]",
+            *(f"model.{k}={v}" for k, v in TINY_MODEL.items())]
+    exp = EXPERIMENTS["asr"]
+    cfg, mapping = resolve_config(exp.config_cls, exp.presets, "quick", [], sets)
+    out = root / "run"
+    results = A.run_experiment(cfg, mapping, out)
+    return cfg, mapping, out, results
+
+
+def test_tiny_experiment_writes_report_and_resumes(tiny_run) -> None:
+    cfg, mapping, out, results = tiny_run
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert "WER (%) per test duration bin" in report and "sinpos pf" in report
+    splits = {(r["row"], r["split"]) for r in results["records"]}
+    assert ("CAPE", "test@hop") in splits and ("sinpos pf", "test@hop") not in splits
+    hops = {r["hop_ms"] for r in results["records"] if r["split"] == "test@hop"}
+    assert hops == {10.0, 20.0}
+    assert bin_table(results, "test").count("\n") == 3  # header, rule, two rows
+    removed = {r["row"] for r in results["records"] if r["split"] == "test, positions removed"}
+    assert removed == {"CAPE", "sinpos pf"} and "Does the model use its positions" in report
+    spec = json.loads((out / "cape" / "seed0" / "model.json").read_text())
+    assert spec["model"]["position"] == "cape1d" and spec["features"]["hop_ms"] == 10.0
+    mtime = (out / "cape" / "seed0" / "eval.json").stat().st_mtime
+    again = A.run_experiment(cfg, mapping, out)  # cached: nothing is trained or evaluated again
+    assert (out / "cape" / "seed0" / "eval.json").stat().st_mtime == mtime
+    assert again["records"] == json.loads(json.dumps(results["records"]))
+    assert A.redraw(out) == out / "report.md"
+
+
+def test_transcribe_a_trained_run(tiny_run, capsys) -> None:
+    from cape.cli import main
+
+    _, _, out, _ = tiny_run
+    wavs = sorted((Path(tiny_run[0].data.root) / "test").glob("*.wav"))[:2]
+    assert main(["transcribe", str(out / "cape" / "seed0"), *map(str, wavs)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2 and all("\t" in line for line in lines)
