@@ -208,3 +208,36 @@ def test_transcribe_a_trained_run(tiny_run, capsys) -> None:
     assert main(["transcribe", str(out / "cape" / "seed0"), *map(str, wavs)]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 2 and all("\t" in line for line in lines)
+
+
+@pytest.mark.slow
+def test_experiment_under_torchrun_two_cpu_ranks(tmp_path) -> None:
+    """`torchrun -m cape experiment asr`: rank 0 makes the corpus while rank 1 waits, each rank
+    trains on its share of the duration batches, validation counts are summed over ranks, and
+    only rank 0 writes the report."""
+    import os
+    import subprocess
+    import sys
+
+    from cape.data.espeak import espeak_available
+
+    if not espeak_available():
+        pytest.skip("libespeak-ng is not installed")
+    pytest.importorskip("soundfile")
+    sets = [f"data.root={tmp_path / 'corpus'}", "data.train=16", "data.val=4",
+            "data.test_per_bin=1", "data.workers=1", "train.steps=2", "train.batch_size=4",
+            "train.eval_every=2", "train.checkpoint_every=2", "train.warmup_steps=1",
+            "eval.splits=[test]", "eval.hop_rows=[]",
+            'rows=[{"name": "CAPE pf", "position": "cape1d", "batching": "padding-free"}]',
+            *(f"model.{k}={v}" for k, v in TINY_MODEL.items())]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "-m", "cape", "experiment", "asr", "--out", str(tmp_path / "run")]
+    for s in sets:
+        cmd += ["--set", s]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert res.returncode == 0, res.stderr[-4000:]
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert {r["split"] for r in results["records"]} == {"test", "test, positions removed"}
+    summary = results["train"]["CAPE pf/seed0"]
+    assert summary["step"] == 2.0 and 0.0 <= summary["eval_wer"] <= 100.0 * 4

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import cape
+import cape.asr_inference
 import cape.bench
 import cape.data
 import cape.experiments
@@ -61,7 +62,8 @@ def test_functional_name_has_an_example(name: str) -> None:
     [f"report.{n}" for n in cape.report.__all__]
     + [f"viz.{n}" for n in cape.viz.__all__]
     + [f"experiments.{n}" for n in cape.experiments.__all__]
-    + [f"bench.{n}" for n in cape.bench.__all__],
+    + [f"bench.{n}" for n in cape.bench.__all__]
+    + [f"asr_inference.{n}" for n in cape.asr_inference.__all__],
 )
 def test_report_viz_experiments_names_have_examples(name: str) -> None:
     short = name.split(".", 1)[1]

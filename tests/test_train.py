@@ -445,3 +445,28 @@ def test_batches_resume_mid_epoch_and_read_what_the_sampler_forms(tmp_path: Path
     assert seen == expect[4:10]
     for a, b in zip(full.parameters(), part.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_step_metrics_stay_tensors_until_logged(tmp_path: Path) -> None:
+    """No float() per step (a host sync on GPUs): the loss, the loss function's tensor metrics
+    and the gradient norm reach on_step_end as tensors; only logged steps convert them."""
+    data, _, _ = _task(64)
+    seed_everything(0)
+    seen: dict[int, dict] = {}
+
+    def loss(m: nn.Module, b):
+        out = F.mse_loss(m(b[0]), b[1])
+        return out, {"twice": 2 * out.detach(), "const": 1.5}
+
+    cfg = TrainConfig(steps=10, batch_size=16, log_every=5, seed=0)
+    Trainer(_mlp(), loss, data, None, cfg, tmp_path,
+            on_step_end=lambda t, step, m: seen.__setitem__(step, dict(m))).fit()
+    for m in seen.values():
+        assert all(isinstance(m[k], torch.Tensor) for k in ("loss", "twice", "grad_norm"))
+        assert m["const"] == 1.5
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [5, 10]
+    for r in rows:
+        assert r["loss"] == float(seen[r["step"]]["loss"])
+        assert r["twice"] == pytest.approx(2 * r["loss"])
+        assert r["grad_norm"] == float(seen[r["step"]]["grad_norm"])

@@ -53,7 +53,9 @@ class Trainer:
 
     `eval_fn(model) -> metrics` runs every `eval_every` steps under `no_grad` (on every rank; its
     metrics are averaged over ranks). `on_step_end(trainer, step, metrics)` runs after each
-    optimiser step, after that step's logging and checkpointing. Under torchrun the model is
+    optimiser step, after that step's logging and checkpointing; `metrics` holds that step's
+    values as the loss function gave them (tensors stay on the device: no host sync per step
+    unless a metric is logged, every `log_every` steps). Under torchrun the model is
     wrapped in DDP; only rank 0 writes to `run_dir`. Build the model after `seed_everything`.
 
     Exact resume covers RNG draws in the main process (loss_fn, collate_fn with num_workers=0);
@@ -183,7 +185,7 @@ class Trainer:
             self.device.type, dtype=torch.bfloat16, enabled=self.cfg.precision == "bf16"
         )
 
-    def _train_step(self) -> dict[str, float]:
+    def _train_step(self) -> dict[str, Any]:
         cfg, sums = self.cfg, {}
         self.optimizer.zero_grad(set_to_none=True)
         for micro in range(cfg.grad_accum):
@@ -203,12 +205,14 @@ class Trainer:
                     loss, metrics = self.loss_fn(self.ddp, batch)
                 (loss / cfg.grad_accum).backward()
             for k, v in {"loss": loss.detach(), **metrics}.items():
-                sums[k] = sums.get(k, 0.0) + float(v) / cfg.grad_accum
+                # tensors stay on the device: float() here would wait for the GPU every step;
+                # fit() converts them only on the steps it logs
+                v = v.detach() if isinstance(v, torch.Tensor) else float(v)
+                sums[k] = sums.get(k, 0.0) + v / cfg.grad_accum
             self.times["compute"] += time.perf_counter() - t1
         t2 = time.perf_counter()
         if cfg.clip_norm is not None:
-            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip_norm)
-            sums["grad_norm"] = float(norm)
+            sums["grad_norm"] = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip_norm)
         sums["lr"] = self.optimizer.param_groups[0]["lr"]
         self.optimizer.step()
         self.scheduler.step()
