@@ -109,6 +109,16 @@ def test_wav_round_trip_and_errors_name_the_file(tmp_path):
     (tmp_path / "c.wav").write_bytes(b"RIFF garbage")
     with pytest.raises(ValueError, match="c.wav"):
         read_wav(tmp_path / "c.wav")
+    # stereo: refused by default, averaged with mix=True
+    import soundfile
+
+    stereo = np.stack([x, -0.5 * x], axis=1)
+    soundfile.write(str(tmp_path / "s.wav"), stereo, 8000, subtype="FLOAT")
+    with pytest.raises(ValueError, match="s.wav must be mono, got 2 channels"):
+        read_wav(tmp_path / "s.wav")
+    mixed, sr = read_wav(tmp_path / "s.wav", mix=True)
+    assert sr == 8000 and mixed.dtype == np.float32
+    np.testing.assert_allclose(mixed, 0.25 * x, atol=1e-7)
 
 
 # --- voices and espeak-ng ----------------------------------------------------------------------

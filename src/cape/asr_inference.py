@@ -26,7 +26,7 @@ import torch
 
 from ._checks import check_float, check_int, check_tensor
 from .asr_metrics import DURATION_BINS, cer, wer, wer_by_bin
-from .data.audio import _soundfile, read_wav, resample
+from .data.audio import read_wav, resample
 from .data.features import _samples, frame_hop_seconds, log_mel
 from .data.text import normalize_text
 from .data.tokens import VOCAB_SIZE, ctc_beam_decode, ctc_greedy_decode
@@ -149,21 +149,7 @@ def load_audio(path: str | Path, sample_rate: int, *, win_ms: float = 25.0) -> t
     """
     path = Path(path)
     check_int("sample_rate", sample_rate)
-    if not path.is_file():
-        raise FileNotFoundError(f"no such WAV file: {path}")
-    sf = _soundfile()  # outside the try: a missing package is not an unreadable file
-    try:
-        channels = sf.info(str(path)).channels
-    except Exception as e:  # soundfile raises LibsndfileError, RuntimeError, ...
-        raise ValueError(f"cannot read WAV file {path}: {e}") from e
-    if channels == 1:
-        wave, sr = read_wav(path)  # its errors name the file
-    else:  # read_wav takes mono only; a stereo recording is folded down to one channel
-        try:
-            data, sr = sf.read(str(path), dtype="float32", always_2d=True)
-        except Exception as e:
-            raise ValueError(f"cannot read WAV file {path}: {e}") from e
-        wave = data.mean(axis=1, dtype=np.float32)
+    wave, sr = read_wav(path, mix=True)  # its errors name the file; channels averaged
     if not np.all(np.isfinite(wave)):
         raise ValueError(f"WAV file {path} holds NaN or infinite samples")
     if sr != sample_rate:

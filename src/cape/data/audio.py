@@ -202,10 +202,10 @@ def write_wav(path: str | Path, x: np.ndarray, sample_rate: int) -> None:
     )
 
 
-def read_wav(path: str | Path) -> tuple[np.ndarray, int]:
+def read_wav(path: str | Path, *, mix: bool = False) -> tuple[np.ndarray, int]:
     """Read a mono WAV file -> (wave float32 [N] in [-1, 1], sample rate in Hz). Raises
-    FileNotFoundError naming a missing file and ValueError naming an unreadable or multi-channel
-    one."""
+    FileNotFoundError naming a missing file and ValueError naming an unreadable one, or a
+    multi-channel one unless `mix`, which averages the channels (users' stereo recordings)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no such WAV file: {path}")
@@ -215,5 +215,7 @@ def read_wav(path: str | Path) -> tuple[np.ndarray, int]:
     except Exception as e:  # soundfile raises LibsndfileError, RuntimeError, ...
         raise ValueError(f"cannot read WAV file {path}: {e}") from e
     if data.shape[1] != 1:
-        raise ValueError(f"{path} must be mono, got {data.shape[1]} channels")
+        if not mix:
+            raise ValueError(f"{path} must be mono, got {data.shape[1]} channels")
+        return data.mean(axis=1, dtype=np.float32), int(sr)
     return np.ascontiguousarray(data[:, 0]), int(sr)

@@ -23,7 +23,7 @@ from ..asr_inference import transcribe
 from ..asr_metrics import error_counts, wer_by_bin
 from ..data.features import frame_hop_seconds, log_mel
 from ..data.specaugment import SpecAugment
-from ..data.speech_synth import DURATION_BINS
+from ..data.speech_synth import DURATION_BINS, SAMPLE_RATE
 from ..data.tokens import VOCAB_SIZE, ctc_beam_decode, ctc_greedy_decode
 from ..io import atomic_write
 from ..models.asr import CTCModel
@@ -41,7 +41,6 @@ __all__ = [
     "run_experiment", "run_dir", "redraw", "format_records",
 ]
 
-SAMPLE_RATE = 16000
 
 
 def make_data(cfg: AsrConfig) -> AsrData:
@@ -183,11 +182,11 @@ def load_run(cfg: AsrConfig, row: RowConfig, seed: int, out: str | Path, data: A
 
 
 def _bin_records(utts: Sequence[Utterance], hyps: Sequence[str], base: dict[str, Any]) -> list[dict]:
-    refs = [u.text for u in utts]
-    bins = wer_by_bin([u.duration for u in utts], refs, hyps, DURATION_BINS)
-    everything = wer_by_bin([u.duration for u in utts], refs, hyps, [(0.0, float("inf"))])
+    # one pass over the edit distances: the duration bins plus one bin holding everything
+    bins = wer_by_bin([u.duration for u in utts], [u.text for u in utts], hyps,
+                      [*DURATION_BINS, (0.0, float("inf"))])
     out = []
-    for b in [*bins, *everything]:
+    for b in bins:
         label = "all" if b["high"] == float("inf") else f"{b['low']:02.0f}-{b['high']:02.0f}"
         out.append({**base, "bin": label, "utterances": int(b["count"]), "words": int(b["words"]),
                     "word_edits": int(b["word_edits"]), "wer": 100.0 * b["wer"],
@@ -277,7 +276,8 @@ def run_experiment(cfg: AsrConfig, mapping: dict[str, Any], out: str | Path) -> 
                     write_json(run_dir(out, row, seed) / "eval.json", done)
         records += done["records"]
         summaries[f"{row.name}/seed{seed}"] = done["summary"]
-        params[row.name] = sum(p.numel() for p in make_model(cfg, row).parameters())
+        if row.name not in params:  # the same for every seed
+            params[row.name] = sum(p.numel() for p in make_model(cfg, row).parameters())
     results = {"experiment": "asr", "name": cfg.name, "config": mapping, "records": records,
                "train": summaries, "params": params, "data": data.summary()}
     if dist.rank == 0:

@@ -16,7 +16,7 @@ import torch
 from ..data.audio import read_wav
 from ..data.speech import load_manifest, make_speech_corpus, verify_corpus
 from ..data.speech_batching import DurationBatchSampler, padded_features, padding_free_features
-from ..data.speech_synth import SNR_DB
+from ..data.speech_synth import SAMPLE_RATE, SNR_DB
 from ..data.tokens import encode
 from ..train import distributed as D
 from .asr_config import AsrConfig, DataConfig, FeatureConfig
@@ -45,8 +45,8 @@ def _load(root: Path, split: str, limit: int = 0) -> list[Utterance]:
     out = []
     for r in records:
         wave, sr = read_wav(root / r["path"])
-        if sr != 16000:
-            raise ValueError(f"{root / r['path']}: expected 16 kHz audio, got {sr} Hz")
+        if sr != SAMPLE_RATE:
+            raise ValueError(f"{root / r['path']}: expected {SAMPLE_RATE} Hz audio, got {sr} Hz")
         pcm = np.clip(np.round(wave * 32768.0), -32768, 32767).astype(np.int16)
         out.append(Utterance(pcm, r["text"], float(r["duration"]), r.get("bin"), r["name"]))
     return out

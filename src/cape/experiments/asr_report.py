@@ -8,13 +8,12 @@ function of the results. `redraw(out)` (`cape plot`) re-renders from `results.js
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 from ..report import Report, pivot, summarize, write_json
-from .common import plot_ok, train_cost_table
+from .common import plot_ok, read_results, train_cost_table
 
 __all__ = ["write_report", "redraw", "bin_table", "flatness"]
 
@@ -38,10 +37,7 @@ def write_report(out: str | Path, results: dict[str, Any]) -> Path:
 
 def redraw(out: str | Path) -> Path:
     """Re-render report.md and the plots of a finished experiment folder (`cape plot`)."""
-    path = Path(out) / "results.json"
-    if not path.is_file():
-        raise ValueError(f"{str(out)!r} has no results.json: run `cape experiment` there first")
-    return _render(Path(out), json.loads(path.read_text(encoding="utf-8")))
+    return _render(Path(out), read_results(out))
 
 
 def _bins(records: list[dict[str, Any]]) -> list[str]:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from . import EXPERIMENTS, resolve_config
+from .common import read_results
 
 __all__ = ["experiment_main", "train_main", "eval_main", "plot_main"]
 
@@ -103,12 +104,7 @@ def plot_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="cape plot")
     p.add_argument("folder", type=Path, help="an experiment folder holding results.json")
     args = p.parse_args(argv)
-    path = args.folder / "results.json"
-    if not path.is_file():
-        raise ValueError(f"{str(args.folder)!r} has no results.json: run `cape experiment` there")
-    import json
-
-    name = json.loads(path.read_text(encoding="utf-8")).get("experiment")
+    name = read_results(args.folder).get("experiment")
     if name not in EXPERIMENTS:
         raise ValueError(f"results.json names experiment {name!r}; known: {sorted(EXPERIMENTS)}")
     print(f"report: {importlib.import_module(EXPERIMENTS[name].module).redraw(args.folder)}")

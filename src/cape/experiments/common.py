@@ -12,7 +12,8 @@ from ..config import apply_overrides, from_mapping, load_file, to_mapping
 from ..io import atomic_write
 
 __all__ = ["merge", "resolve_config", "slug", "save_config", "check_runs", "check_best_metric",
-           "run_dir", "cached_runs", "summed_accuracy", "plot_ok", "train_cost_table"]
+           "run_dir", "cached_runs", "read_results", "summed_accuracy", "plot_ok",
+           "train_cost_table"]
 
 
 def merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
@@ -111,6 +112,17 @@ def cached_runs(
             if D.get_rank() == 0:
                 write_json(path, done)
         yield row, seed, done
+
+
+def read_results(out: str | Path) -> dict[str, Any]:
+    """The results.json of a finished experiment folder (what `cape plot` and every report's
+    `redraw` re-render from); ValueError naming the folder when it has none."""
+    import json
+
+    path = Path(out) / "results.json"
+    if not path.is_file():
+        raise ValueError(f"{str(out)!r} has no results.json: run `cape experiment` there first")
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def summed_accuracy(correct: float, count: int) -> float:

@@ -13,13 +13,12 @@ uses the Cornish-Fisher expansion of the normal quantile beyond (error < 1e-3 at
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 from ..report import Report, pivot, summarize, write_json
-from .common import plot_ok, train_cost_table
+from .common import plot_ok, read_results, train_cost_table
 
 __all__ = ["T975", "t_quantile_975", "confidence_cells", "write_report", "redraw"]
 
@@ -60,11 +59,7 @@ def write_report(out: str | Path, results: dict[str, Any]) -> Path:
 
 def redraw(out: str | Path) -> Path:
     """Re-render report.md and the plots of a finished experiment folder (`cape plot`)."""
-    out = Path(out)
-    path = out / "results.json"
-    if not path.is_file():
-        raise ValueError(f"{str(out)!r} has no results.json: run `cape experiment` there first")
-    return _render(out, json.loads(path.read_text(encoding="utf-8")))
+    return _render(Path(out), read_results(out))
 
 
 def _final_table(cells: list[dict[str, Any]], records: list[dict[str, Any]],

@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ import torch
 from ..io import atomic_write
 from ..models.vit import ViT
 from ..report import Report, pivot, summarize, write_json
-from .common import plot_ok, train_cost_table
+from .common import plot_ok, read_results, train_cost_table
 from .vision_config import RowConfig
 
 __all__ = ["position_maps", "write_report", "redraw"]
@@ -80,10 +79,7 @@ def write_report(out: str | Path, results: dict[str, Any], maps: dict[str, np.nd
 def redraw(out: str | Path) -> Path:
     """Re-render report.md and the plots of a finished experiment folder (`cape plot`)."""
     out = Path(out)
-    path = out / "results.json"
-    if not path.is_file():
-        raise ValueError(f"{str(out)!r} has no results.json: run `cape experiment` there first")
-    results = json.loads(path.read_text(encoding="utf-8"))
+    results = read_results(out)
     maps: dict[str, np.ndarray] = {}
     if (out / "maps.npz").is_file():
         with np.load(out / "maps.npz", allow_pickle=False) as z:

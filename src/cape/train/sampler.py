@@ -13,7 +13,29 @@ from torch.utils.data import Sampler
 __all__ = ["ResumableSampler", "ResumableBatchSampler"]
 
 
-class ResumableSampler(Sampler[int]):
+class _EpochPosition:
+    """The saved position of a resumable sampler: the epoch and how much of this rank's share
+    of it was consumed (`advance`), as `state_dict` / `load_state_dict` write and read it."""
+
+    epoch: int
+    index: int
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start epoch `epoch` from its beginning."""
+        self.epoch, self.index = epoch, 0
+
+    def advance(self, n: int) -> None:
+        """Mark `n` more of this rank's items (samples or batches) as consumed."""
+        self.index += n
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "index": self.index}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch, self.index = int(state["epoch"]), int(state["index"])
+
+
+class ResumableSampler(_EpochPosition, Sampler[int]):
     """Shuffled, rank-sharded indices whose position can be saved and restored mid-epoch.
 
     Epoch e's order is `randperm(size)` from a generator seeded with seed + e, padded by
@@ -55,22 +77,9 @@ class ResumableSampler(Sampler[int]):
     def __len__(self) -> int:
         return math.ceil(self.size / self.num_replicas) - self.index
 
-    def set_epoch(self, epoch: int) -> None:
-        """Start epoch `epoch` from its beginning (a new permutation)."""
-        self.epoch, self.index = epoch, 0
-
-    def advance(self, n: int) -> None:
-        """Mark `n` more of this rank's samples as consumed."""
-        self.index += n
-
-    def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "index": self.index}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self.epoch, self.index = int(state["epoch"]), int(state["index"])
 
 
-class ResumableBatchSampler(Sampler[list[int]]):
+class ResumableBatchSampler(_EpochPosition, Sampler[list[int]]):
     """Epoch-wise batches of another batch sampler, resumable mid-epoch (`Trainer(batches=)`).
 
     `batches` has `all_batches(epoch) -> list[list[int]]` (every rank's batches of that epoch,
@@ -98,16 +107,3 @@ class ResumableBatchSampler(Sampler[list[int]]):
 
     def __len__(self) -> int:
         return len(self.shard()) - self.index
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch, self.index = epoch, 0
-
-    def advance(self, n: int) -> None:
-        """Mark `n` more of this rank's batches as consumed."""
-        self.index += n
-
-    def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "index": self.index}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self.epoch, self.index = int(state["epoch"]), int(state["index"])
