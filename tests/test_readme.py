@@ -13,6 +13,7 @@ import cape.bench
 import cape.data
 import cape.experiments
 import cape.functional
+import cape.mt_inference
 import cape.report
 import cape.train
 import cape.viz
@@ -63,7 +64,8 @@ def test_functional_name_has_an_example(name: str) -> None:
     + [f"viz.{n}" for n in cape.viz.__all__]
     + [f"experiments.{n}" for n in cape.experiments.__all__]
     + [f"bench.{n}" for n in cape.bench.__all__]
-    + [f"asr_inference.{n}" for n in cape.asr_inference.__all__],
+    + [f"asr_inference.{n}" for n in cape.asr_inference.__all__]
+    + [f"mt_inference.{n}" for n in cape.mt_inference.__all__],
 )
 def test_report_viz_experiments_names_have_examples(name: str) -> None:
     short = name.split(".", 1)[1]

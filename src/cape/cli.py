@@ -24,6 +24,10 @@ def _data(args: argparse.Namespace, rest: list[str]) -> int:
         from .data.speech import speech_main
 
         return speech_main(rest)
+    if args.what == "translation":  # WordNet + fortunes through Apertium (cape.data.translation)
+        from .data.translation import translation_main
+
+        return translation_main(rest)
     from .data.images import make_native_sizes, make_split
 
     p = argparse.ArgumentParser(prog=f"cape data {args.what}")
@@ -75,6 +79,12 @@ def _experiments(args: argparse.Namespace, rest: list[str]) -> int:
     return getattr(cli, f"{args.command}_main")(rest)
 
 
+def _translate(args: argparse.Namespace, rest: list[str]) -> int:
+    from .mt_inference import translate_main
+
+    return translate_main(rest)
+
+
 def _transcribe(args: argparse.Namespace, rest: list[str]) -> int:
     from .asr_inference import transcribe_main  # WAV files + a trained CTC run -> text, or WER
 
@@ -91,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("what", choices=_BENCHES, help="which benchmark")
     p.set_defaults(run=_bench)
     p = sub.add_parser("data", help="make the offline data sets (cached, resumable)", add_help=False)
-    p.add_argument("what", choices=["chars", "speech"], help="which data set")
+    p.add_argument("what", choices=["chars", "speech", "translation"], help="which data set")
     p.set_defaults(run=_data)
     for name, text in (
         ("experiment", "train + evaluate + report a paper experiment (presets quick, cpu-full, paper)"),
@@ -104,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("transcribe", help="transcribe WAV files with a trained speech model; "
                        "with --transcripts, WER per duration bin", add_help=False)
     p.set_defaults(run=_transcribe)
+    p = sub.add_parser("translate", help="translate English sentences into Spanish with a "
+                       "trained translation model", add_help=False)
+    p.set_defaults(run=_translate)
     p = sub.add_parser("demo", help="build every encoding, check its properties, plot similarities", add_help=False)
     p.set_defaults(run=_demo)
     p = sub.add_parser("encodings", help="list the encodings `cape.build` knows and their options")

@@ -1,6 +1,7 @@
 """Offline data made on the machine: character images from Debian fonts, image datasets, log-mel
 speech features, and a speech corpus (WordNet text spoken by espeak-ng)."""
 
+from .apertium import english_sentences, fortune_sentences, translate_apertium
 from .audio import (
     NOISE_KINDS,
     add_noise,
@@ -11,6 +12,7 @@ from .audio import (
     sox_effects,
     write_wav,
 )
+from .bpe import Tokenizer, bpe_path, train_bpe
 from .datasets import ArrayImageDataset, ImageFolderDataset, char_dataset
 from .espeak import Espeak, Synthesis, espeak_available, get_espeak
 from .features import frame_hop_seconds, hop_samples, log_mel, mel_filterbank
@@ -72,6 +74,14 @@ from .tokens import (
     encode,
 )
 from .transforms import TRANSFORMS, apply_transform, contrast_image
+from .translation import (
+    load_pairs,
+    long_buckets,
+    make_translation_corpus,
+    split_names,
+    translation_main,
+    verify_translation_corpus,
+)
 
 __all__ = [
     "CANVAS",
@@ -157,4 +167,17 @@ __all__ = [
     "wordnet_sentences",
     "write_wav",
     "year_words",
+    # translation: English (WordNet, fortunes) -> Spanish (Apertium), joint BPE
+    "english_sentences",
+    "fortune_sentences",
+    "translate_apertium",
+    "make_translation_corpus",
+    "load_pairs",
+    "long_buckets",
+    "split_names",
+    "verify_translation_corpus",
+    "translation_main",
+    "Tokenizer",
+    "train_bpe",
+    "bpe_path",
 ]

@@ -16,6 +16,8 @@ from .lff_boxes_config import PRESETS as LFF_BOXES_PRESETS
 from .lff_boxes_config import LffBoxesConfig
 from .lff_generation_config import PRESETS as LFF_GENERATION_PRESETS
 from .lff_generation_config import GenerationConfig
+from .translation_config import PRESETS as TRANSLATION_PRESETS
+from .translation_config import TranslationConfig
 from .vision_config import PRESETS as VISION_PRESETS
 from .vision_config import VisionConfig
 
@@ -45,4 +47,6 @@ EXPERIMENTS: dict[str, Experiment] = {
     "lff-boxes": Experiment("lff-boxes", LffBoxesConfig, LFF_BOXES_PRESETS, "quick",
                             "cape.experiments.lff_boxes"),
     "asr": Experiment("asr", AsrConfig, ASR_PRESETS, "quick", "cape.experiments.asr"),
+    "translation": Experiment("translation", TranslationConfig, TRANSLATION_PRESETS, "quick",
+                              "cape.experiments.translation"),
 }

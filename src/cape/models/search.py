@@ -1,0 +1,206 @@
+"""Decoding for `Seq2Seq`: greedy search, beam search and teacher-forced per-token NLL.
+
+All three run under `torch.inference_mode()` with the model in eval mode (its previous mode is
+restored afterwards), so positions are the deterministic eval-mode ones. The source is encoded
+once; at every step the decoder is re-run over the whole prefix (no key/value cache: simple and
+exactly consistent with a teacher-forced forward pass, at O(T^2) decoder cost per sentence).
+Only the last position is projected to the vocabulary.
+
+The padding token is never generated (its log-probability is set to -inf, without
+renormalising the others, so scores stay the model's log-probabilities). The only host
+synchronisations are the maximum length at the start and one `.all()` stopping test per step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+
+from .._checks import check_float, check_int, check_tensor
+from .seq2seq import Seq2Seq
+
+__all__ = ["greedy_decode", "beam_search", "sequence_nll"]
+
+
+@contextlib.contextmanager
+def _eval_mode(model: torch.nn.Module) -> Iterator[None]:
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            yield
+    finally:
+        model.train(was_training)
+
+
+def _check_inputs(model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, ids: dict[str, int]) -> None:
+    if not isinstance(model, Seq2Seq):
+        raise TypeError(f"model must be a cape Seq2Seq, got {type(model).__name__}")
+    check_tensor("src", src, ndims=(2,))
+    check_tensor("src_mask", src_mask, ndims=(2,))
+    if src_mask.dtype != torch.bool or src_mask.shape != src.shape:
+        raise ValueError(
+            f"src_mask must be bool of shape {list(src.shape)}, got {src_mask.dtype} {list(src_mask.shape)}"
+        )
+    for name, value in ids.items():
+        check_int(name, value, minimum=0)
+        if value >= model.vocab_size:
+            raise ValueError(f"{name} must lie in [0, vocab_size={model.vocab_size}), got {value}")
+    if ids.get("eos_id") == model.pad_id:
+        raise ValueError(f"eos_id must differ from the model's pad_id ({model.pad_id})")
+
+
+def _step_log_probs(model: Seq2Seq, tokens: torch.Tensor, memory: torch.Tensor,
+                    memory_mask: torch.Tensor) -> torch.Tensor:
+    """Log-probabilities of the next token after `tokens` [N, t] -> [N, V] float32, pad = -inf."""
+    logits = model.decode(tokens, memory, memory_mask, last_only=True)[:, -1]
+    lp = logits.log_softmax(dim=-1)
+    lp[:, model.pad_id] = float("-inf")
+    return lp
+
+
+def _strip(rows: torch.Tensor, eos_id: int, pad_id: int) -> list[list[int]]:
+    """Generated ids [B, L] -> lists cut at the first EOS or padding (neither included)."""
+    out = []
+    for row in rows.tolist():
+        n = len(row)
+        for i, tok in enumerate(row):
+            if tok == eos_id or tok == pad_id:
+                n = i
+                break
+        out.append(row[:n])
+    return out
+
+
+def max_lengths(src_mask: torch.Tensor, max_len_a: float, max_len_b: float) -> torch.Tensor:
+    """Per-sentence step limit floor(a * source_length + b) (>= 1) -> [B] int64.
+
+    source_length counts the real source tokens (BOS/EOS included when the source has them). A
+    step generates one token, EOS included: an output has at most limit - 1 tokens plus EOS, or
+    `limit` tokens without EOS when the search ran out of steps.
+    """
+    a = check_float("max_len_a", max_len_a)
+    b = check_float("max_len_b", max_len_b, minimum=-float("inf"))
+    lengths = src_mask.sum(dim=1).to(torch.float64)
+    return torch.floor(a * lengths + b).to(torch.int64).clamp_min(1)
+
+
+def greedy_decode(
+    model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, *, bos_id: int, eos_id: int,
+    max_len: int | torch.Tensor,
+) -> list[list[int]]:
+    """Argmax decoding. src [B, S] ids, src_mask [B, S] bool -> B lists of ids (no BOS/EOS).
+
+    max_len: steps per sentence (int, or [B] integer tensor, see `max_lengths`): at most
+    max_len tokens are generated, EOS included; a sentence stops at its first EOS.
+    """
+    _check_inputs(model, src, src_mask, {"bos_id": bos_id, "eos_id": eos_id})
+    batch = src.shape[0]
+    if isinstance(max_len, torch.Tensor):
+        check_tensor("max_len", max_len, ndims=(1,))
+        if max_len.shape[0] != batch or max_len.is_floating_point() or max_len.dtype == torch.bool:
+            raise ValueError(f"max_len must be an int or a [{batch}] integer tensor, got {max_len.dtype} "
+                             f"{list(max_len.shape)}")
+        limits = max_len.to(src.device, torch.int64)
+    else:
+        limits = torch.full((batch,), check_int("max_len", max_len, minimum=0), device=src.device)
+    with _eval_mode(model):
+        memory = model.encode(src, src_mask)
+        steps = int(limits.max()) if batch else 0
+        tokens = torch.full((batch, steps + 1), model.pad_id, dtype=torch.long, device=src.device)
+        tokens[:, 0] = bos_id
+        alive = limits > 0
+        for t in range(steps):
+            nxt = _step_log_probs(model, tokens[:, : t + 1], memory, src_mask).argmax(dim=-1)
+            tokens[:, t + 1] = torch.where(alive, nxt, model.pad_id)
+            alive = alive & (nxt != eos_id) & (t + 1 < limits)
+            if not bool(alive.any()):
+                break
+    return _strip(tokens[:, 1:], eos_id, model.pad_id)
+
+
+def beam_search(
+    model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, *, bos_id: int, eos_id: int,
+    beam: int = 4, max_len_a: float = 1.5, max_len_b: float = 10, length_penalty: float = 1.0,
+) -> list[list[int]]:
+    """Beam search over B sentences x `beam` hypotheses -> B lists of ids (no BOS/EOS).
+
+    Each step scores every extension of the live hypotheses; of the best `beam` candidates,
+    those ending in EOS are finished (score = sum log p / length ** length_penalty, the length
+    counting EOS, as fairseq), and the best `beam` non-EOS candidates stay live. A sentence is
+    done with `beam` finished hypotheses or after `max_lengths(src_mask, max_len_a,
+    max_len_b)` steps. Returns the best finished hypothesis, else the best live one.
+    beam=1 is greedy decoding with the same step limit.
+    """
+    _check_inputs(model, src, src_mask, {"bos_id": bos_id, "eos_id": eos_id})
+    k = check_int("beam", beam)
+    penalty = check_float("length_penalty", length_penalty, minimum=-float("inf"))
+    limits = max_lengths(src_mask, max_len_a, max_len_b).to(src.device)
+    batch, vocab, pad, device = src.shape[0], model.vocab_size, model.pad_id, src.device
+    neg_inf = float("-inf")
+    with _eval_mode(model):
+        memory = model.encode(src, src_mask).repeat_interleave(k, dim=0)  # [B*K, S, D]
+        memory_mask = src_mask.repeat_interleave(k, dim=0)
+        steps = int(limits.max()) if batch else 0
+        tokens = torch.full((batch, k, steps + 1), pad, dtype=torch.long, device=device)
+        tokens[:, :, 0] = bos_id
+        scores = torch.zeros(batch, k, device=device)
+        scores[:, 1:] = neg_inf  # all hypotheses start equal: keep one
+        fin_scores = torch.full((batch, k), neg_inf, device=device)
+        fin_tokens = torch.full((batch, k, steps), pad, dtype=torch.long, device=device)
+        done = torch.zeros(batch, dtype=torch.bool, device=device)
+        for t in range(steps):
+            lp = _step_log_probs(model, tokens[:, :, : t + 1].reshape(batch * k, t + 1),
+                                 memory, memory_mask)
+            cand = (scores[:, :, None] + lp.view(batch, k, vocab)).masked_fill(
+                done[:, None, None], neg_inf).view(batch, k * vocab)
+            # finished: EOS among the best k candidates
+            top_s, top_i = cand.topk(k, dim=1)
+            is_eos = (top_i % vocab == eos_id) & torch.isfinite(top_s)
+            new_fin = torch.where(is_eos, top_s / float(t + 1) ** penalty, neg_inf)
+            prefix = tokens[:, :, 1:].gather(1, (top_i // vocab)[..., None].expand(-1, -1, steps))
+            prefix[:, :, t] = eos_id
+            pool_s = torch.cat([fin_scores, new_fin], dim=1)
+            fin_scores, keep = pool_s.topk(k, dim=1)
+            fin_tokens = torch.cat([fin_tokens, prefix], dim=1).gather(
+                1, keep[..., None].expand(-1, -1, steps))
+            # live: the best k candidates that do not end in EOS
+            live_s, live_i = cand.view(batch, k, vocab).index_fill(2, torch.tensor([eos_id], device=device),
+                                                                   neg_inf).view(batch, -1).topk(k, dim=1)
+            grown = tokens.gather(1, (live_i // vocab)[..., None].expand(-1, -1, steps + 1))
+            grown[:, :, t + 1] = live_i % vocab
+            grow = ~done
+            tokens = torch.where(grow[:, None, None], grown, tokens)
+            scores = torch.where(grow[:, None], live_s, scores)
+            done = done | (torch.isfinite(fin_scores).sum(dim=1) >= k) | (t + 1 >= limits)
+            if bool(done.all()):
+                break
+        has_fin = torch.isfinite(fin_scores[:, 0])  # topk keeps the pool sorted: 0 is the best
+        best_live = scores.argmax(dim=1)  # live hypotheses of a sentence share one length
+        live_best = tokens[torch.arange(batch, device=device), best_live, 1:]
+        out = torch.where(has_fin[:, None], fin_tokens[:, 0], live_best)
+    return _strip(out, eos_id, pad)
+
+
+def sequence_nll(
+    model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor,
+    tgt_out: torch.Tensor, tgt_mask: torch.Tensor,
+) -> torch.Tensor:
+    """Teacher-forced per-token negative log-likelihood -> [B, T] float32, 0 at padding.
+
+    tgt_in: decoder inputs [B, T] ([BOS] y1..ym), tgt_out: the tokens to score [B, T]
+    (y1..ym [EOS]), tgt_mask: [B, T] bool. Eval mode, no gradients (an evaluation metric;
+    the full softmax over the vocabulary, as beam search's scores).
+    """
+    _check_inputs(model, src, src_mask, {})
+    for name, t in (("tgt_in", tgt_in), ("tgt_out", tgt_out), ("tgt_mask", tgt_mask)):
+        check_tensor(name, t, ndims=(2,))
+        if t.shape != tgt_in.shape or t.shape[0] != src.shape[0]:
+            raise ValueError(f"{name} must have shape [{src.shape[0]}, T] like tgt_in, got {list(t.shape)}")
+    with _eval_mode(model):
+        lp = model(src, src_mask, tgt_in, tgt_mask).log_softmax(dim=-1)
+        nll = -lp.gather(-1, tgt_out[..., None].to(torch.long))[..., 0]
+        nll = torch.where(tgt_mask, nll, 0.0)
+    return nll.clone()  # an ordinary tensor, not an inference-mode one

@@ -1,0 +1,339 @@
+"""Encoder-decoder Transformer for CAPE's machine-translation experiment (sec. 5.3, appendix D.1).
+
+tokens -> Embedding * sqrt(D) (+ absolute position) -> dropout -> pre-norm Transformer stack
+(ReLU FFN, as the fairseq/ADMIN recipes the paper follows) -> final LayerNorm. The decoder's
+output projection is the token embedding transposed when `tie_embeddings` (a joint BPE
+vocabulary: one table for encoder input, decoder input and output), else separate tables and a
+bias-free Linear. Logits are float32.
+
+Positions are *computed* by `Seq2Seq.positions` (token indices 0..L-1, float32 [B, L, 1], 0 at
+padding) separately from how they are *applied* (per row, `MT_POSITIONS`):
+
+- "nopos": nothing.
+- "sinpos": the fixed sinusoid of the token index (`CAPE1d(D)`, no augmentation) added to the
+  encoder and decoder inputs.
+- "abspos": learned tables (`AbsPos1d`), one for the encoder and one for the decoder; options
+  `num_positions` (256), `overflow` ("clamp": indices past the table reuse its last row;
+  "mod" wraps), `init_std` (0.02).
+- "relpos": Shaw relative positions (`RelPos`, keys only unless `values=True`) in every
+  self-attention layer of both stacks, `max_distance` (16 tokens; farther pairs share the edge
+  buckets); cross-attention is content-only; no absolute encoding.
+- "cape": the sinusoid of CAPE-augmented positions (CAPE1d fed `positions=`). Synchronised as in
+  the paper (`cape.augment.augment_pair`): source positions are `alpha * index`, target ones
+  `index`; in training one global shift U(-Dmax, Dmax) per sample for both sides, independent
+  local shifts U(-emax, emax) per token, no global scaling, no mean-normalisation (which keeps the
+  decoder causal: a target position never depends on later tokens). Options
+  `max_global_shift` (Dmax = 5 tokens), `max_local_shift` (emax = 0.5), `alpha` (target/source
+  token ratio of the training corpus, 1.0).
+- "rotary": rotary embeddings (head_dim = D / heads) in every self-attention layer over the same
+  positions as "cape" (same options); no absolute encoding. Our row, beyond the paper.
+
+`encode`/`decode` called without positions use the deterministic eval-mode positions (what
+`positions()` gives in eval mode), whatever the module's mode; `forward` draws them with
+`positions()`, so training goes through `forward`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from .._checks import check_choice, check_float, check_int, check_tensor
+from ..augment import augment_pair
+from ..encodings.learned import AbsPos1d
+from ..encodings.relative import RelPos
+from ..encodings.rotary import Rotary
+from ..encodings.sinusoidal import CAPE1d
+from ..positions import token_positions
+from .transformer import TransformerDecoder, TransformerEncoder
+
+__all__ = ["Seq2Seq", "MT_POSITIONS"]
+
+MT_POSITIONS = ("nopos", "sinpos", "abspos", "relpos", "cape", "rotary")
+
+_CAPE_DEFAULTS: dict[str, Any] = dict(max_global_shift=5.0, max_local_shift=0.5, alpha=1.0)
+_DEFAULTS: dict[str, dict[str, Any]] = {
+    "nopos": {},
+    "sinpos": {},
+    "abspos": dict(num_positions=256, overflow="clamp", init_std=0.02),
+    "relpos": dict(max_distance=16.0, values=False),
+    "cape": _CAPE_DEFAULTS,
+    "rotary": _CAPE_DEFAULTS,
+}
+
+
+def _resolve_options(position: str, options: dict[str, Any] | None) -> dict[str, Any]:
+    """Validate `position_options` for a row; -> the full options (defaults filled in)."""
+    if options is not None and not isinstance(options, dict):
+        raise TypeError(f"position_options must be a dict or None, got {type(options).__name__}")
+    allowed = _DEFAULTS[position]
+    unknown = sorted(set(options or {}) - set(allowed))
+    if unknown:
+        raise ValueError(
+            f"unknown position_options {unknown} for position {position!r}; allowed: {sorted(allowed)}"
+        )
+    out = {**allowed, **(options or {})}
+    if position in ("cape", "rotary"):
+        out["max_global_shift"] = check_float("max_global_shift", out["max_global_shift"])
+        out["max_local_shift"] = check_float("max_local_shift", out["max_local_shift"])
+        out["alpha"] = check_float("alpha", out["alpha"], strict=True)
+    elif position == "relpos":
+        out["max_distance"] = check_float("max_distance", out["max_distance"], strict=True)
+        if not isinstance(out["values"], bool):
+            raise TypeError(f"values must be a bool, got {out['values']!r}")
+    elif position == "abspos":
+        check_int("num_positions", out["num_positions"])
+        check_choice("overflow", out["overflow"], ("clamp", "mod"))
+        out["init_std"] = check_float("init_std", out["init_std"])
+    return out
+
+
+def _check_mask(name: str, mask: torch.Tensor, shape: tuple[int, ...] | None = None) -> torch.Tensor:
+    check_tensor(name, mask, ndims=(2,))
+    if mask.dtype != torch.bool:
+        raise TypeError(f"{name} must be a bool tensor (True at real tokens), got {mask.dtype}")
+    if shape is not None and tuple(mask.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {list(shape)}, got {list(mask.shape)}")
+    return mask
+
+
+def _check_tokens(name: str, tokens: torch.Tensor) -> torch.Tensor:
+    check_tensor(name, tokens, ndims=(2,))
+    if tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
+        raise TypeError(f"{name} must be an integer tensor of token ids [B, L], got {tokens.dtype}")
+    return tokens
+
+
+class Seq2Seq(nn.Module):
+    """Encoder-decoder Transformer: `Seq2Seq(vocab, position="cape", position_options={...})`.
+
+    vocab_size: tokens of the (joint) vocabulary. dim, heads, ffn_dim: width D, attention heads
+    (D divisible by heads), FFN hidden size. encoder_layers / decoder_layers: depths. dropout: on
+    the embeddings (after positions are added), attention probabilities, FFN and residuals.
+    position: one of `MT_POSITIONS`; position_options: that row's options (module docstring).
+    pad_id: the padding token (its embedding row starts at 0 and gets no gradient from lookups).
+    tie_embeddings: one table for both sides and the output projection.
+    `spec`: the constructor's keywords, JSON-able: `Seq2Seq(**model.spec)` rebuilds the model.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        *,
+        dim: int = 256,
+        encoder_layers: int = 3,
+        decoder_layers: int = 3,
+        heads: int = 4,
+        ffn_dim: int = 1024,
+        dropout: float = 0.1,
+        position: str = "cape",
+        position_options: dict[str, Any] | None = None,
+        pad_id: int = 0,
+        tie_embeddings: bool = True,
+    ) -> None:
+        super().__init__()
+        self.vocab_size = check_int("vocab_size", vocab_size, minimum=2)
+        self.dim = check_int("dim", dim)
+        check_int("encoder_layers", encoder_layers)
+        check_int("decoder_layers", decoder_layers)
+        check_int("heads", heads)
+        check_int("ffn_dim", ffn_dim)
+        if dim % heads:
+            raise ValueError(f"dim ({dim}) must be divisible by heads ({heads})")
+        dropout = check_float("dropout", dropout)
+        if dropout >= 1.0:
+            raise ValueError(f"dropout must lie in [0, 1), got {dropout}")
+        self.pad_id = check_int("pad_id", pad_id, minimum=0)
+        if pad_id >= vocab_size:
+            raise ValueError(f"pad_id must lie in [0, vocab_size={vocab_size}), got {pad_id}")
+        if not isinstance(tie_embeddings, bool):
+            raise TypeError(f"tie_embeddings must be a bool, got {tie_embeddings!r}")
+        if not isinstance(position, str) or position.lower() not in MT_POSITIONS:
+            raise ValueError(f"position must be one of {list(MT_POSITIONS)}, got {position!r}")
+        self.position = position.lower()
+        self.position_options = _resolve_options(self.position, position_options)
+        head_dim = dim // heads
+        if self.position in ("sinpos", "cape") and dim % 2:
+            raise ValueError(f"dim must be even for position={self.position!r}, got {dim}")
+        if self.position == "rotary" and head_dim % 2:
+            raise ValueError(f"dim / heads must be even for rotary, got dim={dim}, heads={heads}")
+        self._spec: dict[str, Any] = dict(
+            vocab_size=vocab_size, dim=dim, encoder_layers=encoder_layers,
+            decoder_layers=decoder_layers, heads=heads, ffn_dim=ffn_dim, dropout=dropout,
+            position=self.position, position_options=dict(self.position_options), pad_id=pad_id,
+            tie_embeddings=tie_embeddings,
+        )
+
+        self.embed_scale = math.sqrt(dim)
+        self.embed = self._embedding()
+        self.tgt_embed = None if tie_embeddings else self._embedding()
+        self.out_proj = None if tie_embeddings else nn.Linear(dim, vocab_size, bias=False)
+        if self.out_proj is not None:
+            nn.init.normal_(self.out_proj.weight, std=dim**-0.5)
+        self.drop = nn.Dropout(dropout)
+
+        # absolute encodings (added here, before the embedding dropout) or per-layer factories
+        o = self.position_options
+        self.src_position: nn.Module | None = None
+        self.tgt_position: nn.Module | None = None
+        factory = None
+        if self.position in ("sinpos", "cape"):
+            self.src_position = self.tgt_position = CAPE1d(dim)  # parameter-free: shared
+        elif self.position == "abspos":
+            self.src_position, self.tgt_position = (
+                AbsPos1d(dim, o["num_positions"], overflow=o["overflow"], init_std=o["init_std"])
+                for _ in range(2)
+            )
+        elif self.position == "relpos":
+            def factory() -> nn.Module:
+                return RelPos(head_dim, max_distance=o["max_distance"], values=o["values"])
+        elif self.position == "rotary":
+            def factory() -> nn.Module:
+                return Rotary(head_dim)  # positions arrive augmented (positions())
+        self._in_attention = factory is not None
+        stack = dict(
+            relative_factory=factory, dropout=dropout, norm_first=True, activation="relu",
+            final_norm=True,
+        )
+        self.encoder = TransformerEncoder(encoder_layers, dim, heads, ffn_dim, **stack)
+        self.decoder = TransformerDecoder(decoder_layers, dim, heads, ffn_dim, **stack)
+
+    def _embedding(self) -> nn.Embedding:
+        emb = nn.Embedding(self.vocab_size, self.dim, padding_idx=self.pad_id)
+        nn.init.normal_(emb.weight, std=self.dim**-0.5)  # x sqrt(D): unit-variance inputs
+        with torch.no_grad():
+            emb.weight[self.pad_id].zero_()
+        return emb
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        """The constructor's keywords (position_options with defaults filled in)."""
+        return {**self._spec, "position_options": dict(self._spec["position_options"])}
+
+    # -- positions -------------------------------------------------------------------------
+    def _positions(
+        self, src_mask: torch.Tensor, tgt_mask: torch.Tensor | None, training: bool,
+        generator: torch.Generator | None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        _check_mask("src_mask", src_mask)
+        batch, src_len = src_mask.shape
+        if tgt_mask is not None:
+            _check_mask("tgt_mask", tgt_mask)
+            if tgt_mask.shape[0] != batch:
+                raise ValueError(f"tgt_mask must have {batch} rows like src_mask, got {tgt_mask.shape[0]}")
+        device = src_mask.device
+        src = token_positions(batch, src_len, mask=src_mask, device=device)
+        tgt = None if tgt_mask is None else token_positions(
+            batch, tgt_mask.shape[1], mask=tgt_mask, device=device
+        )
+        if self.position not in ("cape", "rotary"):
+            return src, tgt
+        o = self.position_options
+        # no target: augment the source alone (the same draws a zero-length target would get)
+        tgt_in = src.new_zeros(batch, 0, 1) if tgt is None else tgt
+        tgt_m = src_mask.new_zeros(batch, 0) if tgt_mask is None else tgt_mask
+        src, tgt_out = augment_pair(
+            src, tgt_in, src_mask, tgt_m, alpha=o["alpha"],
+            max_global_shift=o["max_global_shift"], max_local_shift=o["max_local_shift"],
+            max_global_scaling=1.0, training=training, generator=generator,
+        )
+        return src, (None if tgt is None else tgt_out)
+
+    def positions(
+        self, src_mask: torch.Tensor, tgt_mask: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """src_mask [B, S], tgt_mask [B, T] | None (bool, True = real) ->
+        (src_pos [B, S, 1], tgt_pos [B, T, 1] | None), float32, 0 at padding.
+
+        Token indices; for cape/rotary scaled (source by alpha) and, in training mode,
+        augmented (`augment_pair`: draws from `generator`, on the masks' device, in the order
+        global shift [B, 1], source local [S, B, 1], target local [T, B, 1]).
+        """
+        return self._positions(src_mask, tgt_mask, self.training, generator)
+
+    # -- encoder / decoder -----------------------------------------------------------------
+    def _check_pos(self, name: str, pos: torch.Tensor, batch: int, length: int) -> torch.Tensor:
+        check_tensor(name, pos, ndims=(2, 3), floating=True)
+        if tuple(pos.shape[:2]) != (batch, length) or (pos.dim() == 3 and pos.shape[2] != 1):
+            raise ValueError(f"{name} must have shape [{batch}, {length}, 1], got {list(pos.shape)}")
+        return pos if pos.dim() == 3 else pos[..., None]
+
+    def _embed(
+        self, table: nn.Embedding, tokens: torch.Tensor, position: nn.Module | None,
+        pos: torch.Tensor, mask: torch.Tensor | None,
+    ) -> torch.Tensor:
+        x = table(tokens) * self.embed_scale
+        if position is not None:
+            x = x + position(x, positions=pos, mask=mask)
+        return self.drop(x)
+
+    def encode(
+        self, src: torch.Tensor, src_mask: torch.Tensor, src_pos: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """src [B, S] token ids, src_mask [B, S] bool, src_pos [B, S, 1] (None = eval-mode
+        positions) -> memory [B, S, D]. Rows at padding are unspecified."""
+        _check_tokens("src", src)
+        _check_mask("src_mask", src_mask, tuple(src.shape))
+        if src_pos is None:
+            src_pos, _ = self._positions(src_mask, None, False, None)
+        src_pos = self._check_pos("src_pos", src_pos, *src.shape)
+        x = self._embed(self.embed, src, self.src_position, src_pos, src_mask)
+        return self.encoder(x, mask=src_mask, positions=src_pos if self._in_attention else None)
+
+    def decode(
+        self, tgt: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor,
+        tgt_mask: torch.Tensor | None = None, tgt_pos: torch.Tensor | None = None,
+        *, last_only: bool = False,
+    ) -> torch.Tensor:
+        """tgt [B, T] decoder input ids, memory [B, S, D], memory_mask [B, S] bool,
+        tgt_mask [B, T] bool (None = all real), tgt_pos [B, T, 1] (None = token indices, the
+        eval-mode positions) -> logits [B, T, V] float32 (causal: position t sees tgt[:, :t+1]).
+
+        last_only: project only the last position -> [B, 1, V] (for step-wise search).
+        """
+        _check_tokens("tgt", tgt)
+        batch, length = tgt.shape
+        check_tensor("memory", memory, ndims=(3,), floating=True)
+        if memory.shape[0] != batch or memory.shape[2] != self.dim:
+            raise ValueError(f"memory must have shape [{batch}, S, {self.dim}], got {list(memory.shape)}")
+        _check_mask("memory_mask", memory_mask, tuple(memory.shape[:2]))
+        if tgt_mask is not None:
+            _check_mask("tgt_mask", tgt_mask, (batch, length))
+        if tgt_pos is None:
+            tgt_pos = token_positions(batch, length, mask=tgt_mask, device=tgt.device)
+        tgt_pos = self._check_pos("tgt_pos", tgt_pos, batch, length)
+        table = self.embed if self.tgt_embed is None else self.tgt_embed
+        x = self._embed(table, tgt, self.tgt_position, tgt_pos, tgt_mask)
+        h = self.decoder(
+            x, memory, mask=tgt_mask, memory_mask=memory_mask,
+            positions=tgt_pos if self._in_attention else None,
+        )
+        if last_only:
+            h = h[:, -1:]
+        weight = self.embed.weight if self.out_proj is None else self.out_proj.weight
+        return nn.functional.linear(h, weight).float()
+
+    def forward(
+        self, src: torch.Tensor, src_mask: torch.Tensor, tgt: torch.Tensor,
+        tgt_mask: torch.Tensor, generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """Teacher forcing: src [B, S], src_mask [B, S], tgt [B, T] (decoder inputs),
+        tgt_mask [B, T] -> logits [B, T, V] float32. Positions from `positions()` (augmented
+        in training for cape/rotary, drawn from `generator`)."""
+        _check_tokens("src", src)
+        _check_tokens("tgt", tgt)
+        _check_mask("src_mask", src_mask, tuple(src.shape))
+        _check_mask("tgt_mask", tgt_mask, tuple(tgt.shape))
+        src_pos, tgt_pos = self.positions(src_mask, tgt_mask, generator)
+        memory = self.encode(src, src_mask, src_pos)
+        return self.decode(tgt, memory, src_mask, tgt_mask, tgt_pos)
+
+    def extra_repr(self) -> str:
+        return (
+            f"vocab_size={self.vocab_size}, dim={self.dim}, position={self.position!r}, "
+            f"position_options={self.position_options}, tied={self.out_proj is None}"
+        )

@@ -1,0 +1,186 @@
+"""The translation experiment: config checks, batches, the loss, BLEU per bucket against an
+independent computation, NLL per position, the report, `cape translate`, and a tiny
+end-to-end run on a small Apertium corpus (resumed from its cached results)."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from cape.experiments import EXPERIMENTS, resolve_config
+from cape.experiments import translation as T
+from cape.experiments.translation_config import TranslationConfig
+from cape.experiments.translation_report import bleu_table, nll_curve_cells, nll_table
+
+TINY_MODEL = {"dim": 32, "encoder_layers": 1, "decoder_layers": 1, "heads": 2, "ffn_dim": 64}
+needs_apertium = pytest.mark.skipif(shutil.which("apertium") is None,
+                                    reason="apertium is not installed")
+
+
+def _cfg(*overrides: str, preset: str = "quick") -> TranslationConfig:
+    exp = EXPERIMENTS["translation"]
+    return resolve_config(exp.config_cls, exp.presets, preset, [], list(overrides))[0]
+
+
+@pytest.mark.parametrize("preset", ["quick", "cpu-full", "paper"])
+def test_presets_resolve(preset: str) -> None:
+    cfg = _cfg(preset=preset)
+    names = [r.name for r in cfg.rows]
+    assert {"sinpos", "abspos", "relpos", "CAPE"} <= set(names)
+    assert cfg.train.best_metric == "bleu" and cfg.train.best_mode == "max"
+    cape = next(r for r in cfg.rows if r.name == "CAPE")
+    assert cape.options["max_global_shift"] == 5.0  # appendix D.1: best for 6L-6L
+
+
+@pytest.mark.parametrize(("override", "key"), [
+    ('rows=[{"name": "x", "position": "wavelet"}]', "rows[x].position"),
+    ('rows=[{"name": "x", "position": "cape", "options": {"alpha": -1}}]', "rows[x].options.alpha"),
+    ("train.best_metric=loss", "train.best_metric"),
+    ("model.heads=5", "model.dim"),
+    ("model.label_smoothing=1.5", "model.label_smoothing"),
+    ("eval.beam=-1", "eval.beam"),
+    ("data.vocab_size=10", "data.vocab_size"),
+])
+def test_bad_config_names_the_key(override: str, key: str) -> None:
+    with pytest.raises(ValueError, match=key.replace("[", r"\[").replace("]", r"\]")):
+        _cfg(override)
+
+
+def test_bleu_is_sacrebleu_corpus_score() -> None:
+    sacrebleu = pytest.importorskip("sacrebleu")
+    hyps, refs = ["el gato es negro", "un perro"], ["el gato es negro", "el perro grande"]
+    assert T.bleu(hyps, refs) == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score)
+    assert T.bleu(refs, refs) == pytest.approx(100.0)
+    assert math.isnan(T.bleu([], []))
+
+
+def test_loss_is_label_smoothed_cross_entropy_over_real_tokens() -> None:
+    class Fixed(torch.nn.Module):
+        def __init__(self, logits: torch.Tensor) -> None:
+            super().__init__()
+            self.logits = logits
+
+        def forward(self, src, src_mask, tgt, tgt_mask):
+            return self.logits
+
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 3, 5, generator=g)
+    tgt_out = torch.tensor([[1, 2, 3], [4, 3, 0]])  # 0 = padding
+    batch = {"src": None, "src_mask": None, "tgt_in": None, "tgt_mask": None, "tgt_out": tgt_out}
+    loss, extra = T.loss_fn(0.1, 0)(Fixed(logits), batch)
+    logp = torch.log_softmax(logits, -1).numpy()
+    real = [(b, t) for b in range(2) for t in range(3) if tgt_out[b, t] != 0]
+    nll = np.mean([-logp[b, t, tgt_out[b, t]] for b, t in real])
+    smooth = np.mean([-logp[b, t].mean() for b, t in real])
+    assert loss.item() == pytest.approx(0.9 * nll + 0.1 * smooth, rel=1e-5)
+    assert extra["nll"].item() == pytest.approx(nll, rel=1e-5)
+
+
+def _results(nll_rows: dict[str, list[float]]) -> dict:
+    """A hand-made results dict: two seeds, BLEU records and NLL curves."""
+    records, curves = [], {}
+    for k, (row, values) in enumerate(nll_rows.items()):
+        for seed in (0, 1):
+            for split, bin_ in (("test", "all"), ("test", "short"), ("test_41+", "all")):
+                records.append({"row": row, "seed": seed, "split": split, "bin": bin_,
+                                "bleu": 10.0 * k + seed, "ref_words": 5.0, "sentences": 3})
+            records.append({"row": row, "seed": seed, "split": "stacked", "bin": "0-31",
+                            "tokens": 64, "nll": values[0] + seed})
+            curves[f"{row}/seed{seed}"] = {"total": [v * 10 for v in values],
+                                           "count": [10.0] * len(values)}
+    return {"config": {"rows": [{"name": n} for n in nll_rows]}, "records": records,
+            "curves": curves}
+
+
+def test_report_tables_and_curve_are_means_over_seeds() -> None:
+    res = _results({"sinpos": [1.0] * 16, "CAPE": [2.0] * 16})
+    table = bleu_table(res)
+    assert "| sinpos | 0.5 ± 0.7 |" in table and "**10.5 ± 0.7**" in table  # best bold
+    assert "41+ words" in table
+    assert "| sinpos | **1.50 ± 0.71** |" in nll_table(res)
+    cells = {(c["row"], c["position"]): c["mean"] for c in nll_curve_cells(res)}
+    assert cells[("CAPE", 4.0)] == pytest.approx(2.0) and cells[("sinpos", 12.0)] == pytest.approx(1.0)
+    assert len(cells) == 4  # 16 positions in groups of 8, for two rows
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    if shutil.which("apertium") is None:
+        pytest.skip("apertium is not installed")
+    pytest.importorskip("sentencepiece")
+    pytest.importorskip("sacrebleu")
+    root = tmp_path_factory.mktemp("mt")
+    sets = [f"data.root={root / 'corpus'}", "data.limit=3000", "data.vocab_size=300",
+            "data.train=200", "data.val=8", "train.steps=4", "train.batch_size=8",
+            "train.eval_every=2", "train.checkpoint_every=2", "train.warmup_steps=1",
+            "eval.test=12", "eval.long_per_bucket=3", "eval.stacked=3", "eval.beam=2",
+            'rows=[{"name": "CAPE", "position": "cape"}, {"name": "relpos", "position": "relpos"}]',
+            *(f"model.{k}={v}" for k, v in TINY_MODEL.items())]
+    exp = EXPERIMENTS["translation"]
+    cfg, mapping = resolve_config(exp.config_cls, exp.presets, "quick", [], sets)
+    out = root / "run"
+    return cfg, mapping, out, T.run_experiment(cfg, mapping, out)
+
+
+@needs_apertium
+def test_tiny_experiment_writes_report_and_resumes(tiny_run) -> None:
+    cfg, mapping, out, results = tiny_run
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert "sacreBLEU on test" in report and "NLL (nats per token)" in report
+    splits = {(r["row"], r["split"], r["bin"]) for r in results["records"]}
+    assert {("CAPE", "test", b) for b in ("all", "short", "medium", "long")} <= splits
+    assert any(s == "stacked" for _, s, _ in splits)
+    alpha = results["data"]["alpha"]
+    spec = json.loads((out / "cape" / "seed0" / "model.json").read_text())
+    assert spec["model"]["position_options"]["alpha"] == pytest.approx(alpha)
+    assert 0.5 < alpha < 2.0  # Spanish has a few more tokens than English
+    summary = results["train"]["CAPE/seed0"]
+    assert summary["step"] == 4.0 and 0.0 <= summary["eval_bleu"] <= 100.0
+    mtime = (out / "cape" / "seed0" / "eval.json").stat().st_mtime
+    again = T.run_experiment(cfg, mapping, out)  # cached: nothing trained or evaluated again
+    assert (out / "cape" / "seed0" / "eval.json").stat().st_mtime == mtime
+    assert again["records"] == json.loads(json.dumps(results["records"]))
+    assert T.redraw(out) == out / "report.md"
+
+
+@needs_apertium
+def test_nll_by_position_matches_per_sequence_teacher_forcing(tiny_run) -> None:
+    cfg, _, out, _ = tiny_run
+    data = T.make_data(cfg)
+    model = T.load_run(cfg, cfg.rows[0], 0, out, data).eval()
+    exs = data.test("stacked")[:3]
+    total, count = T.nll_by_position(model, data, exs, batch_size=2)
+    # independently: each sequence alone, full log-softmax, position by position
+    want_total, want_count = np.zeros_like(total), np.zeros_like(count)
+    tok = data.tokenizer
+    with torch.no_grad():
+        for e in exs:
+            src = torch.tensor([[tok.bos_id, *e.src_ids, tok.eos_id]])
+            tgt_in = torch.tensor([[tok.bos_id, *e.tgt_ids]])
+            logp = torch.log_softmax(model(src, src != -1, tgt_in, tgt_in != -1), -1)[0]
+            for t, y in enumerate([*e.tgt_ids, tok.eos_id]):
+                want_total[t] -= logp[t, y].item()
+                want_count[t] += 1
+    np.testing.assert_allclose(count, want_count)
+    np.testing.assert_allclose(total, want_total, rtol=1e-4)
+
+
+@needs_apertium
+def test_translate_command_on_a_trained_run(tiny_run, capsys) -> None:
+    from cape.cli import main
+    from cape.mt_inference import load_translation_model, translate
+
+    _, _, out, _ = tiny_run
+    run = out / "cape" / "seed0"
+    assert main(["translate", str(run), "The cat is black.", "", "A dog."]) == 0
+    lines = capsys.readouterr().out.split("\n")
+    assert len(lines) == 4 and lines[1] == ""  # one line per input, empty stays empty
+    model, tok, _ = load_translation_model(run)
+    assert lines[0] == translate(model, tok, ["the cat is black."], beam=4)[0]
+    assert main(["translate", str(out)]) == 2  # not a run folder
+    assert "model.json" in capsys.readouterr().err
