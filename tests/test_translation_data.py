@@ -68,6 +68,21 @@ def test_misaligned_output_raises_naming_the_chunk(monkeypatch):
         translate_apertium(["One two three.", "  "], progress=False)
 
 
+def test_shifted_output_with_the_right_count_raises(monkeypatch):
+    # one paragraph split and another merged: the count matches, the pairs between are shifted
+    sentences = [("word " * (2 + 5 * (i % 2))).strip() + "." for i in range(40)]
+
+    def shifted(text: str) -> str:  # identity translation, but everything moved one down
+        paras = text.strip("\n").split("\n\n")
+        return "\n\n".join(["extra words here"] + paras[:-1]) + "\n"
+
+    monkeypatch.setattr(apertium, "_apertium", shifted)
+    with pytest.raises(CorpusError, match=r"chunk 0 .* outside \[0.5, 2\]"):
+        translate_apertium(sentences, workers=1, progress=False)
+    monkeypatch.setattr(apertium, "_apertium", lambda text: text)  # aligned: accepted
+    assert translate_apertium(sentences, workers=1, progress=False) == sentences
+
+
 def test_arguments_are_checked_by_name():
     with pytest.raises(ValueError, match="chunk"):
         translate_apertium(["a b c"], chunk=0)

@@ -88,7 +88,7 @@ def _results(nll_rows: dict[str, list[float]]) -> dict:
         for seed in (0, 1):
             for split, bin_ in (("test", "all"), ("test", "short"), ("test_41+", "all")):
                 records.append({"row": row, "seed": seed, "split": split, "bin": bin_,
-                                "bleu": 10.0 * k + seed, "ref_words": 5.0, "sentences": 3})
+                                "bleu": 10.0 * k + seed, "src_words": 5.0, "sentences": 3})
             records.append({"row": row, "seed": seed, "split": "stacked", "bin": "0-31",
                             "tokens": 64, "nll": values[0] + seed})
             curves[f"{row}/seed{seed}"] = {"total": [v * 10 for v in values],
@@ -184,3 +184,33 @@ def test_translate_command_on_a_trained_run(tiny_run, capsys) -> None:
     assert lines[0] == translate(model, tok, ["the cat is black."], beam=4)[0]
     assert main(["translate", str(out)]) == 2  # not a run folder
     assert "model.json" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@needs_apertium
+def test_experiment_under_torchrun_two_cpu_ranks(tmp_path) -> None:
+    """`torchrun -m cape experiment translation`: rank 0 builds the corpus and BPE while rank 1
+    waits, each rank trains on its share of the length batches and decodes its shard of every
+    test set, and only rank 0 writes the report; BLEU equals that of the gathered outputs."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("sentencepiece")
+    sets = [f"data.root={tmp_path / 'corpus'}", "data.limit=2000", "data.vocab_size=300",
+            "data.train=64", "data.val=6", "train.steps=2", "train.batch_size=8",
+            "train.eval_every=2", "train.checkpoint_every=2", "train.warmup_steps=1",
+            "eval.test=10", "eval.long_per_bucket=2", "eval.stacked=2", "eval.beam=2",
+            'rows=[{"name": "CAPE", "position": "cape"}]',
+            *(f"model.{k}={v}" for k, v in TINY_MODEL.items())]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "-m", "cape", "experiment", "translation", "--out", str(tmp_path / "run")]
+    for s in sets:
+        cmd += ["--set", s]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert res.returncode == 0, res.stderr[-4000:]
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    test = [r for r in results["records"] if r["split"] == "test" and r["bin"] == "all"]
+    assert len(test) == 1 and test[0]["sentences"] == 10  # every sentence, once
+    assert results["train"]["CAPE/seed0"]["step"] == 2.0

@@ -32,7 +32,13 @@ from .data.text import normalize_text
 from .data.tokens import VOCAB_SIZE, ctc_beam_decode, ctc_greedy_decode
 from .io import atomic_write
 from .models.asr import CTCModel
-from .train.checkpoint import MODEL_FILE, STATE_FILE, latest_checkpoint, load_checkpoint
+from .train.checkpoint import (
+    MODEL_FILE,
+    STATE_FILE,
+    is_checkpoint,
+    load_checkpoint,
+    pick_checkpoint,
+)
 
 __all__ = [
     "load_asr_model",
@@ -48,10 +54,6 @@ _FEATURE_KEYS = ("sample_rate", "n_mels", "win_ms", "hop_ms")
 
 
 # -- model -------------------------------------------------------------------------------------
-def _is_checkpoint(path: Path) -> bool:
-    return (path / MODEL_FILE).is_file() and (path / STATE_FILE).is_file()
-
-
 def _read_spec(file: Path) -> dict[str, Any]:
     """model.json -> spec, checked enough that errors name the file rather than a deep KeyError."""
     if not file.is_file():
@@ -75,28 +77,6 @@ def _read_spec(file: Path) -> dict[str, Any]:
     return spec
 
 
-def _pick_checkpoint(root: Path, checkpoint: str) -> Path:
-    """root = RUN/checkpoints; "best" falls back to the newest step when best/ was never saved."""
-    if not isinstance(checkpoint, str) or not checkpoint:
-        raise ValueError(f"checkpoint must be 'best', 'latest' or a checkpoint name, got {checkpoint!r}")
-    if checkpoint in ("best", "latest"):
-        best = root / "best"
-        if checkpoint == "best" and _is_checkpoint(best):
-            return best
-        found = latest_checkpoint(root)
-        if found is None:
-            raise FileNotFoundError(f"no checkpoint in {root}: train it first")
-        return found
-    if PurePosixPath(checkpoint).name != checkpoint or checkpoint in (".", ".."):
-        raise ValueError(f"checkpoint must be a folder name inside {root}, got {checkpoint!r}")
-    if not _is_checkpoint(root / checkpoint):
-        have = sorted(p.name for p in root.iterdir() if _is_checkpoint(p)) if root.is_dir() else []
-        raise FileNotFoundError(
-            f"no checkpoint {root / checkpoint}; available: {have or 'none (train it first)'}"
-        )
-    return root / checkpoint
-
-
 def load_asr_model(
     path: str | Path, *, checkpoint: str = "best", device: str | torch.device = "cpu"
 ) -> tuple[CTCModel, dict[str, Any]]:
@@ -112,8 +92,8 @@ def load_asr_model(
     if not path.is_dir():
         raise FileNotFoundError(f"model must be a run folder or a checkpoint folder, got {path}")
     if (path / SPEC_FILE).is_file():
-        spec_file, ckpt = path / SPEC_FILE, _pick_checkpoint(path / "checkpoints", checkpoint)
-    elif _is_checkpoint(path):
+        spec_file, ckpt = path / SPEC_FILE, pick_checkpoint(path / "checkpoints", checkpoint)
+    elif is_checkpoint(path):
         spec_file, ckpt = path.parent.parent / SPEC_FILE, path
     else:
         raise FileNotFoundError(

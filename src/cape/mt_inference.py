@@ -22,7 +22,7 @@ from ._checks import check_int
 from .data.bpe import Tokenizer
 from .models.search import beam_search, greedy_decode, max_lengths
 from .models.seq2seq import Seq2Seq
-from .train.checkpoint import latest_checkpoint, load_checkpoint
+from .train.checkpoint import load_checkpoint, pick_checkpoint
 
 __all__ = ["load_translation_model", "translate", "translate_ids", "normalize_source", "pad_batch",
            "source_ids", "translate_main"]
@@ -37,8 +37,8 @@ def normalize_source(text: str) -> str:
 
 def load_translation_model(run: str | Path, *, device: str | torch.device = "cpu",
                            checkpoint: str = "best") -> tuple[Seq2Seq, Tokenizer, dict[str, Any]]:
-    """(model in eval mode, tokenizer, model.json) of a run folder; `checkpoint` "best"
-    (falls back to the latest when there is no best) or "latest"."""
+    """(model in eval mode, tokenizer, model.json) of a run folder; `checkpoint`: "best" (the
+    newest step when best/ was never saved), "latest", or a folder name in RUN/checkpoints."""
     run = Path(run)
     spec_path = run / "model.json"
     if not spec_path.is_file():
@@ -47,13 +47,7 @@ def load_translation_model(run: str | Path, *, device: str | torch.device = "cpu
     spec = json.loads(spec_path.read_text(encoding="utf-8"))
     if spec.get("experiment") != "translation":
         raise ValueError(f"run {str(run)!r} is a {spec.get('experiment')!r} run, not a translation one")
-    if checkpoint not in ("best", "latest"):
-        raise ValueError(f"checkpoint must be 'best' or 'latest', got {checkpoint!r}")
-    folder = run / "checkpoints"
-    path = folder / "best" if checkpoint == "best" and (folder / "best").is_dir() else None
-    path = path or latest_checkpoint(folder)
-    if path is None:
-        raise FileNotFoundError(f"no checkpoint in {folder}: the run has not trained yet")
+    path = pick_checkpoint(run / "checkpoints", checkpoint)
     model = Seq2Seq(**spec["model"])
     load_checkpoint(path, model)
     return model.to(device).eval(), Tokenizer(run / "bpe.model"), spec
@@ -122,7 +116,8 @@ def translate_main(argv: list[str]) -> int:
     p.add_argument("text", nargs="*", help="sentences; none: read one sentence per stdin line")
     p.add_argument("--beam", type=int, default=4, help="beam width; 0 = greedy (default 4)")
     p.add_argument("--length-penalty", type=float, default=1.0)
-    p.add_argument("--checkpoint", choices=["best", "latest"], default="best")
+    p.add_argument("--checkpoint", default="best",
+                   help="best (default), latest, or a folder name in RUN/checkpoints")
     p.add_argument("--device", default="cpu")
     args = p.parse_args(argv)
     try:

@@ -62,11 +62,13 @@ _REQUIRED = ("name", "path", "duration", "num_samples", "text")
 class CorpusError(RuntimeError):
     """A speech corpus has missing or corrupt files; `problems` names each one."""
 
+    what = "speech corpus"  # subclasses for other corpora change only this
+
     def __init__(self, problems: list[str]) -> None:
         self.problems = list(problems)
         shown = "\n  ".join(self.problems[:50])
         more = f"\n  ... and {len(self.problems) - 50} more" if len(self.problems) > 50 else ""
-        super().__init__(f"{len(self.problems)} problem(s) in the speech corpus:\n  {shown}{more}")
+        super().__init__(f"{len(self.problems)} problem(s) in the {self.what}:\n  {shown}{more}")
 
 
 def _crc32(path: Path) -> int:

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from .._checks import check_choice, check_int
 from ..io import atomic_write
-from . import speech
+from ..report import write_json
 from .apertium import (
     FORTUNES_DIR,
     MAX_WORDS,
@@ -296,7 +296,7 @@ def make_translation_corpus(
         "chunks": {"size": chunk, **chunk_stats},
         "seconds": round(time.perf_counter() - start, 1),
     }
-    speech._write_json(manifest_path, manifest)
+    write_json(manifest_path, manifest)
     return manifest
 
 

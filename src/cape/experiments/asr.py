@@ -30,11 +30,11 @@ from ..models.asr import CTCModel
 from ..report import write_json
 from ..train import Trainer, seed_everything
 from ..train import distributed as D
-from ..train.checkpoint import latest_checkpoint, load_checkpoint
+from ..train.checkpoint import load_checkpoint, pick_checkpoint
 from .asr_config import AsrConfig, FeatureConfig, RowConfig
 from .asr_data import AsrData, Utterance, collate_fn
 from .asr_report import NO_POSITIONS, redraw, write_report
-from .common import cached_runs, run_dir, save_config
+from .common import cached_runs, fit_best, run_dir, save_config
 
 __all__ = [
     "make_model", "make_data", "ctc_loss_fn", "decode", "feature_spec", "train_run", "load_run", "eval_records",
@@ -163,19 +163,13 @@ def train_run(cfg: AsrConfig, row: RowConfig, seed: int, out: str | Path,
     trainer = Trainer(model, ctc_loss_fn(cfg.features, row), data.train, _val_fn(cfg, data), tcfg,
                       folder, collate_fn(cfg.features, row.batching), experiment=record,
                       batches=data.batches(seed))
-    summary = trainer.fit(resume=True)
-    best = folder / "checkpoints" / "best"
-    if best.is_dir():
-        load_checkpoint(best, trainer.model)
-    return trainer.model, summary  # type: ignore[return-value]
+    return fit_best(trainer)  # type: ignore[return-value]
 
 
 def load_run(cfg: AsrConfig, row: RowConfig, seed: int, out: str | Path, data: Any = None) -> CTCModel:
     """The weights of a trained run with the best validation WER (else the latest)."""
     folder = run_dir(out, row, seed) / "checkpoints"
-    path = folder / "best" if (folder / "best").is_dir() else latest_checkpoint(folder)
-    if path is None:
-        raise FileNotFoundError(f"no checkpoint in {folder}; train it first (cape train asr)")
+    path = pick_checkpoint(folder, "best")
     model = make_model(cfg, row)
     load_checkpoint(path, model)
     return model

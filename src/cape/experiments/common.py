@@ -12,7 +12,7 @@ from ..config import apply_overrides, from_mapping, load_file, to_mapping
 from ..io import atomic_write
 
 __all__ = ["merge", "resolve_config", "slug", "save_config", "check_runs", "check_best_metric",
-           "run_dir", "cached_runs", "read_results", "summed_accuracy", "plot_ok",
+           "run_dir", "fit_best", "cached_runs", "read_results", "summed_accuracy", "plot_ok",
            "train_cost_table"]
 
 
@@ -86,6 +86,18 @@ def check_best_metric(train: Any, metric: str, mode: str, what: str) -> None:
 def run_dir(out: str | Path, row: Any, seed: int) -> Path:
     """The engine run folder of one (row, seed): `<out>/<slug(row.name)>/seed<seed>`."""
     return Path(out) / slug(row.name) / f"seed{seed}"
+
+
+def fit_best(trainer: Any) -> tuple[Any, dict[str, float]]:
+    """Train (resuming from the run's checkpoints), then load the weights of the best eval
+    metric when a best/ checkpoint was saved; -> (model, the training summary)."""
+    from ..train.checkpoint import is_checkpoint, load_checkpoint
+
+    summary = trainer.fit(resume=True)
+    best = trainer.run_dir / "checkpoints" / "best"
+    if is_checkpoint(best):
+        load_checkpoint(best, trainer.model)
+    return trainer.model, summary
 
 
 def cached_runs(

@@ -29,8 +29,7 @@ from ..models.seq2seq import Seq2Seq
 from ..mt_inference import translate_ids
 from ..train import Trainer, seed_everything
 from ..train import distributed as D
-from ..train.checkpoint import latest_checkpoint, load_checkpoint
-from .common import cached_runs, run_dir, save_config
+from .common import cached_runs, fit_best, run_dir, save_config
 from .translation_config import RowConfig, TranslationConfig
 from .translation_data import LONG_SPLITS, Example, TranslationData, collate_fn
 from .translation_report import redraw, write_report
@@ -133,29 +132,31 @@ def train_run(cfg: TranslationConfig, row: RowConfig, seed: int, out: str | Path
     trainer = Trainer(model, loss_fn(cfg.model.label_smoothing, tok.pad_id), data.train,
                       _val_fn(cfg, data), tcfg, folder, collate_fn(tok), experiment=record,
                       batches=data.batches(seed, cfg.train.batch_size))
-    summary = trainer.fit(resume=True)
-    best = folder / "checkpoints" / "best"
-    if best.is_dir():
-        load_checkpoint(best, trainer.model)
-    return trainer.model, summary  # type: ignore[return-value]
+    return fit_best(trainer)  # type: ignore[return-value]
 
 
 def load_run(cfg: TranslationConfig, row: RowConfig, seed: int, out: str | Path,
-             data: TranslationData) -> Seq2Seq:
-    """The weights of a trained run with the best validation BLEU (else the latest)."""
-    folder = run_dir(out, row, seed) / "checkpoints"
-    path = folder / "best" if (folder / "best").is_dir() else latest_checkpoint(folder)
-    if path is None:
-        raise FileNotFoundError(f"no checkpoint in {folder}; train it first")
-    model = make_model(cfg, row, data.alpha, data.tokenizer.vocab_size, data.tokenizer.pad_id)
-    load_checkpoint(path, model)
-    return model
+             data: TranslationData | None = None) -> Seq2Seq:
+    """The trained run's model with the best validation BLEU (else the latest), rebuilt from
+    its model.json: the alpha it was trained with, whatever today's data gives."""
+    from ..mt_inference import load_translation_model
+
+    return load_translation_model(run_dir(out, row, seed))[0]
 
 
 def _terciles(examples: Sequence[Example]) -> tuple[float, float]:
     """The 33% and 66% percentiles of the reference lengths (words) of `examples`."""
     words = np.array([len(e.tgt.split()) for e in examples])
     return float(np.percentile(words, 100 / 3)), float(np.percentile(words, 200 / 3))
+
+
+def _bleu_record(base: dict[str, Any], split: str, bucket: str, examples: Sequence[Example],
+                 hyps: Sequence[str]) -> dict[str, Any]:
+    """One BLEU record, with the bucket's size and mean source / reference length in words."""
+    return {**base, "split": split, "bin": bucket, "sentences": len(examples),
+            "src_words": float(np.mean([len(x.src.split()) for x in examples])),
+            "ref_words": float(np.mean([len(x.tgt.split()) for x in examples])),
+            "bleu": bleu(hyps, [x.tgt for x in examples])}
 
 
 def nll_by_position(model: Seq2Seq, data: TranslationData, examples: Sequence[Example],
@@ -190,25 +191,22 @@ def eval_records(cfg: TranslationConfig, row: RowConfig, seed: int, model: Seq2S
                   batch_size=e.batch_size)
     lo, hi = _terciles(test)
     words = [len(x.tgt.split()) for x in test]
-    groups = {"all": range(len(test)),
+    groups = {"all": list(range(len(test))),
               "short": [i for i, w in enumerate(words) if w <= lo],
               "medium": [i for i, w in enumerate(words) if lo < w <= hi],
               "long": [i for i, w in enumerate(words) if w > hi]}
     for name, idx in groups.items():
-        records.append({**base, "split": "test", "bin": name, "sentences": len(idx),
-                        "ref_words": float(np.mean([words[i] for i in idx])) if idx else 0.0,
-                        "bleu": bleu([hyps[i] for i in idx], [test[i].tgt for i in idx])})
-    examples = [{"src": x.src, "ref": x.tgt, "hyp": h} for x, h in zip(test, hyps, strict=True)]
+        if idx:  # equal percentiles leave "medium" empty
+            records.append(_bleu_record(base, "test", name, [test[i] for i in idx],
+                                        [hyps[i] for i in idx]))
+    examples = [{"src": x.src, "ref": x.tgt, "hyp": h} for x, h in zip(test[:3], hyps, strict=False)]
     for split in LONG_SPLITS:
         exs = data.test(split)
         out = decode(model, data, exs, beam=e.beam, length_penalty=e.length_penalty,
                      batch_size=e.batch_size)
-        if not exs:  # a small corpus may have no sentence this long
-            continue
-        records.append({**base, "split": split, "bin": "all", "sentences": len(exs),
-                        "ref_words": float(np.mean([len(x.tgt.split()) for x in exs])),
-                        "bleu": bleu(out, [x.tgt for x in exs])})
-        examples.append({"src": exs[0].src, "ref": exs[0].tgt, "hyp": out[0]})
+        if exs:  # a small corpus may have no sentence this long
+            records.append(_bleu_record(base, split, "all", exs, out))
+            examples.append({"src": exs[0].src, "ref": exs[0].tgt, "hyp": out[0]})
     total, count = nll_by_position(model, data, data.test("stacked"), e.batch_size)
     for a, b in zip(NLL_BANDS[:-1], NLL_BANDS[1:], strict=True):
         n = count[a:b].sum()
@@ -216,8 +214,7 @@ def eval_records(cfg: TranslationConfig, row: RowConfig, seed: int, model: Seq2S
             records.append({**base, "split": "stacked", "bin": f"{a}-{min(b, len(count)) - 1}",
                             "tokens": int(n), "nll": float(total[a:b].sum() / n)})
     curve = {"total": total.tolist(), "count": count.tolist()}
-    return {"records": records, "curve": curve, "terciles": [lo, hi],
-            "examples": examples[:3] + examples[-len(LONG_SPLITS):]}
+    return {"records": records, "curve": curve, "terciles": [lo, hi], "examples": examples}
 
 
 def format_records(result: dict[str, Any] | list[dict[str, Any]]) -> str:

@@ -29,7 +29,8 @@ class DataConfig:
 
     limit: build from the first `limit` English sentences only (0 = all; tests, smoke runs);
     train / val: pairs used (0 = all); vocab_size: the joint SentencePiece BPE model's;
-    max_tokens: training pairs whose source or target has more BPE tokens are left out."""
+    max_tokens: training pairs whose source (with BOS and EOS) or target (with BOS) has more
+    tokens are left out."""
 
     root: str = "data/translation"
     seed: int = 0
@@ -143,21 +144,24 @@ _ALL = _MAIN + [
     _row("nopos", "nopos"),
     _row("CAPE Δ=10", "cape", max_global_shift=10.0),
     _row("CAPE Δ=50", "cape", max_global_shift=50.0),
+    # rotary sees only position differences: the global shift cancels, local shifts remain
     _row("rotary+CAPE", "rotary", max_global_shift=5.0),
 ]
-# tokens/batch ~ 64 x 2 x 20; inverse-sqrt after warm-up is the fairseq recipe's schedule
-_TRAIN = {"batch_size": 64, "lr": 1e-3, "weight_decay": 0.0, "warmup_steps": 300,
-          "schedule": "inverse_sqrt", "clip_norm": 1.0, "eval_every": 500,
-          "checkpoint_every": 500, "best_metric": "bleu", "best_mode": "max", "log_every": 20}
+# ~64 pairs of ~14 BPE tokens a side per batch. On CPU budgets a cosine decay to zero at a
+# high peak learns far faster than the fairseq recipe's inverse-sqrt (measured: 800 steps of
+# the quick model, val BLEU 13.5 with lr 3e-3 cosine against 6.3 with 1e-3 inverse-sqrt)
+_TRAIN = {"batch_size": 64, "lr": 3e-3, "weight_decay": 0.0, "warmup_steps": 200,
+          "schedule": "cosine", "clip_norm": 1.0, "eval_every": 250,
+          "checkpoint_every": 250, "best_metric": "bleu", "best_mode": "max", "log_every": 20}
 
 PRESETS: dict[str, dict[str, Any]] = {
     # minutes: the four main encodings, one seed, a 2+2-layer d128 model
     "quick": {
         "name": "translation-quick",
-        "data": {"train": 60000, "val": 300},
+        "data": {"val": 300},
         "model": {"dim": 128, "encoder_layers": 2, "decoder_layers": 2, "heads": 4,
                   "ffn_dim": 512, "dropout": 0.0},
-        "train": {**_TRAIN, "steps": 2000},
+        "train": {**_TRAIN, "steps": 1500},
         "eval": {"test": 500, "long_per_bucket": 200, "stacked": 100},
         "rows": copy.deepcopy(_MAIN),
         "seeds": [0],
@@ -168,7 +172,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "data": {"val": 500},
         "model": {"dim": 256, "encoder_layers": 3, "decoder_layers": 3, "heads": 4,
                   "ffn_dim": 1024, "dropout": 0.1},
-        "train": {**_TRAIN, "steps": 6000},
+        "train": {**_TRAIN, "steps": 6000, "lr": 2e-3, "warmup_steps": 400, "eval_every": 500,
+                  "checkpoint_every": 500},
         "eval": {"test": 2000, "long_per_bucket": 500, "stacked": 300},
         "rows": copy.deepcopy(_ALL),
         "seeds": [0, 1, 2],
@@ -180,7 +185,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "model": {"dim": 512, "encoder_layers": 6, "decoder_layers": 6, "heads": 8,
                   "ffn_dim": 2048, "dropout": 0.1},
         "train": {**_TRAIN, "steps": 100000, "batch_size": 256, "lr": 7e-4,
-                  "warmup_steps": 4000, "eval_every": 2000, "checkpoint_every": 2000,
+                  "schedule": "inverse_sqrt", "warmup_steps": 4000, "eval_every": 2000, "checkpoint_every": 2000,
                   "precision": "bf16", "num_workers": 4},
         "eval": {"beam": 5},
         "rows": copy.deepcopy(_ALL),

@@ -58,15 +58,18 @@ def _examples(tok: Tokenizer, pairs: Sequence[tuple[str, str]]) -> list[Example]
 
 
 class TranslationData:
-    """The corpus in memory as `Example`s: `train` (pairs with <= data.max_tokens BPE tokens
-    on both sides, the first data.train of them), `val`, and `test(split)`."""
+    """The corpus in memory as `Example`s: `train` (pairs whose model inputs, source with BOS
+    and EOS and target with BOS, have <= data.max_tokens tokens; the first data.train of them),
+    `val`, and `test(split)`."""
 
     def __init__(self, data: DataConfig, evaluation: EvalConfig) -> None:
         self.cfg, self.eval_cfg = data, evaluation
         self.root, self.bpe_path = ensure_corpus(data)
         self.tokenizer = Tokenizer(self.bpe_path)
         train = _examples(self.tokenizer, load_pairs(self.root, "train"))
-        keep = [e for e in train if max(len(e.src_ids), len(e.tgt_ids)) + 1 <= data.max_tokens]
+        # as the model reads them: BOS x EOS (source), BOS y / y EOS (target)
+        keep = [e for e in train
+                if max(len(e.src_ids) + 2, len(e.tgt_ids) + 1) <= data.max_tokens]
         self.dropped_long = len(train) - len(keep)
         self.train = keep[: data.train] if data.train else keep
         self.val = _examples(self.tokenizer, load_pairs(self.root, "val")[: data.val or None])

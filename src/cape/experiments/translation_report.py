@@ -92,7 +92,8 @@ def _render(out: Path, results: dict[str, Any]) -> Path:
         f"{m['heads']} heads, FFN {m['ffn_dim']}, dropout {m['dropout']}, label smoothing "
         f"{m['label_smoothing']}, tied embeddings. {t['steps']} steps of {t['batch_size']} "
         f"pairs (length-sorted batches), lr {t['lr']} ({t['schedule']}); the checkpoint with "
-        f"the best validation BLEU (greedy) is tested with beam {e['beam']}. CAPE: source "
+        f"the best validation BLEU ({_search(e['val_beam'])}) is tested with "
+        f"{_search(e['beam'])}. CAPE: source "
         f"positions x alpha = {d.get('alpha', float('nan')):.4f} (target/source tokens of the "
         "training set), one global shift per pair for both sides, local shifts U(-0.5, 0.5), "
         f"no scaling, no mean-normalisation, BOS before the source. Seeds {cfg['seeds']} "
@@ -109,6 +110,10 @@ def _render(out: Path, results: dict[str, Any]) -> Path:
     _examples(rep, results)
     train_cost_table(rep, results, metric="eval_bleu", label="best-so-far val BLEU")
     return rep.write(out / "report.md")
+
+
+def _search(beam: int) -> str:
+    return f"beam {beam}" if beam else "greedy decoding"
 
 
 def _params(results: dict[str, Any]) -> str:
@@ -136,13 +141,13 @@ def _plots(rep: Report, out: Path, results: dict[str, Any]) -> None:
     rows = _rows(results)
     buckets = set(_COLUMNS) - {("test", "all")}  # the terciles and the long buckets
     recs = [r for r in results["records"] if (r["split"], r["bin"]) in buckets]
-    plot_curves(summarize(recs, ["row", "ref_words"], "bleu"), out / "bleu_by_length.png",
-                x="ref_words", series="row", y_label="BLEU",
-                x_label="mean reference length of the bucket (words)",
+    plot_curves(summarize(recs, ["row", "src_words"], "bleu"), out / "bleu_by_length.png",
+                x="src_words", series="row", y_label="BLEU",
+                x_label="mean source length of the bucket (English words)",
                 title="BLEU vs sentence length", series_order=rows, vline=20.0,
                 vline_label="longest training source (words)")
     rep.image("bleu_by_length.png", "BLEU per length bucket (test terciles, then the 21-30, "
-              "31-40 and 41+ word buckets), against the bucket's mean reference length; error "
+              "31-40 and 41+ word buckets), against the bucket's mean source length; error "
               "bars: std over seeds.")
     cells = nll_curve_cells(results)
     if cells:

@@ -16,6 +16,7 @@ from ..encodings.relative import RelPos
 from ..encodings.rotary import Rotary
 from ..functional.relative import allowed_keys
 from ..positions import token_positions
+from .decode_cache import AttentionCache
 
 __all__ = ["MultiheadAttention", "attention_mask"]
 
@@ -35,6 +36,10 @@ def attention_mask(
         return None, None
     dead = ~mask.any(dim=-1, keepdim=True)
     return mask | dead, dead
+
+
+def _ones(batch: int, length: int, device: torch.device) -> torch.Tensor:
+    return torch.ones(batch, length, dtype=torch.bool, device=device)
 
 
 class MultiheadAttention(nn.Module):
@@ -105,6 +110,7 @@ class MultiheadAttention(nn.Module):
         k_positions: torch.Tensor | None = None,
         query_mask: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
+        cache: AttentionCache | None = None,
     ) -> torch.Tensor:
         """query: [B, Tq, D], key_value: [B, Tk, D] (None = self-attention) -> [B, Tq, D].
 
@@ -114,9 +120,13 @@ class MultiheadAttention(nn.Module):
         (the keys are the queries). query_mask: [B, Tq], padding of the queries in
         cross-attention (their positions count as 0); in self-attention key_mask is used.
         generator: for rotary's augmentation draws.
+        cache: incremental decoding (`AttentionCache`, see `_forward_cached`); None = off.
         """
         if query.dim() != 3 or query.shape[-1] != self.dim:
             raise ValueError(f"query must have shape [B, Tq, {self.dim}], got {tuple(query.shape)}")
+        if cache is not None:
+            return self._forward_cached(query, key_value, cache, key_mask, causal, q_positions,
+                                        generator)
         self_attn = key_value is None
         kv = query if self_attn else key_value
         assert kv is not None
@@ -165,6 +175,108 @@ class MultiheadAttention(nn.Module):
             out = out.masked_fill(dead, 0.0)
         out = out.transpose(1, 2).reshape(b, tq, self.dim)
         return self.out_proj(out)
+
+    def memory_cache(
+        self, memory: torch.Tensor, memory_mask: torch.Tensor | None = None
+    ) -> AttentionCache:
+        """Cross-attention keys/values of memory [B, S, D] (mask [B, S] bool), projected once."""
+        if memory.dim() != 3 or memory.shape[-1] != self.dim:
+            raise ValueError(f"memory must have shape [B, S, {self.dim}], got {tuple(memory.shape)}")
+        b, s = memory.shape[:2]
+        if memory_mask is not None and (memory_mask.dtype != torch.bool or tuple(memory_mask.shape) != (b, s)):
+            raise ValueError(f"memory_mask must be bool [{b}, {s}], got {memory_mask.dtype} "
+                             f"{tuple(memory_mask.shape)}")
+        k, v = self._split(self.k_proj(memory)), self._split(self.v_proj(memory))
+        return AttentionCache(static=True, k=k, v=v, mask=memory_mask)
+
+    def _forward_cached(
+        self, query: torch.Tensor, key_value: torch.Tensor | None, cache: AttentionCache,
+        key_mask: torch.Tensor | None, causal: bool, q_positions: torch.Tensor | None,
+        generator: torch.Generator | None,
+    ) -> torch.Tensor:
+        """Incremental attention. `cache.static` (cross-attention): keys/values come from the
+        cache, filled from key_value on first use (or by `memory_cache`); key_mask is taken
+        from the cache then. Otherwise (self-attention, key_value None): query holds the Tq
+        new tokens, whose keys/values (and positions, mask) are appended to the cache and who
+        attend to every cached key (causal: new token i sees cached ones and new j <= i).
+        q_positions: [B, Tq(, 1)] of the new tokens (None = indices from the cache length).
+        Same results as the full computation; rotary must not augment (eval, no normalize).
+        """
+        b, tq = query.shape[:2]
+        q = self._split(self.q_proj(query))
+        p_drop = self.dropout if self.training else 0.0
+        if cache.static:
+            if self.rotary is not None or self.relative is not None:
+                raise ValueError("a cached cross-attention must be content-only (no rotary/relpos)")
+            if cache.k is None:
+                if key_value is None:
+                    raise ValueError("an empty cross-attention cache needs key_value (the memory)")
+                filled = self.memory_cache(key_value, key_mask)
+                cache.k, cache.v, cache.mask = filled.k, filled.v, filled.mask
+            assert cache.k is not None and cache.v is not None
+            if cache.k.shape[0] != b:
+                raise ValueError(f"cached keys have {cache.k.shape[0]} rows, the query {b}")
+            allowed = None if cache.mask is None else cache.mask[:, None, None, :]
+            return self._finish(q, cache.k, cache.v, allowed, None, None, p_drop)
+        if key_value is not None:
+            raise ValueError("a self-attention cache takes key_value=None (the keys are the queries)")
+        if key_mask is not None and (key_mask.dtype != torch.bool or tuple(key_mask.shape) != (b, tq)):
+            raise ValueError(f"key_mask must be bool [{b}, {tq}] (the new tokens), got "
+                             f"{key_mask.dtype} {tuple(key_mask.shape)}")
+        if cache.k is not None and cache.k.shape[0] != b:
+            raise ValueError(f"cached keys have {cache.k.shape[0]} rows, the query {b}")
+        past = cache.length
+        k = self._split(self.k_proj(query))
+        v = self._split(self.v_proj(query))
+        positions = None
+        if self.rotary is not None or self.relative is not None:
+            if q_positions is None:
+                q_positions = token_positions(b, tq, mask=key_mask, device=query.device) + past
+            positions = q_positions if q_positions.dim() == 3 else q_positions[..., None]
+            positions = positions.to(torch.float32)
+            if key_mask is not None:
+                positions = torch.where(key_mask[..., None], positions, 0.0)
+        if self.rotary is not None:
+            aug = self.rotary.augmentation
+            if aug is not None and (aug.normalize or (self.rotary.training and aug.random)):
+                raise ValueError("a self-attention cache needs rotary without (active) augmentation")
+            q, k = self.rotary(q, k, positions=positions, mask=key_mask, generator=generator)
+        mask = cache.mask
+        if key_mask is not None or mask is not None:
+            new = key_mask if key_mask is not None else _ones(b, tq, query.device)
+            old = mask if mask is not None else _ones(b, past, query.device)
+            mask = torch.cat([old, new], dim=1)
+
+        def grow(old: torch.Tensor | None, new: torch.Tensor, dim: int) -> torch.Tensor:
+            return new if old is None else torch.cat([old, new], dim=dim)
+
+        cache.k, cache.v, cache.mask = grow(cache.k, k, 2), grow(cache.v, v, 2), mask
+        if positions is not None:
+            cache.positions = grow(cache.positions, positions, 1)
+        tk = past + tq
+        allowed = None if mask is None else mask[:, None, None, :]
+        if causal and tq > 1:
+            tri = torch.ones(tq, tk, dtype=torch.bool, device=query.device).tril(diagonal=past)
+            allowed = tri[None, None] if allowed is None else allowed & tri
+        return self._finish(q, cache.k, cache.v, allowed, positions, cache.positions, p_drop)
+
+    def _finish(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor | None,
+        q_positions: torch.Tensor | None, k_positions: torch.Tensor | None, p_drop: float,
+    ) -> torch.Tensor:
+        """Attention of q over k/v given a bool mask (True = may attend; None = all), then the
+        output projection. Rows with no visible key give 0 (before the projection)."""
+        b, _, tq, _ = q.shape
+        if self.relative is not None:
+            out = self.relative(q, k, v, q_positions=q_positions, k_positions=k_positions,
+                                attn_mask=allowed, dropout_p=p_drop)
+        elif allowed is None:
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=p_drop)
+        else:
+            dead = ~allowed.any(dim=-1, keepdim=True)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed | dead, dropout_p=p_drop)
+            out = out.masked_fill(dead, 0.0)
+        return self.out_proj(out.transpose(1, 2).reshape(b, tq, self.dim))
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, heads={self.heads}, dropout={self.dropout}"

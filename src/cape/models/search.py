@@ -2,13 +2,16 @@
 
 All three run under `torch.inference_mode()` with the model in eval mode (its previous mode is
 restored afterwards), so positions are the deterministic eval-mode ones. The source is encoded
-once; at every step the decoder is re-run over the whole prefix (no key/value cache: simple and
-exactly consistent with a teacher-forced forward pass, at O(T^2) decoder cost per sentence).
+once. By default the decoder runs incrementally (`Seq2Seq.start_decoding` / `decode_step`: a
+key/value cache per self-attention layer, the memory's cross-attention keys/values projected
+once), equal to a teacher-forced forward pass up to float rounding; `cache=False` re-runs the
+decoder over the whole prefix at every step (O(T^2) decoder cost per sentence: the reference).
 Only the last position is projected to the vocabulary.
 
 The padding token is never generated (its log-probability is set to -inf, without
 renormalising the others, so scores stay the model's log-probabilities). The only host
-synchronisations are the maximum length at the start and one `.all()` stopping test per step.
+synchronisations are the maximum length at the start and one stopping test per step (in
+beam search with the cache, the `nonzero` of the sentences still active).
 """
 
 from __future__ import annotations
@@ -55,7 +58,11 @@ def _check_inputs(model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, ids
 def _step_log_probs(model: Seq2Seq, tokens: torch.Tensor, memory: torch.Tensor,
                     memory_mask: torch.Tensor) -> torch.Tensor:
     """Log-probabilities of the next token after `tokens` [N, t] -> [N, V] float32, pad = -inf."""
-    logits = model.decode(tokens, memory, memory_mask, last_only=True)[:, -1]
+    return _log_probs(model, model.decode(tokens, memory, memory_mask, last_only=True)[:, -1])
+
+
+def _log_probs(model: Seq2Seq, logits: torch.Tensor) -> torch.Tensor:
+    """Logits [N, V] -> log-probabilities [N, V], pad = -inf."""
     lp = logits.log_softmax(dim=-1)
     lp[:, model.pad_id] = float("-inf")
     return lp
@@ -89,12 +96,14 @@ def max_lengths(src_mask: torch.Tensor, max_len_a: float, max_len_b: float) -> t
 
 def greedy_decode(
     model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, *, bos_id: int, eos_id: int,
-    max_len: int | torch.Tensor,
+    max_len: int | torch.Tensor, cache: bool = True,
 ) -> list[list[int]]:
     """Argmax decoding. src [B, S] ids, src_mask [B, S] bool -> B lists of ids (no BOS/EOS).
 
     max_len: steps per sentence (int, or [B] integer tensor, see `max_lengths`): at most
     max_len tokens are generated, EOS included; a sentence stops at its first EOS.
+    cache: decode incrementally (key/value cache); False = re-run the decoder over every
+    prefix (the reference computation; same results up to float rounding).
     """
     _check_inputs(model, src, src_mask, {"bos_id": bos_id, "eos_id": eos_id})
     batch = src.shape[0]
@@ -112,8 +121,13 @@ def greedy_decode(
         tokens = torch.full((batch, steps + 1), model.pad_id, dtype=torch.long, device=src.device)
         tokens[:, 0] = bos_id
         alive = limits > 0
+        state = model.start_decoding(memory, src_mask) if cache else None
         for t in range(steps):
-            nxt = _step_log_probs(model, tokens[:, : t + 1], memory, src_mask).argmax(dim=-1)
+            if state is not None:
+                lp = _log_probs(model, model.decode_step(tokens[:, t : t + 1], state)[0])
+            else:
+                lp = _step_log_probs(model, tokens[:, : t + 1], memory, src_mask)
+            nxt = lp.argmax(dim=-1)
             tokens[:, t + 1] = torch.where(alive, nxt, model.pad_id)
             alive = alive & (nxt != eos_id) & (t + 1 < limits)
             if not bool(alive.any()):
@@ -124,6 +138,7 @@ def greedy_decode(
 def beam_search(
     model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, *, bos_id: int, eos_id: int,
     beam: int = 4, max_len_a: float = 1.5, max_len_b: float = 10, length_penalty: float = 1.0,
+    cache: bool = True,
 ) -> list[list[int]]:
     """Beam search over B sentences x `beam` hypotheses -> B lists of ids (no BOS/EOS).
 
@@ -133,55 +148,105 @@ def beam_search(
     done with `beam` finished hypotheses or after `max_lengths(src_mask, max_len_a,
     max_len_b)` steps. Returns the best finished hypothesis, else the best live one.
     beam=1 is greedy decoding with the same step limit.
+
+    cache: decode incrementally (key/value cache, reordered with the surviving hypotheses;
+    finished sentences leave the batch). False = re-run the decoder over every prefix (the
+    reference computation; same results up to float rounding).
     """
     _check_inputs(model, src, src_mask, {"bos_id": bos_id, "eos_id": eos_id})
     k = check_int("beam", beam)
     penalty = check_float("length_penalty", length_penalty, minimum=-float("inf"))
     limits = max_lengths(src_mask, max_len_a, max_len_b).to(src.device)
-    batch, vocab, pad, device = src.shape[0], model.vocab_size, model.pad_id, src.device
-    neg_inf = float("-inf")
+    batch, pad, device = src.shape[0], model.pad_id, src.device
     with _eval_mode(model):
         memory = model.encode(src, src_mask).repeat_interleave(k, dim=0)  # [B*K, S, D]
         memory_mask = src_mask.repeat_interleave(k, dim=0)
         steps = int(limits.max()) if batch else 0
-        tokens = torch.full((batch, k, steps + 1), pad, dtype=torch.long, device=device)
-        tokens[:, :, 0] = bos_id
-        scores = torch.zeros(batch, k, device=device)
-        scores[:, 1:] = neg_inf  # all hypotheses start equal: keep one
-        fin_scores = torch.full((batch, k), neg_inf, device=device)
-        fin_tokens = torch.full((batch, k, steps), pad, dtype=torch.long, device=device)
-        done = torch.zeros(batch, dtype=torch.bool, device=device)
+        beams = _Beams(batch, k, steps, bos_id, eos_id, pad, penalty, limits, device)
+        out = torch.full((batch, steps), pad, dtype=torch.long, device=device)
+        if not cache:
+            for t in range(steps):
+                flat = beams.tokens[:, :, : t + 1].reshape(batch * k, t + 1)
+                beams.advance(t, _step_log_probs(model, flat, memory, memory_mask), model.vocab_size)
+                if bool(beams.done.all()):
+                    break
+            return _strip(beams.best(), eos_id, pad)
+        state = model.start_decoding(memory, memory_mask)
+        ids = torch.arange(batch, device=device)  # sentence of each active row
         for t in range(steps):
-            lp = _step_log_probs(model, tokens[:, :, : t + 1].reshape(batch * k, t + 1),
-                                 memory, memory_mask)
-            cand = (scores[:, :, None] + lp.view(batch, k, vocab)).masked_fill(
-                done[:, None, None], neg_inf).view(batch, k * vocab)
-            # finished: EOS among the best k candidates
-            top_s, top_i = cand.topk(k, dim=1)
-            is_eos = (top_i % vocab == eos_id) & torch.isfinite(top_s)
-            new_fin = torch.where(is_eos, top_s / float(t + 1) ** penalty, neg_inf)
-            prefix = tokens[:, :, 1:].gather(1, (top_i // vocab)[..., None].expand(-1, -1, steps))
-            prefix[:, :, t] = eos_id
-            pool_s = torch.cat([fin_scores, new_fin], dim=1)
-            fin_scores, keep = pool_s.topk(k, dim=1)
-            fin_tokens = torch.cat([fin_tokens, prefix], dim=1).gather(
-                1, keep[..., None].expand(-1, -1, steps))
-            # live: the best k candidates that do not end in EOS
-            live_s, live_i = cand.view(batch, k, vocab).index_fill(2, torch.tensor([eos_id], device=device),
-                                                                   neg_inf).view(batch, -1).topk(k, dim=1)
-            grown = tokens.gather(1, (live_i // vocab)[..., None].expand(-1, -1, steps + 1))
-            grown[:, :, t + 1] = live_i % vocab
-            grow = ~done
-            tokens = torch.where(grow[:, None, None], grown, tokens)
-            scores = torch.where(grow[:, None], live_s, scores)
-            done = done | (torch.isfinite(fin_scores).sum(dim=1) >= k) | (t + 1 >= limits)
-            if bool(done.all()):
-                break
-        has_fin = torch.isfinite(fin_scores[:, 0])  # topk keeps the pool sorted: 0 is the best
-        best_live = scores.argmax(dim=1)  # live hypotheses of a sentence share one length
-        live_best = tokens[torch.arange(batch, device=device), best_live, 1:]
-        out = torch.where(has_fin[:, None], fin_tokens[:, 0], live_best)
-    return _strip(out, eos_id, pad)
+            logits, state = model.decode_step(beams.tokens[:, :, t].reshape(-1, 1), state)
+            parent = beams.advance(t, _log_probs(model, logits), model.vocab_size)
+            keep = (~beams.done).nonzero()[:, 0]  # the step's one host sync
+            n, n_keep = beams.done.shape[0], keep.shape[0]
+            rows = (parent + torch.arange(n, device=device)[:, None] * k)  # [n, K] flat parents
+            if n_keep < n:  # some sentences finished: record them, drop them from the batch
+                out.index_copy_(0, ids, beams.best())
+                if n_keep == 0:
+                    break
+                ids, rows = ids[keep], rows[keep]
+                beams.select(keep)
+            # the memory rows of a sentence's beams are equal: parents need no cross reorder
+            state.reorder(rows.reshape(-1), cross=n_keep < n)
+        return _strip(out, eos_id, pad)
+
+
+class _Beams:
+    """The beam search's bookkeeping for the active sentences (tensors on `device`)."""
+
+    def __init__(self, batch: int, k: int, steps: int, bos_id: int, eos_id: int, pad: int,
+                 penalty: float, limits: torch.Tensor, device: torch.device) -> None:
+        neg_inf = float("-inf")
+        self.k, self.steps, self.eos_id, self.penalty = k, steps, eos_id, penalty
+        self.limits = limits
+        self.tokens = torch.full((batch, k, steps + 1), pad, dtype=torch.long, device=device)
+        self.tokens[:, :, 0] = bos_id
+        self.scores = torch.zeros(batch, k, device=device)
+        self.scores[:, 1:] = neg_inf  # all hypotheses start equal: keep one
+        self.fin_scores = torch.full((batch, k), neg_inf, device=device)
+        self.fin_tokens = torch.full((batch, k, steps), pad, dtype=torch.long, device=device)
+        self.done = torch.zeros(batch, dtype=torch.bool, device=device)
+        self.eos = torch.tensor([eos_id], device=device)
+
+    def advance(self, t: int, lp: torch.Tensor, vocab: int) -> torch.Tensor:
+        """Step t with next-token log-probs lp [n*K, V] -> the parent beam of each hypothesis
+        [n, K] (itself for done sentences)."""
+        batch, k, steps, eos_id, neg_inf = self.done.shape[0], self.k, self.steps, self.eos_id, float("-inf")
+        done = self.done
+        cand = (self.scores[:, :, None] + lp.view(batch, k, vocab)).masked_fill(
+            done[:, None, None], neg_inf).view(batch, k * vocab)
+        # finished: EOS among the best k candidates
+        top_s, top_i = cand.topk(k, dim=1)
+        is_eos = (top_i % vocab == eos_id) & torch.isfinite(top_s)
+        new_fin = torch.where(is_eos, top_s / float(t + 1) ** self.penalty, neg_inf)
+        prefix = self.tokens[:, :, 1:].gather(1, (top_i // vocab)[..., None].expand(-1, -1, steps))
+        prefix[:, :, t] = eos_id
+        pool_s = torch.cat([self.fin_scores, new_fin], dim=1)
+        self.fin_scores, keep = pool_s.topk(k, dim=1)
+        self.fin_tokens = torch.cat([self.fin_tokens, prefix], dim=1).gather(
+            1, keep[..., None].expand(-1, -1, steps))
+        # live: the best k candidates that do not end in EOS
+        live_s, live_i = cand.view(batch, k, vocab).index_fill(2, self.eos, neg_inf).view(
+            batch, -1).topk(k, dim=1)
+        parent = live_i // vocab
+        grown = self.tokens.gather(1, parent[..., None].expand(-1, -1, steps + 1))
+        grown[:, :, t + 1] = live_i % vocab
+        grow = ~done
+        self.tokens = torch.where(grow[:, None, None], grown, self.tokens)
+        self.scores = torch.where(grow[:, None], live_s, self.scores)
+        self.done = done | (torch.isfinite(self.fin_scores).sum(dim=1) >= k) | (t + 1 >= self.limits)
+        return torch.where(grow[:, None], parent, torch.arange(k, device=parent.device))
+
+    def select(self, keep: torch.Tensor) -> None:
+        """Keep the sentences `keep` ([n'] long)."""
+        for name in ("tokens", "scores", "fin_scores", "fin_tokens", "done", "limits"):
+            setattr(self, name, getattr(self, name).index_select(0, keep))
+
+    def best(self) -> torch.Tensor:
+        """The best finished hypothesis per sentence, else the best live one -> [n, steps]."""
+        has_fin = torch.isfinite(self.fin_scores[:, 0])  # topk keeps the pool sorted: 0 is the best
+        best_live = self.scores.argmax(dim=1)  # live hypotheses of a sentence share one length
+        live_best = self.tokens[torch.arange(self.done.shape[0], device=self.done.device), best_live, 1:]
+        return torch.where(has_fin[:, None], self.fin_tokens[:, 0], live_best)
 
 
 def sequence_nll(

@@ -48,6 +48,7 @@ from ..encodings.relative import RelPos
 from ..encodings.rotary import Rotary
 from ..encodings.sinusoidal import CAPE1d
 from ..positions import token_positions
+from .decode_cache import DecoderCache
 from .transformer import TransformerDecoder, TransformerEncoder
 
 __all__ = ["Seq2Seq", "MT_POSITIONS"]
@@ -316,6 +317,36 @@ class Seq2Seq(nn.Module):
             h = h[:, -1:]
         weight = self.embed.weight if self.out_proj is None else self.out_proj.weight
         return nn.functional.linear(h, weight).float()
+
+    def start_decoding(self, memory: torch.Tensor, memory_mask: torch.Tensor) -> DecoderCache:
+        """Incremental decoding state for memory [B, S, D], memory_mask [B, S] bool: the
+        cross-attention keys/values of every decoder layer, projected once, and empty
+        self-attention caches. Use with `decode_step` in eval mode; `state.reorder(index)`
+        selects batch rows (beam search)."""
+        check_tensor("memory", memory, ndims=(3,), floating=True)
+        if memory.shape[2] != self.dim:
+            raise ValueError(f"memory must have shape [B, S, {self.dim}], got {list(memory.shape)}")
+        _check_mask("memory_mask", memory_mask, tuple(memory.shape[:2]))
+        return self.decoder.start_cache(memory, memory_mask)
+
+    def decode_step(
+        self, tokens: torch.Tensor, state: DecoderCache
+    ) -> tuple[torch.Tensor, DecoderCache]:
+        """The next decoder inputs tokens [B, 1] (target index t = `state.length`, eval-mode
+        positions) -> (logits [B, V] float32 for the token after them, state updated in place).
+        Equal to `decode(prefix)[:, -1]` over all the tokens fed so far."""
+        _check_tokens("tokens", tokens)
+        if tokens.shape[1] != 1:
+            raise ValueError(f"tokens must have shape [B, 1], got {list(tokens.shape)}")
+        if not isinstance(state, DecoderCache):
+            raise TypeError(f"state must come from start_decoding, got {type(state).__name__}")
+        batch = tokens.shape[0]
+        pos = torch.full((batch, 1, 1), float(state.length), device=tokens.device)
+        table = self.embed if self.tgt_embed is None else self.tgt_embed
+        x = self._embed(table, tokens, self.tgt_position, pos, None)
+        h = self.decoder(x, None, positions=pos if self._in_attention else None, cache=state)
+        weight = self.embed.weight if self.out_proj is None else self.out_proj.weight
+        return nn.functional.linear(h[:, 0], weight).float(), state
 
     def forward(
         self, src: torch.Tensor, src_mask: torch.Tensor, tgt: torch.Tensor,

@@ -27,7 +27,9 @@ from .._checks import check_choice, check_float, check_int
 from ..encodings.none import NoPos
 from ..encodings.relative import RelPos
 from ..encodings.rotary import Rotary
+from ..positions import token_positions
 from .attention import MultiheadAttention
+from .decode_cache import AttentionCache, DecoderCache
 
 __all__ = [
     "TransformerEncoderLayer",
@@ -149,18 +151,29 @@ class TransformerDecoderLayer(_Block):
         self.cross_norm = nn.LayerNorm(dim)
 
     def forward(
-        self, x: torch.Tensor, memory: torch.Tensor, *, mask: torch.Tensor | None = None,
+        self, x: torch.Tensor, memory: torch.Tensor | None, *, mask: torch.Tensor | None = None,
         memory_mask: torch.Tensor | None = None, positions: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
+        cache: tuple[AttentionCache, AttentionCache] | None = None,
     ) -> torch.Tensor:
-        """x: [B, T, D] targets, memory: [B, S, D]; mask [B, T], memory_mask [B, S] -> [B, T, D]."""
+        """x: [B, T, D] targets, memory: [B, S, D]; mask [B, T], memory_mask [B, S] -> [B, T, D].
+
+        cache: (self-attention, cross-attention) caches for incremental decoding: x holds the
+        new tokens only (mask and positions theirs); memory may be None once the
+        cross-attention cache is filled (see `TransformerDecoder.start_cache`).
+        """
+        self_cache, cross_cache = (None, None) if cache is None else cache
+        if memory is None and (cross_cache is None or cross_cache.k is None):
+            raise ValueError("memory is required unless a filled cross-attention cache is given")
+
         def attend(h: torch.Tensor) -> torch.Tensor:
             return self.self_attn(
-                h, key_mask=mask, causal=True, q_positions=positions, generator=generator
+                h, key_mask=mask, causal=True, q_positions=positions, generator=generator,
+                cache=self_cache,
             )
 
         def cross(h: torch.Tensor) -> torch.Tensor:
-            return self.cross_attn(h, memory, key_mask=memory_mask)
+            return self.cross_attn(h, memory, key_mask=memory_mask, cache=cross_cache)
 
         x = self._residual(x, self.self_norm, attend)
         x = self._residual(x, self.cross_norm, cross)
@@ -284,20 +297,43 @@ class TransformerDecoder(_Stack):
             norm_first=norm_first, activation=activation,
         )
 
+    def start_cache(
+        self, memory: torch.Tensor, memory_mask: torch.Tensor | None = None
+    ) -> DecoderCache:
+        """A `DecoderCache` for incremental decoding, with every layer's cross-attention
+        keys/values of memory [B, S, D] (memory_mask [B, S]) projected once."""
+        cross = [layer.cross_attn.memory_cache(memory, memory_mask) for layer in self.layers]
+        return DecoderCache(len(self.layers), cross_attn=cross)
+
     def forward(
-        self, x: torch.Tensor, memory: torch.Tensor, *, mask: torch.Tensor | None = None,
+        self, x: torch.Tensor, memory: torch.Tensor | None, *, mask: torch.Tensor | None = None,
         memory_mask: torch.Tensor | None = None, positions: torch.Tensor | None = None,
         position_kwargs: dict[str, Any] | None = None, generator: torch.Generator | None = None,
+        cache: DecoderCache | None = None,
     ) -> torch.Tensor:
         """x: [B, T, D] targets, memory: [B, S, D] encoder output -> [B, T, D].
 
         mask: [B, T], memory_mask: [B, S] (bool, True = real). positions, position_kwargs:
         for the targets, as in `TransformerEncoder.forward`.
+        cache: incremental decoding (eval mode): x, mask and positions are the next T tokens'
+        (positions None = indices from `cache.length`), appended to the cache; memory may be
+        None with a cache from `start_cache`. Outputs equal the full prefix's last T rows.
         """
+        if cache is not None:
+            if len(cache.self_attn) != len(self.layers):
+                raise ValueError(f"cache has {len(cache.self_attn)} layers, the decoder {len(self.layers)}")
+            if positions is None:
+                b, t = x.shape[:2]
+                positions = token_positions(b, t, mask=mask, device=x.device) + cache.length
+                if mask is not None:
+                    positions = torch.where(mask[..., None], positions, 0.0)
         x = self._add_position(x, mask, positions, position_kwargs, generator)
-        for layer in self.layers:
+        for i, layer in enumerate(self.layers):
             x = layer(
                 x, memory, mask=mask, memory_mask=memory_mask, positions=positions,
                 generator=generator,
+                cache=None if cache is None else (cache.self_attn[i], cache.cross_attn[i]),
             )
+        if cache is not None:
+            cache.length += x.shape[1]
         return self._finish(x)

@@ -2,9 +2,11 @@
 
 from .checkpoint import (
     get_rng_state,
+    is_checkpoint,
     latest_checkpoint,
     load_checkpoint,
     load_state,
+    pick_checkpoint,
     save_checkpoint,
     set_rng_state,
 )
@@ -40,6 +42,8 @@ __all__ = [
     "load_checkpoint",
     "load_state",
     "latest_checkpoint",
+    "pick_checkpoint",
+    "is_checkpoint",
     "get_rng_state",
     "set_rng_state",
     "MetricsLogger",

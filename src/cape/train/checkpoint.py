@@ -18,7 +18,7 @@ import os
 import random
 import shutil
 import tempfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
@@ -35,6 +35,8 @@ __all__ = [
     "load_checkpoint",
     "load_state",
     "latest_checkpoint",
+    "pick_checkpoint",
+    "is_checkpoint",
     "prune_checkpoints",
 ]
 
@@ -153,6 +155,36 @@ def latest_checkpoint(root: str | Path) -> Path | None:
         return None
     path = Path(root) / pointer.read_text().strip()
     return path if (path / STATE_FILE).exists() and (path / MODEL_FILE).exists() else None
+
+
+def is_checkpoint(path: str | Path) -> bool:
+    """Whether `path` is a complete checkpoint folder (weights and state)."""
+    return (Path(path) / MODEL_FILE).is_file() and (Path(path) / STATE_FILE).is_file()
+
+
+def pick_checkpoint(root: str | Path, checkpoint: str = "best") -> Path:
+    """The checkpoint folder `checkpoint` names in `root` (RUN/checkpoints): "best" (best/, or
+    the newest step when best/ was never saved), "latest", or a folder name; FileNotFoundError
+    naming what is there when it is absent."""
+    root = Path(root)
+    if not isinstance(checkpoint, str) or not checkpoint:
+        raise ValueError(f"checkpoint must be 'best', 'latest' or a checkpoint name, got {checkpoint!r}")
+    if checkpoint in ("best", "latest"):
+        best = root / "best"
+        if checkpoint == "best" and is_checkpoint(best):
+            return best
+        found = latest_checkpoint(root)
+        if found is None:
+            raise FileNotFoundError(f"no checkpoint in {root}: train it first")
+        return found
+    if PurePosixPath(checkpoint).name != checkpoint or checkpoint in (".", ".."):
+        raise ValueError(f"checkpoint must be a folder name inside {root}, got {checkpoint!r}")
+    if not is_checkpoint(root / checkpoint):
+        have = sorted(p.name for p in root.iterdir() if is_checkpoint(p)) if root.is_dir() else []
+        raise FileNotFoundError(
+            f"no checkpoint {root / checkpoint}; available: {have or 'none (train it first)'}"
+        )
+    return root / checkpoint
 
 
 def load_state(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:

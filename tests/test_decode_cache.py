@@ -1,0 +1,151 @@
+"""Incremental decoding (key/value caches) of `Seq2Seq` and its use by greedy and beam search:
+equal, to float rounding, to re-running the decoder over the full prefix."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cape.augment import Augmentation
+from cape.encodings.relative import RelPos
+from cape.encodings.rotary import Rotary
+from cape.models import MT_POSITIONS, MultiheadAttention, Seq2Seq, TransformerDecoder
+from cape.models.decode_cache import AttentionCache, DecoderCache
+from cape.models.search import beam_search, greedy_decode
+
+VOCAB, PAD, BOS, EOS = 13, 0, 1, 2
+TINY = dict(dim=32, encoder_layers=2, decoder_layers=2, heads=2, ffn_dim=64)
+ATOL = 1e-5
+
+
+def _model(position: str, seed: int = 0, **kw) -> Seq2Seq:
+    torch.manual_seed(seed)
+    # max_distance 4 < the target lengths: relpos's clipped buckets are exercised
+    opts = {"max_distance": 4.0} if position == "relpos" else None
+    return Seq2Seq(VOCAB, position=position, position_options=opts, **{**TINY, **kw}).eval()
+
+
+def _mask(lengths: list[int], width: int) -> torch.Tensor:
+    return torch.arange(width)[None] < torch.tensor(lengths)[:, None]
+
+
+def _tokens(batch: int, length: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(3, VOCAB, (batch, length), generator=g)
+
+
+def _steps(model: Seq2Seq, state: DecoderCache, tokens: torch.Tensor) -> torch.Tensor:
+    """Feed tokens [B, T] one by one -> logits [B, T, V]."""
+    return torch.stack([model.decode_step(tokens[:, t : t + 1], state)[0] for t in range(tokens.shape[1])], 1)
+
+
+@pytest.mark.parametrize("tied", [True, False])
+@pytest.mark.parametrize("position", MT_POSITIONS)
+def test_steps_equal_teacher_forced_decode(position: str, tied: bool) -> None:
+    model = _model(position, tie_embeddings=tied)
+    src, src_mask = _tokens(4, 10, 1), _mask([10, 6, 3, 1], 10)
+    tgt = _tokens(4, 12, 2)
+    with torch.inference_mode():
+        memory = model.encode(src, src_mask)
+        full = model.decode(tgt, memory, src_mask)
+        state = model.start_decoding(memory, src_mask)
+        steps = _steps(model, state, tgt)
+    assert state.length == 12
+    assert steps.shape == full.shape and steps.dtype == torch.float32
+    torch.testing.assert_close(steps, full, rtol=0, atol=ATOL)
+
+
+@pytest.mark.parametrize("position", MT_POSITIONS)
+def test_reorder_then_step_equals_reordered_batch(position: str) -> None:
+    model = _model(position, tie_embeddings=False)
+    src, src_mask = _tokens(3, 8, 3), _mask([8, 5, 2], 8)
+    tgt = _tokens(3, 7, 4)
+    index = torch.tensor([2, 0, 0, 1, 2])  # repeats, a permutation and a changed batch size
+    with torch.inference_mode():
+        memory = model.encode(src, src_mask)
+        state = model.start_decoding(memory, src_mask)
+        _steps(model, state, tgt[:, :4])
+        state.reorder(index)
+        after = _steps(model, state, tgt[index, 4:])
+        fresh = model.start_decoding(memory[index], src_mask[index])
+        expected = _steps(model, fresh, tgt[index])[:, 4:]
+    torch.testing.assert_close(after, expected, rtol=0, atol=ATOL)
+
+
+def _biased(position: str) -> Seq2Seq:
+    """A random model whose EOS is unlikely early: outputs run for many steps."""
+    model = _model(position, tie_embeddings=False)
+    with torch.no_grad():
+        assert model.out_proj is not None
+        model.out_proj.weight[EOS] -= 0.3 * model.out_proj.weight[EOS].abs().mean()
+    return model
+
+
+@pytest.mark.parametrize("position", MT_POSITIONS)
+def test_greedy_matches_full_recompute(position: str) -> None:
+    model = _biased(position)
+    src, src_mask = _tokens(5, 9, 5), _mask([9, 7, 4, 2, 9], 9)
+    limits = torch.tensor([20, 3, 0, 15, 25])
+    got = greedy_decode(model, src, src_mask, bos_id=BOS, eos_id=EOS, max_len=limits)
+    ref = greedy_decode(model, src, src_mask, bos_id=BOS, eos_id=EOS, max_len=limits, cache=False)
+    assert got == ref
+    assert max(len(r) for r in ref) > 10
+
+
+@pytest.mark.parametrize("beam,penalty", [(1, 1.0), (4, 1.0), (3, 0.5)])
+@pytest.mark.parametrize("position", MT_POSITIONS)
+def test_beam_search_matches_full_recompute(position: str, beam: int, penalty: float) -> None:
+    model = _biased(position)
+    src, src_mask = _tokens(6, 9, 6), _mask([9, 7, 4, 2, 9, 1], 9)
+    kw = dict(bos_id=BOS, eos_id=EOS, beam=beam, max_len_a=1.5, max_len_b=4, length_penalty=penalty)
+    got = beam_search(model, src, src_mask, **kw)
+    ref = beam_search(model, src, src_mask, **kw, cache=False)
+    assert got == ref
+    assert len({len(r) for r in ref}) > 1  # sentences finish at different steps (batch shrinks)
+
+
+def test_search_restores_training_mode_and_empty_batch() -> None:
+    model = _model("relpos").train()
+    src, src_mask = _tokens(2, 5, 7), _mask([5, 3], 5)
+    beam_search(model, src, src_mask, bos_id=BOS, eos_id=EOS, beam=2)
+    assert model.training
+    empty = torch.zeros(0, 4, dtype=torch.long)
+    assert beam_search(model, empty, empty.bool(), bos_id=BOS, eos_id=EOS) == []
+    assert greedy_decode(model, src, src_mask, bos_id=BOS, eos_id=EOS, max_len=0) == [[], []]
+
+
+@pytest.mark.parametrize("kind", ["plain", "relpos", "rotary"])
+def test_decoder_chunks_with_padding_equal_full_pass(kind: str) -> None:
+    """TransformerDecoder with a cache fed in chunks (padding in the last one)."""
+    torch.manual_seed(1)
+
+    def factory() -> torch.nn.Module:
+        return RelPos(8, max_distance=3.0) if kind == "relpos" else Rotary(8)
+
+    dec = TransformerDecoder(2, 16, 2, 32, relative_factory=None if kind == "plain" else factory).eval()
+    x, memory = torch.randn(3, 9, 16), torch.randn(3, 5, 16)
+    mask, memory_mask = _mask([9, 9, 6], 9), _mask([5, 2, 4], 5)
+    with torch.inference_mode():
+        full = dec(x, memory, mask=mask, memory_mask=memory_mask)
+        cache = dec.start_cache(memory, memory_mask)
+        parts = [dec(x[:, a:b], None, mask=mask[:, a:b], cache=cache) for a, b in ((0, 4), (4, 5), (5, 9))]
+    assert cache.length == 9
+    got = torch.cat(parts, dim=1)
+    torch.testing.assert_close(got[mask], full[mask], rtol=0, atol=ATOL)
+
+
+def test_attention_without_cache_is_unchanged_and_cache_checks() -> None:
+    torch.manual_seed(2)
+    attn = MultiheadAttention(16, 2, rotary=Rotary(8, augmentation=Augmentation(normalize=True))).eval()
+    x = torch.randn(2, 3, 16)
+    with pytest.raises(ValueError, match="augmentation"):
+        attn(x, causal=True, cache=AttentionCache())
+    plain = MultiheadAttention(16, 2).eval()
+    with pytest.raises(ValueError, match="key_value"):
+        plain(x, x, cache=AttentionCache())
+    with pytest.raises(ValueError, match="needs key_value"):
+        plain(x, cache=AttentionCache(static=True))
+    model = _model("cape")
+    state = model.start_decoding(torch.randn(2, 4, 32), _mask([4, 2], 4))
+    with pytest.raises(ValueError, match=r"\[B, 1\]"):
+        model.decode_step(_tokens(2, 2, 0), state)
