@@ -140,9 +140,11 @@ def _plots(rep: Report, out: Path, results: dict[str, Any]) -> None:
 
     rows = _rows(results)
     buckets = set(_COLUMNS) - {("test", "all")}  # the terciles and the long buckets
-    recs = [r for r in results["records"] if (r["split"], r["bin"]) in buckets]
-    plot_curves(summarize(recs, ["row", "src_words"], "bleu"), out / "bleu_by_length.png",
-                x="src_words", series="row", y_label="BLEU",
+    # whole words on the axis: its ticks sit at the buckets' means
+    recs = [dict(r, words=round(r["src_words"])) for r in results["records"]
+            if (r["split"], r["bin"]) in buckets]
+    plot_curves(summarize(recs, ["row", "words"], "bleu"), out / "bleu_by_length.png",
+                x="words", series="row", y_label="BLEU",
                 x_label="mean source length of the bucket (English words)",
                 title="BLEU vs sentence length", series_order=rows, vline=20.0,
                 vline_label="longest training source (words)")
