@@ -166,13 +166,14 @@ PRESETS: dict[str, dict[str, Any]] = {
         "rows": copy.deepcopy(_MAIN),
         "seeds": [0],
     },
-    # hours: every row, three seeds, the 3+3-layer d256 model
+    # hours: every row, three seeds, a 3+3-layer d256 model
     "cpu-full": {
         "name": "translation-cpu-full",
         "data": {"val": 500},
         "model": {"dim": 256, "encoder_layers": 3, "decoder_layers": 3, "heads": 4,
                   "ffn_dim": 1024, "dropout": 0.1},
-        "train": {**_TRAIN, "steps": 6000, "lr": 2e-3, "warmup_steps": 400, "eval_every": 500,
+        # 0.63 s per step on 2 cores (measured): ~35 min per run, ~15 h for 24 runs
+        "train": {**_TRAIN, "steps": 3000, "lr": 2e-3, "warmup_steps": 300, "eval_every": 500,
                   "checkpoint_every": 500},
         "eval": {"test": 2000, "long_per_bucket": 500, "stacked": 300},
         "rows": copy.deepcopy(_ALL),
