@@ -50,6 +50,7 @@ def test_presets_resolve(preset: str) -> None:
     ("features.time_ratio=1.5", "features.time_ratio"),
     ("model.heads=5", "model.dim"),
     ("eval.splits=[train]", "eval.splits"),
+    ("data.text=klingon", "data.text must be one of"),
 ])
 def test_bad_config_names_the_key(override: str, key: str) -> None:
     with pytest.raises(ValueError, match=key.replace("[", r"\[").replace("]", r"\]")):

@@ -316,3 +316,58 @@ def test_argument_checks_name_the_argument(tmp_path):
         load_manifest(tmp_path, "dev")
     with pytest.raises(FileNotFoundError, match="train.jsonl"):
         load_manifest(tmp_path, "train")
+
+
+# --- spoken digit strings (the small-vocabulary text source) ------------------------------------
+
+
+def test_digit_sentences_are_unique_spelled_digit_strings():
+    from cape.data.text import digit_sentences
+
+    words = "zero one two three four five six seven eight nine".split()
+    got = digit_sentences(2000, min_digits=2, max_digits=6, seed=3)
+    assert len(got) == len(set(got)) == 2000
+    for s in got:
+        # read back as digits with an independent table: every word is a digit
+        digits = "".join(str(words.index(w)) for w in s.split())
+        assert 2 <= len(digits) <= 6
+    lengths = {len(s.split()) for s in got}
+    assert lengths == {2, 3, 4, 5, 6}  # every length drawn
+    assert digit_sentences(2000, min_digits=2, max_digits=6, seed=3) == got
+    assert digit_sentences(2000, min_digits=2, max_digits=6, seed=4) != got
+    with pytest.raises(ValueError, match="count must be <= 10\\*\\*max_digits"):
+        digit_sentences(101, min_digits=1, max_digits=2)
+    with pytest.raises(ValueError, match="max_digits must be an int >= 5"):
+        digit_sentences(10, min_digits=5, max_digits=4)
+
+
+def test_text_pools_partition_each_source():
+    from cape.data import text_pool
+
+    pools = {s: set(text_pool(s, source="digits")) for s in ("train", "val", "test")}
+    assert text_pool("test_unseen_voices", source="digits") == text_pool("test", source="digits")
+    assert not (pools["train"] & pools["val"] or pools["train"] & pools["test"]
+                or pools["val"] & pools["test"])
+    total = sum(len(p) for p in pools.values())
+    assert 0.8 < len(pools["train"]) / total < 0.9  # 85% by CRC-32
+    assert all(set(s) <= set("abcdefghijklmnopqrstuvwxyz ") for s in pools["val"])
+    with pytest.raises(ValueError, match="source must be one of"):
+        text_pool("train", source="klingon")
+
+
+@needs_espeak
+def test_digits_corpus_says_digits_and_keeps_its_text_setting(tmp_path):
+    pytest.importorskip("soundfile")
+    words = set("zero one two three four five six seven eight nine".split())
+    make_speech_corpus(tmp_path, train=2, val=0, test_per_bin=0, seed=7, workers=1,
+                       text="digits", progress=False)
+    records = load_manifest(tmp_path, "train")
+    assert all(set(r["text"].split()) <= words and r["source"] == "digits" for r in records)
+    assert json.loads((tmp_path / "corpus.json").read_text())["text"] == "digits"
+    # the same voices and sound draws as a WordNet corpus of the same seed: only the words differ
+    wordnet = utterance_params(7, "train", 0)
+    assert utterance_params(7, "train", 0, source="digits").voice == wordnet.voice
+    with pytest.raises(ValueError, match="text='digits'.*text='wordnet'"):
+        make_speech_corpus(tmp_path, train=2, val=0, test_per_bin=0, seed=7, progress=False)
+    with pytest.raises(ValueError, match="text must be one of"):
+        make_speech_corpus(tmp_path / "x", text="numbers")

@@ -62,6 +62,7 @@ def test_config_file_and_overrides(tmp_path):
         ("eval.sizes=[30]", ["30", "patch"]),
         ("eval.extents=[half]", ["eval.extents", "ratio"]),
         ("train.steps=many", ["train.steps", "integer"]),
+        ("rows=[{name: a, position: nopos, model: {patch: 2}}]", ["rows[a].model", "patch", "dim"]),
     ],
 )
 def test_bad_config_names_key_and_allowed(override, words):
@@ -69,6 +70,18 @@ def test_bad_config_names_key_and_allowed(override, words):
         resolve_config(VisionConfig, PRESETS, "quick", [], [override])
     for w in words:
         assert w in str(err.value)
+
+
+def test_row_model_changes_only_that_row():
+    from cape.experiments.vision import make_model
+
+    cfg = resolve_config(VisionConfig, PRESETS, "quick", [], [
+        "rows=[{name: base, position: cape2d}, {name: small, position: cape2d, "
+        "model: {dim: 32, depth: 2}}]"])[0]
+    base, small = (make_model(cfg, row, 36) for row in cfg.rows)
+    assert len(base.encoder.layers) == cfg.model.depth == 4 and len(small.encoder.layers) == 2
+    assert base.patch_embed.out_channels == 96 and small.patch_embed.out_channels == 32
+    assert cfg.model.dim == 96  # the shared config is not changed
 
 
 def test_cli_bad_config_exit_codes(capsys):

@@ -43,7 +43,7 @@ from .speech_synth import (
     synthesize_utterance,
     utterance_params,
 )
-from .text import wordnet_sentences
+from .text import TEXT_SOURCES, source_sentences
 
 __all__ = [
     "CorpusError",
@@ -119,20 +119,21 @@ def _make_one(job: tuple[str, UtteranceParams]) -> tuple[dict, str, str | None]:
 
 
 def _plan(
-    seed: int, counts: dict[str, int], snr_db: tuple[float, float] | None, sox: bool
+    seed: int, counts: dict[str, int], snr_db: tuple[float, float] | None, sox: bool, source: str
 ) -> dict[str, list[UtteranceParams]]:
+    kw = dict(snr_db=snr_db, sox=sox, source=source)
     plan: dict[str, list[UtteranceParams]] = {}
     for split in SPEECH_SPLITS:
         n = counts[split]
         if split.startswith("test"):
             plan[split] = [
-                utterance_params(seed, split, i, bin_index=b, snr_db=snr_db, sox=sox)
+                utterance_params(seed, split, i, bin_index=b, **kw)
                 for b in range(len(DURATION_BINS))
                 for i in range(n)
             ]
         else:
             plan[split] = [
-                utterance_params(seed, split, i, snr_db=snr_db, sox=sox) for i in range(n)
+                utterance_params(seed, split, i, **kw) for i in range(n)
             ]
     return plan
 
@@ -140,7 +141,7 @@ def _plan(
 def _check_config(root: Path, config: dict) -> None:
     path = root / "corpus.json"
     if path.is_file():
-        old = json.loads(path.read_text(encoding="utf-8"))
+        old = {"text": "wordnet", **json.loads(path.read_text(encoding="utf-8"))}  # older: WordNet
         diff = sorted(k for k in set(old) | set(config) if old.get(k) != config.get(k))
         if diff:
             made = ", ".join(f"{k}={old.get(k)!r}" for k in diff)
@@ -176,6 +177,7 @@ def make_speech_corpus(
     workers: int = 2,
     snr_db: tuple[float, float] | None = SNR_DB,
     sox: bool = False,
+    text: str = "wordnet",
     progress: bool = True,
 ) -> dict[str, dict[str, int]]:
     """Make (or finish) the speech corpus under `root`; returns {split: {"made", "kept",
@@ -184,13 +186,14 @@ def make_speech_corpus(
     `train`/`val` utterances (<= 6 s) and `test_per_bin` utterances per duration bin in each of
     the two test splits; `seed` fixes every utterance (its text, voice, rate, pitch, noise and
     samples). `workers` processes (>= 1) synthesise in parallel. `snr_db`: (low, high) range of
-    the additive white/pink noise's SNR in dB, or None for none; `sox`: random sox reverb/tempo.
+    the additive white/pink noise's SNR in dB, or None for none; `sox`: random sox reverb/tempo;
+    `text`: what is said, "wordnet" sentences or "digits" strings (`cape.data.text.TEXT_SOURCES`).
 
     Resumable: existing complete utterances are kept, missing ones made, ones whose WAV has the
     wrong size or checksum or whose record is unreadable are made again (logged by name). Every
     file is written atomically and the manifests last, so an interrupted run loses at most the
     utterances in flight. Raises ValueError when `root` holds a corpus made with another seed,
-    noise or sox setting; CorpusError naming every utterance that could not be made.
+    noise, sox or text setting; CorpusError naming every utterance that could not be made.
     """
     root = Path(root)
     counts = {
@@ -202,6 +205,7 @@ def make_speech_corpus(
     check_int("seed", seed, minimum=0)
     check_int("workers", workers)
     check_choice("sox", sox, [True, False])
+    check_choice("text", text, TEXT_SOURCES)
     if snr_db is not None:
         lo, hi = (float(v) for v in snr_db)
         if not lo <= hi:
@@ -212,6 +216,7 @@ def make_speech_corpus(
         "seed": seed,
         "sample_rate": SAMPLE_RATE,
         "sox": sox,
+        "text": text,
         "snr_db": None if snr_db is None else list(snr_db),
         "train_voices": list(TRAIN_VOICES),
         "heldout_voices": list(HELDOUT_VOICES),
@@ -219,8 +224,8 @@ def make_speech_corpus(
     }
     root.mkdir(parents=True, exist_ok=True)
     _check_config(root, config)
-    wordnet_sentences(cache_dir=root / "cache")  # once here, not in every worker
-    plan = _plan(seed, counts, snr_db, sox)
+    source_sentences(text, cache_dir=root / "cache")  # once here, not in every worker
+    plan = _plan(seed, counts, snr_db, sox, text)
     jobs = [(str(root), p) for split in SPEECH_SPLITS for p in plan[split]]
     records: dict[tuple[str, str], dict] = {}
     summary = {s: {"made": 0, "kept": 0, "repaired": 0} for s in SPEECH_SPLITS}
@@ -347,6 +352,8 @@ def speech_main(argv: list[str]) -> int:
     parser.add_argument("--workers", type=int, default=2, help="synthesis processes")
     parser.add_argument("--no-noise", action="store_true", help="no additive noise (floor only)")
     parser.add_argument("--sox", action="store_true", help="random sox reverb and tempo")
+    parser.add_argument("--text", default="wordnet", choices=TEXT_SOURCES,
+                        help="what is said: WordNet sentences or digit strings (default wordnet)")
     parser.add_argument("--verify", action="store_true", help="only verify an existing corpus")
     args = parser.parse_args(argv)
     try:
@@ -359,6 +366,7 @@ def speech_main(argv: list[str]) -> int:
                 seed=args.seed,
                 workers=args.workers,
                 sox=args.sox,
+                text=args.text,
                 snr_db=None if args.no_noise else SNR_DB,
             )
             for split, counts in summary.items():

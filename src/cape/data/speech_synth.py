@@ -17,7 +17,7 @@ import numpy as np
 from .._checks import check_choice, check_int
 from .audio import NOISE_KINDS, add_noise, add_noise_floor, resample, sox_effects
 from .espeak import get_espeak
-from .text import wordnet_sentences
+from .text import TEXT_SOURCES, source_sentences
 
 __all__ = [
     "DURATION_BINS",
@@ -94,6 +94,7 @@ class UtteranceParams:
     reverb: float | None  # sox reverberance, None: no reverb
     tempo: float | None  # sox tempo factor, None: unchanged
     seed: int  # seeds espeak's breath noise and the utterance's own generator
+    source: str = "wordnet"  # what is said: one of `cape.data.text.TEXT_SOURCES`
 
     def to_dict(self) -> dict:
         """The fields as a JSON-ready dict."""
@@ -112,13 +113,16 @@ def utterance_params(
     bin_index: int | None = None,
     snr_db: tuple[float, float] | None = SNR_DB,
     sox: bool = False,
+    source: str = "wordnet",
 ) -> UtteranceParams:
     """Draw utterance `index` (>= 0) of `split` (one of `SPEECH_SPLITS`). The test splits need
     `bin_index` into `DURATION_BINS`; train/val are limited to `MAX_TRAIN_SECONDS`. `snr_db` is the
     (low, high) range of the additive noise's SNR or None for none; `sox` turns on the optional
-    sox reverb/tempo augmentation (each with probability 1/2)."""
+    sox reverb/tempo augmentation (each with probability 1/2); `source` is the text source (one of
+    `TEXT_SOURCES`; the voice and sound draws do not depend on it)."""
     check_int("seed", seed, minimum=0)
     check_choice("split", split, SPEECH_SPLITS)
+    check_choice("source", source, TEXT_SOURCES)
     check_int("index", index, minimum=0)
     testing = split.startswith("test")
     if testing:
@@ -153,24 +157,27 @@ def utterance_params(
         reverb=reverb,
         tempo=tempo,
         seed=int(rng.integers(2**31)),
+        source=source,
     )
 
 
-_POOLS: dict[tuple[str, str | None], list[str]] = {}
+_POOLS: dict[tuple[str, str, str | None], list[str]] = {}
 
 
-def text_pool(split: str, cache_dir: str | Path | None = None) -> list[str]:
-    """The WordNet sentences (`wordnet_sentences`) that `split` draws from: a fixed partition by
-    CRC-32 of the sentence, 85% train, 5% val, 10% test (both test splits), so no sentence is in
-    two of them."""
+def text_pool(
+    split: str, cache_dir: str | Path | None = None, source: str = "wordnet"
+) -> list[str]:
+    """The sentences of `source` (`cape.data.text.source_sentences`: WordNet sentences or digit
+    strings) that `split` draws from: a fixed partition by CRC-32 of the sentence, 85% train,
+    5% val, 10% test (both test splits), so no sentence is in two of them."""
     check_choice("split", split, SPEECH_SPLITS)
     part = "test" if split.startswith("test") else split
-    key = (part, None if cache_dir is None else str(cache_dir))
+    key = (source, part, None if cache_dir is None else str(cache_dir))
     if key not in _POOLS:
         buckets = {"val": range(0, 5), "test": range(5, 15), "train": range(15, 100)}[part]
         _POOLS[key] = [
             s
-            for s in wordnet_sentences(cache_dir=cache_dir)
+            for s in source_sentences(source, cache_dir)
             if zlib.crc32(s.encode()) % 100 in buckets
         ]
     return _POOLS[key]
@@ -222,7 +229,7 @@ def synthesize_utterance(
 ) -> tuple[np.ndarray, dict]:
     """Make one utterance: (wave float32 [N] at `SAMPLE_RATE`, in [-1, 1]; record dict).
 
-    Sentences from the split's `text_pool` are joined (". " between them, for espeak's pauses)
+    Sentences from the split's `text_pool` (of `params.source`) are joined (". " between them, for espeak's pauses)
     until the estimated duration reaches a target drawn in the utterance's [lo, hi) range; after
     synthesis the real duration is measured and, outside the range, the text is drawn again with
     the speaking speed re-estimated (up to 12 times, then RuntimeError naming the utterance).
@@ -231,7 +238,7 @@ def synthesize_utterance(
     duration, the word start times (seconds, None where espeak gave none) and `params`.
     """
     rng = np.random.default_rng([params.seed, 1])
-    pool = text_pool(params.split, cache_dir)
+    pool = text_pool(params.split, cache_dir, params.source)
     cps = _CHARS_PER_SECOND * params.rate / 175 * (params.tempo or 1.0)
     lo, hi = params.lo, params.hi
     width = hi - lo

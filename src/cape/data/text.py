@@ -14,7 +14,9 @@ import re
 import unicodedata
 from pathlib import Path
 
-from .._checks import check_int
+import numpy as np
+
+from .._checks import check_choice, check_int
 from ..io import atomic_write
 from . import numwords
 from .numwords import (
@@ -28,10 +30,13 @@ from .numwords import (
 
 __all__ = [
     "ALPHABET",
+    "TEXT_SOURCES",
     "WORDNET_DIR",
+    "digit_sentences",
     "normalize_text",
     "split_sentences",
     "wordnet_glosses",
+    "source_sentences",
     "wordnet_sentences",
 ]
 
@@ -41,6 +46,8 @@ WORDNET_DIR = Path("/usr/share/wordnet")
 """Where Debian's `wordnet-base` puts data.noun, data.verb, data.adj and data.adv."""
 _WORDNET_FILES = ("data.noun", "data.verb", "data.adj", "data.adv")
 _CACHE_VERSION = 1
+TEXT_SOURCES = ("wordnet", "digits")
+"""What a speech corpus says: WordNet sentences, or spoken digit strings (`digit_sentences`)."""
 
 _SYMBOLS = {"&": " and ", "%": " percent ", "+": " plus ", "=": " equals ", "@": " at "}
 _QUOTES = {"\u2018": "'", "\u2019": "'", "\u02bc": "'", "\u201c": '"', "\u201d": '"'}
@@ -179,6 +186,7 @@ def wordnet_glosses(root: str | Path | None = None) -> list[str]:
 
 
 _MEMORY: dict[tuple[str, int, int], list[str]] = {}
+_DIGIT_MEMORY: dict[tuple[int, int, int, int], list[str]] = {}
 
 
 def _fingerprint(paths: list[Path], min_words: int, max_words: int) -> str:
@@ -231,3 +239,41 @@ def wordnet_sentences(
         atomic_write(cache, lambda tmp: Path(tmp).write_text(body, encoding="utf-8"))
     _MEMORY[key] = sentences
     return list(sentences)
+
+
+def digit_sentences(
+    count: int = 100_000, *, min_digits: int = 3, max_digits: int = 15, seed: int = 0
+) -> list[str]:
+    """Spoken digit strings: `count` unique strings of `min_digits`..`max_digits` random digits,
+    each digit a word ("four zero seven"), in draw order; the same list for the same arguments.
+
+    The small-vocabulary text of DESIGN's speech baseline: a CPU-sized CTC model learns it in
+    minutes, so how its WER changes with duration shows how its positions generalise.
+    """
+    check_int("count", count)
+    check_int("min_digits", min_digits)
+    check_int("max_digits", max_digits, minimum=min_digits)
+    if count > 10 ** max_digits:
+        raise ValueError(f"count must be <= 10**max_digits = {10 ** max_digits}, got {count}")
+    key = (seed, count, min_digits, max_digits)
+    if key not in _DIGIT_MEMORY:
+        rng = np.random.default_rng([seed, 7])
+        seen: set[str] = set()
+        out: list[str] = []
+        while len(out) < count:
+            n = int(rng.integers(min_digits, max_digits + 1))
+            s = digit_words("".join(str(d) for d in rng.integers(0, 10, size=n)))
+            if s not in seen:
+                seen.add(s)
+                out.append(s)
+        _DIGIT_MEMORY[key] = out
+    return list(_DIGIT_MEMORY[key])
+
+
+def source_sentences(source: str, cache_dir: str | Path | None = None) -> list[str]:
+    """The sentences of text source `source` (one of `TEXT_SOURCES`) with their defaults:
+    `wordnet_sentences` (cached in `cache_dir`) or `digit_sentences`."""
+    check_choice("source", source, TEXT_SOURCES)
+    if source == "digits":
+        return digit_sentences()
+    return wordnet_sentences(cache_dir=cache_dir)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._checks import check_choice, check_float, check_int
+from ..data.text import TEXT_SOURCES
 from ..models.asr import ASR_POSITIONS
 from ..train.config import TrainConfig
 from .common import check_best_metric, check_runs
@@ -27,9 +28,11 @@ BATCHING = ("padded", "padding-free")
 @dataclass
 class DataConfig:
     """The corpus (`cape.data.make_speech_corpus`, made on first use under `root`): training
-    and validation utterances, test utterances per duration bin, seed, additive noise."""
+    and validation utterances, test utterances per duration bin, seed, additive noise, and
+    `text`: what is said ("wordnet" sentences or "digits" strings)."""
 
     root: str = "data/speech"
+    text: str = "wordnet"
     train: int = 4000
     val: int = 200
     test_per_bin: int = 24
@@ -44,6 +47,7 @@ class DataConfig:
             check_int(f"data.{key}", getattr(self, key))
         check_int("data.seed", self.seed, minimum=0)
         check_choice("data.noise", self.noise, (True, False))
+        check_choice("data.text", self.text, TEXT_SOURCES)
 
 
 @dataclass

@@ -58,7 +58,7 @@ def ensure_corpus(cfg: DataConfig) -> Path:
     if D.get_rank() == 0:
         make_speech_corpus(root, train=cfg.train, val=cfg.val, test_per_bin=cfg.test_per_bin,
                            seed=cfg.seed, workers=cfg.workers, snr_db=SNR_DB if cfg.noise else None,
-                           progress=True)
+                           text=cfg.text, progress=True)
         verify_corpus(root, progress=False)
     D.barrier()
     return root

@@ -123,13 +123,15 @@ def _render(out: Path, results: dict[str, Any]) -> Path:
     m, t, f = cfg["model"], cfg["train"], cfg["features"]
     sizes = results.get("data", {})
     hours = ", ".join(f"{k} {v['utterances']} utt / {v['hours']:.2f} h" for k, v in sizes.items())
+    said = {"digits": "digit strings", "wordnet": "WordNet text"}[cfg["data"].get("text", "wordnet")]
+    reg = f"dropout {m['dropout']:g}, layer drop {m.get('layer_drop', 0.0):g}"
     rep = Report(f"Speech experiment `{results['name']}`")
     rep.paragraph(
         "CAPE sec. 5.2 / appendix C at CPU scale: CTC letter recognition (28 letters + blank) "
-        "of WordNet text spoken by espeak-ng (60 training voices; 10-40 dB noise). Training "
+        f"of {said} spoken by espeak-ng (60 training voices; 10-40 dB noise). Training "
         f"utterances are <= 6 s; test sets are binned by duration up to 45 s. Data: {hours}. "
         f"Model: conv kernel {m['kernel']} stride {m['stride']} + GLU, {m['depth']} pre-norm "
-        f"Transformer layers d={m['dim']}, {m['heads']} heads, FFN {m['ffn_dim']}; "
+        f"Transformer layers d={m['dim']}, {m['heads']} heads, FFN {m['ffn_dim']}, {reg}; "
         f"{f['n_mels']} log-mel, {f['win_ms']:g} ms window, {f['hop_ms']:g} ms hop. "
         f"{t['steps']} steps of {t['batch_size']} utterances (duration-sorted batches, "
         f"perturbed by U(0.85, 1.15) each epoch), lr {t['lr']}, {t['schedule']}; the checkpoint "

@@ -47,7 +47,7 @@ def format_records(records: list[dict[str, Any]]) -> str:
 
 
 def make_model(cfg: VisionConfig, row: RowConfig, num_classes: int) -> ViT:
-    m = cfg.model
+    m = row.model_config(cfg.model)
     return ViT(
         num_classes, image_size=row.train_size, patch=m.patch, dim=m.dim, depth=m.depth,
         heads=m.heads, mlp_ratio=m.mlp_ratio, dropout=m.dropout, position=row.position,

@@ -8,6 +8,7 @@ as the paper's 14 x 14 is the ViT's), evaluation at 24/32/56/96 px for the paper
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,11 +71,14 @@ class RowConfig:
     `packed`: with `univit_sizes`, each image of a batch gets its own size and the batch is
     packed with padding masks (`ViT.forward_packed`) instead of resized to one size.
     `finetune_size`/`finetune_steps`: after training, fine-tune at that size.
+    `model`: fields of `ModelConfig` this row changes (e.g. {"dim": 64}: a narrower ViT, as
+    the smaller models of Figure 4).
     """
 
     name: str = ""
     position: str = ""
     options: dict[str, Any] = field(default_factory=dict)
+    model: dict[str, Any] = field(default_factory=dict)
     train_size: int = 32
     univit_sizes: list[int] = field(default_factory=list)
     packed: bool = False
@@ -94,7 +98,14 @@ class RowConfig:
             raise ValueError(f"rows[{self.name}].packed needs univit_sizes (the sizes to mix)")
         if bool(self.finetune_size) != bool(self.finetune_steps):
             raise ValueError(f"rows[{self.name}]: set finetune_size and finetune_steps together")
+        allowed = [f.name for f in dataclasses.fields(ModelConfig) if f.name != "patch"]
+        unknown = sorted(set(self.model) - set(allowed))
+        if unknown:
+            raise ValueError(f"rows[{self.name}].model: unknown key(s) {unknown}; allowed: {allowed}")
 
+    def model_config(self, base: ModelConfig) -> ModelConfig:
+        """`base` with this row's `model` changes, checked as a `ModelConfig`."""
+        return dataclasses.replace(base, **self.model)
     @property
     def data_size(self) -> int:
         """The px the training images are rendered at."""
@@ -185,6 +196,9 @@ _FULL_ROWS = [
     {"name": "UniViT CAPE λ=1.4", "position": "cape2d", "univit_sizes": _UNIVIT, "options": _IMAGE_CAPE},
     {"name": "UniViT CAPE packed", "position": "cape2d", "univit_sizes": _UNIVIT, "packed": True,
      "options": _IMAGE_CAPE},
+    # Figure 4: smaller ViTs, against the UniViT evaluated at lower resolutions
+    {"name": "CAPE d64", "position": "cape2d", "options": _IMAGE_CAPE, "model": {"dim": 64}},
+    {"name": "CAPE depth 2", "position": "cape2d", "options": _IMAGE_CAPE, "model": {"depth": 2}},
 ]
 
 # name -> config mapping (apply `--config` files and `--set` overrides on top)
