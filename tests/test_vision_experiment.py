@@ -233,6 +233,32 @@ def test_experiment_rerun_resumes_without_training(tiny_run, monkeypatch):
     assert after == before
 
 
+def test_rerun_with_other_settings_reevaluates_or_refuses(tiny_run, tmp_path, capsys):
+    import shutil
+
+    from cape.train import Trainer
+
+    out, args = tiny_run
+    run = tmp_path / "run"
+    shutil.copytree(out / "run", run)
+    # another eval size: every run is evaluated again, none trained again (no optimizer step)
+    steps = []
+    real = Trainer._train_step
+    Trainer._train_step = lambda self: steps.append(1) or real(self)  # type: ignore[method-assign]
+    try:
+        assert cli(["experiment", "vision", *args, "--set", "eval.sizes=[8,16,20]",
+                    "--out", str(run)]) == 0
+    finally:
+        Trainer._train_step = real  # type: ignore[method-assign]
+    assert not steps
+    recs = json.loads((run / "results.json").read_text())["records"]
+    assert {r["size"] for r in recs if r["row"] == "CAPE" and r["method"] == "plain"} == {8, 12, 16, 20}
+    # another model: refused with the key named (exit 2), nothing overwritten
+    capsys.readouterr()
+    assert cli(["experiment", "vision", *args, "--set", "model.dim=8", "--out", str(run)]) == 2
+    assert "model.dim: 16 -> 8" in capsys.readouterr().err
+
+
 def test_plot_redraws_the_report(tiny_run):
     out, _ = tiny_run
     report = out / "run" / "report.md"

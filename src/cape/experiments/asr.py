@@ -259,7 +259,7 @@ def run_experiment(cfg: AsrConfig, mapping: dict[str, Any], out: str | Path) -> 
         model, summary = train_run(cfg, row, seed, out, data)
         return {"records": eval_records(cfg, row, seed, model, data, dist.device), "summary": summary}
 
-    for row, seed, done in cached_runs(cfg.rows, cfg.seeds, out, compute):
+    for row, seed, done in cached_runs(cfg.rows, cfg.seeds, out, compute, cfg):
         if not any(r["split"] == NO_POSITIONS for r in done["records"]):
             # an evaluation cached before this measurement existed: add it, keep the rest
             extra = without_positions(cfg, row, seed, load_run(cfg, row, seed, out).to(dist.device),

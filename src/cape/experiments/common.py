@@ -12,8 +12,8 @@ from ..config import apply_overrides, from_mapping, load_file, to_mapping
 from ..io import atomic_write
 
 __all__ = ["merge", "resolve_config", "slug", "save_config", "check_runs", "check_best_metric",
-           "run_dir", "fit_best", "cached_runs", "read_results", "summed_accuracy", "plot_ok",
-           "train_cost_table"]
+           "run_dir", "run_settings", "check_run_settings", "fit_best", "cached_runs",
+           "read_results", "summed_accuracy", "plot_ok", "train_cost_table"]
 
 
 def merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
@@ -100,13 +100,64 @@ def fit_best(trainer: Any) -> tuple[Any, dict[str, float]]:
     return trainer.model, summary
 
 
+# Settings that do not change what a run trains; "eval" changes only what is measured after.
+_NOT_TRAINING = ("name", "seeds", "rows", "data.workers", "train.log_every", "train.keep_last",
+                 "train.num_workers", "train.device")
+
+
+def _flat(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in mapping.items():
+        if isinstance(value, Mapping):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def run_settings(cfg: Any, row: Any) -> dict[str, Any]:
+    """What one (row, seed) run of experiment config `cfg` depends on, as a flat JSON-ready
+    mapping: every config key but the other rows, the seeds and the name, plus the row's own."""
+    import dataclasses
+    import json
+
+    flat = _flat({**dataclasses.asdict(cfg), "row": dataclasses.asdict(row)})
+    flat = {k: v for k, v in flat.items() if k not in ("name", "seeds", "rows")}
+    return json.loads(json.dumps(flat))  # tuples -> lists, as they come back from the file
+
+
+def check_run_settings(folder: Path, settings: dict[str, Any]) -> bool:
+    """Compare a run folder's `settings.json` (if any) with `settings`; reads only. True when
+    `eval.*` keys differ (what was measured must be measured again), False when nothing does or
+    there is no file yet; ValueError naming the keys when a training setting differs, since the
+    folder's checkpoints came from other settings. `_NOT_TRAINING` keys are ignored."""
+    import json
+
+    path = folder / "settings.json"
+    if not path.is_file():
+        return False
+    old = json.loads(path.read_text(encoding="utf-8"))
+    diff = sorted(k for k in set(old) | set(settings)
+                  if old.get(k) != settings.get(k) and not k.startswith(_NOT_TRAINING))
+    training = [k for k in diff if not k.startswith("eval.")]
+    if training:
+        shown = ", ".join(f"{k}: {old.get(k)!r} -> {settings.get(k)!r}" for k in training[:8])
+        raise ValueError(f"{folder} was trained with other settings ({shown}); use another "
+                         "--out folder, or delete this run to train it again")
+    return bool(diff)
+
+
 def cached_runs(
     rows: Sequence[Any], seeds: Sequence[int], out: str | Path,
-    compute: Callable[[Any, int, Path], dict[str, Any]],
+    compute: Callable[[Any, int, Path], dict[str, Any]], cfg: Any = None,
 ) -> Iterator[tuple[Any, int, dict[str, Any]]]:
     """Every (row, seed) in order, with what it left in `<run_dir>/eval.json`: read when it is
     there, else `compute(row, seed, folder)` (train, resumable, then evaluate), which rank 0
-    writes atomically. A rerun after an interruption thus redoes only unfinished runs."""
+    writes atomically. A rerun after an interruption thus redoes only unfinished runs.
+
+    With the experiment config `cfg`, each run folder keeps its `run_settings` in
+    `settings.json`: a rerun with other training settings raises ValueError naming them
+    (`check_run_settings`), one with other `eval.*` settings evaluates again without training."""
     import json
 
     from ..report import write_json
@@ -117,7 +168,14 @@ def cached_runs(
         print(f"[{i + 1}/{len(jobs)}] {row.name} seed {seed}", flush=True)
         folder = run_dir(out, row, seed)
         path = folder / "eval.json"
-        if path.is_file():
+        stale = False
+        if cfg is not None:
+            settings = run_settings(cfg, row)
+            stale = check_run_settings(folder, settings)  # every rank reads before rank 0 writes
+            D.barrier()
+            if D.get_rank() == 0:
+                write_json(folder / "settings.json", settings)
+        if path.is_file() and not stale:
             done = json.loads(path.read_text(encoding="utf-8"))
         else:
             done = compute(row, seed, folder)

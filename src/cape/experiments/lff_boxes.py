@@ -234,7 +234,7 @@ def run_experiment(cfg: LffBoxesConfig, mapping: dict[str, Any], out: str | Path
         return {"records": eval_records(cfg, row, seed, model, data, dist.device),
                 "summary": summary, "params": _parameters(model)}
 
-    for row, seed, done in cached_runs(cfg.rows, cfg.seeds, out, compute):
+    for row, seed, done in cached_runs(cfg.rows, cfg.seeds, out, compute, cfg):
         records += done["records"]
         summaries[f"{row.name}/seed{seed}"] = done["summary"]
         params[row.name] = done["params"]

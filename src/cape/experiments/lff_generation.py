@@ -200,7 +200,7 @@ def run_experiment(cfg: GenerationConfig, mapping: dict[str, Any], out: str | Pa
         return {"records": eval_records(cfg, row, seed, model, data, dist.device),
                 "curve": read_curve(folder), "summary": summary}
 
-    for row, seed, done in cached_runs(cfg.rows, cfg.seeds, out, compute):
+    for row, seed, done in cached_runs(cfg.rows, cfg.seeds, out, compute, cfg):
         records += done["records"]
         curves += [{"row": row.name, "seed": seed, **p} for p in done["curve"]]
         summaries[f"{row.name}/seed{seed}"] = done["summary"]

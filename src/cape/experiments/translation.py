@@ -247,7 +247,7 @@ def run_experiment(cfg: TranslationConfig, mapping: dict[str, Any], out: str | P
         model, summary = train_run(cfg, row, seed, out, data)
         return {**eval_records(cfg, row, seed, model, data, dist.device), "summary": summary}
 
-    for row, seed, done in cached_runs(cfg.rows, cfg.seeds, out, compute):
+    for row, seed, done in cached_runs(cfg.rows, cfg.seeds, out, compute, cfg):
         records += done["records"]
         curves[f"{row.name}/seed{seed}"] = done["curve"]
         examples.setdefault(row.name, done["examples"])

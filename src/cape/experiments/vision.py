@@ -160,7 +160,7 @@ def run_experiment(cfg: VisionConfig, mapping: dict[str, Any], out: str | Path) 
         return {"records": eval_records(cfg, row, seed, model, data, dist.device),
                 "summary": summary}
 
-    for row, seed, done in cached_runs(cfg.rows, cfg.seeds, out, compute):
+    for row, seed, done in cached_runs(cfg.rows, cfg.seeds, out, compute, cfg):
         records += done["records"]
         summaries[f"{row.name}/seed{seed}"] = done["summary"]
         if cfg.eval.figures and seed == cfg.seeds[0] and dist.rank == 0:

@@ -1,0 +1,75 @@
+"""The run cache every experiment shares (`cape.experiments.common.cached_runs`): finished runs
+are read back, a change of what is measured evaluates again, a change of what is trained is
+refused with the keys named."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import pytest
+
+from cape.experiments.common import cached_runs, run_settings
+
+
+@dataclass
+class _Train:
+    steps: int = 10
+    log_every: int = 1
+
+
+@dataclass
+class _Eval:
+    sizes: list[int] = field(default_factory=lambda: [1, 2])
+
+
+@dataclass
+class _Row:
+    name: str = "a"
+    width: int = 4
+
+
+@dataclass
+class _Cfg:
+    name: str = "x"
+    seeds: list[int] = field(default_factory=lambda: [0])
+    train: _Train = field(default_factory=_Train)
+    eval: _Eval = field(default_factory=_Eval)
+    rows: list[_Row] = field(default_factory=lambda: [_Row()])
+
+
+def _run(cfg: _Cfg, out, calls: list) -> list[dict]:
+    def compute(row, seed, folder):
+        calls.append((row.name, seed))
+        return {"value": len(calls), "sizes": list(cfg.eval.sizes)}
+
+    return [done for _, _, done in cached_runs(cfg.rows, cfg.seeds, out, compute, cfg)]
+
+
+def test_settings_are_the_run_s_own():
+    cfg = _Cfg(rows=[_Row("a"), _Row("b", 8)], seeds=[0, 1])
+    got = run_settings(cfg, cfg.rows[1])
+    assert got == {"train.steps": 10, "train.log_every": 1, "eval.sizes": [1, 2],
+                   "row.name": "b", "row.width": 8}
+
+
+def test_cache_reads_back_reevaluates_or_refuses(tmp_path):
+    calls: list = []
+    first = _run(_Cfg(), tmp_path, calls)
+    assert calls == [("a", 0)] and first == [{"value": 1, "sizes": [1, 2]}]
+    saved = json.loads((tmp_path / "a" / "seed0" / "settings.json").read_text())
+    assert saved["train.steps"] == 10
+    # the same settings, another name, more seeds, logging changed: the finished run is read back
+    again = _run(_Cfg(name="y", seeds=[0, 1], train=_Train(log_every=5)), tmp_path, calls)
+    assert calls == [("a", 0), ("a", 1)] and again[0] == first[0]
+    # what is measured changed: evaluated again (compute resumes its finished training)
+    more = _run(_Cfg(eval=_Eval([1, 2, 3])), tmp_path, calls)
+    assert calls[-1] == ("a", 0) and more[0]["sizes"] == [1, 2, 3]
+    assert _run(_Cfg(eval=_Eval([1, 2, 3])), tmp_path, calls)[0] == more[0]  # now cached
+    # what is trained changed: refused, naming the key and both values
+    n = len(calls)
+    with pytest.raises(ValueError, match=r"train.steps: 10 -> 20.*another --out"):
+        _run(_Cfg(train=_Train(steps=20)), tmp_path, calls)
+    with pytest.raises(ValueError, match=r"row.width: 4 -> 5"):
+        _run(_Cfg(rows=[_Row("a", 5)]), tmp_path, calls)
+    assert len(calls) == n
