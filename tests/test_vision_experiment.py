@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
+import yaml
 
 from cape.cli import main as cli
 from cape.experiments import EXPERIMENTS, merge, resolve_config, slug
@@ -91,6 +92,13 @@ def test_cli_bad_config_exit_codes(capsys):
     assert cli(["plot", "/nonexistent-folder"]) == 2
     assert cli(["experiment", "vision", "--print-config"]) == 0
     assert "vision-quick" in capsys.readouterr().out
+    # --rows picks rows of the preset by name, with their options
+    assert cli(["experiment", "vision", "--preset", "cpu-full", "--rows", "sinpos,CAPE d64",
+                "--print-config"]) == 0
+    rows = yaml.safe_load(capsys.readouterr().out)["rows"]
+    assert [r["name"] for r in rows] == ["sinpos", "CAPE d64"] and rows[1]["model"] == {"dim": 64}
+    assert cli(["experiment", "vision", "--rows", "sinpos,nobody", "--print-config"]) == 2
+    assert "--rows must name rows of the config" in capsys.readouterr().err
 
 
 def test_eval_helpers_closed_forms():

@@ -11,6 +11,7 @@ import importlib
 from pathlib import Path
 from typing import Any
 
+from ..config import from_mapping
 from . import EXPERIMENTS, resolve_config
 from .common import read_results
 
@@ -30,6 +31,8 @@ def _parser(prog: str, *, row: bool) -> argparse.ArgumentParser:
         p.add_argument("--row", required=True, help="the row (model) name, as in the config's rows")
         p.add_argument("--seed", type=int, default=None, help="seed (default: the config's first)")
     else:
+        p.add_argument("--rows", default=None, metavar="NAME,NAME",
+                       help="run only these rows of the config (comma-separated names)")
         p.add_argument("--print-config", action="store_true",
                        help="print the resolved config as YAML and exit")
     return p
@@ -39,6 +42,14 @@ def _resolve(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Path]:
     exp = EXPERIMENTS[args.name]
     preset = args.preset or (None if args.config else exp.default_preset)
     cfg, mapping = resolve_config(exp.config_cls, exp.presets, preset, args.config, args.overrides)
+    if getattr(args, "rows", None):
+        names = [n.strip() for n in args.rows.split(",") if n.strip()]
+        known = [r["name"] for r in mapping["rows"]]
+        unknown = [n for n in names if n not in known]
+        if unknown or not names:
+            raise ValueError(f"--rows must name rows of the config {known}, got {unknown or names}")
+        mapping = {**mapping, "rows": [r for r in mapping["rows"] if r["name"] in names]}
+        cfg = from_mapping(exp.config_cls, mapping)
     return cfg, mapping, args.out or Path("runs") / cfg.name
 
 
