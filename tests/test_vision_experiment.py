@@ -324,3 +324,43 @@ def test_experiment_under_torchrun_two_cpu_ranks(tmp_path):
     for r in plain:  # 16 test images, split 8 + 8 over the ranks: multiples of 100/16
         assert (r["acc"] * 16 / 100) == pytest.approx(round(r["acc"] * 16 / 100), abs=1e-6)
     assert (tmp_path / "run" / "report.md").is_file()
+
+
+def test_paper_claims_from_records():
+    from cape.experiments.vision_report import paper_claims
+
+    # accuracy by (row, size) for seeds 0 and 1 (each seed +-1 around the mean)
+    means = {
+        "CAPE": {24: 50, 32: 70, 56: 60, 96: 30},
+        "sinpos": {24: 40, 32: 70, 56: 55, 96: 35},
+        "abspos": {24: 45, 32: 72, 56: 50, 96: 20},
+        "UniViT CAPE": {24: 49.5, 32: 69, 56: 59.5, 96: 30},
+    }
+    records = []
+    for row, by_size in means.items():
+        for size, m in by_size.items():
+            for seed, d in ((0, -1.0), (1, 1.0)):
+                records.append({"row": row, "seed": seed, "set": "test", "size": size,
+                                "method": "plain", "acc": m + d})
+                if row in ("sinpos", "CAPE"):  # TTA: +2 everywhere but sinpos at 96 (-1)
+                    gain = -1.0 if (row, size) == ("sinpos", 96) else 2.0
+                    records.append({"row": row, "seed": seed, "set": "test", "size": size,
+                                    "method": "tta", "acc": m + d + gain})
+    rows = [{"name": n, "train_size": 32, "univit_sizes": [24, 32] if "Uni" in n else []}
+            for n in means]
+    results = {"config": {"rows": rows, "eval": {"sizes": [24, 32, 56, 96]}}, "records": records}
+    got = {claim: (measured, holds) for claim, measured, holds in paper_claims(results)}
+    assert got["CAPE ≥ sinpos at 32 px"] == ("70.0 ± 1.4 vs 70.0 ± 1.4", True)
+    assert got["CAPE ≥ abspos at 32 px"][1] is False  # 70 < 72
+    assert got["CAPE > sinpos at 24 px"][1] is True and got["CAPE > sinpos at 96 px"][1] is False
+    # abspos drops 52 points, CAPE 40
+    assert got["abspos loses more than CAPE from 32 to 96 px"] == (
+        "abspos -52.0, CAPE -40.0 points", True)
+    # best single-resolution rows: 50, 72, 60, 35 -> UniViT -0.5, -3.0, -0.5, -5.0
+    measured, holds = got["UniViT CAPE within 1 point of the best single-resolution row at each size"]
+    assert measured == "24 px -0.5, 32 px -3.0, 56 px -0.5, 96 px -5.0" and holds is False
+    assert got["TTA helps CAPE at every size"][1] is True
+    assert got["TTA helps sinpos at every size"] == (
+        "24 px +2.0, 32 px +2.0, 56 px +2.0, 96 px -1.0", False)
+    assert paper_claims({"config": {"rows": rows[1:2], "eval": {"sizes": [24]}},
+                         "records": records}) == []  # no CAPE row: nothing to check

@@ -18,7 +18,7 @@ from typing import Any
 
 from .io import atomic_write
 
-__all__ = ["summarize", "pivot", "write_json", "write_text", "Report"]
+__all__ = ["summarize", "pivot", "claims_table", "write_json", "write_text", "Report"]
 
 MISSING = "–"
 _BEST = ("max", "min", None)
@@ -186,6 +186,16 @@ def pivot(
                 text += f" ({int(cell['nan'])} NaN)"
             cells.append(f"**{text}**" if (r, c) in bold else text)
         lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def claims_table(claims: Sequence[tuple[str, str, bool | None]]) -> str:
+    """A markdown table of a paper's claims checked against measurements: one row per (claim,
+    what was measured, True / False / None when it cannot be decided) -> "yes" / "**no**" / "–"."""
+    lines = ["| claim | measured | holds |", "|---|---|---|"]
+    for claim, measured, holds in claims:
+        verdict = MISSING if holds is None else ("yes" if holds else "**no**")
+        lines.append(f"| {_escape(claim)} | {_escape(measured)} | {verdict} |")
     return "\n".join(lines)
 
 

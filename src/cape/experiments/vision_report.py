@@ -14,11 +14,11 @@ import torch
 
 from ..io import atomic_write
 from ..models.vit import ViT
-from ..report import Report, pivot, summarize, write_json
+from ..report import Report, claims_table, pivot, summarize, write_json
 from .common import plot_ok, read_results, train_cost_table
 from .vision_config import RowConfig
 
-__all__ = ["position_maps", "write_report", "redraw"]
+__all__ = ["position_maps", "write_report", "redraw", "paper_claims"]
 
 FIGURE13 = ("abspos2d", "sinpos2d", "cape2d")
 
@@ -117,6 +117,10 @@ def _render(out: Path, results: dict[str, Any], maps: dict[str, np.ndarray]) -> 
                     title="Accuracy vs test resolution", vline=train_sizes[0])
         rep.image("accuracy_vs_resolution.png", "Accuracy vs test resolution (Figure 2 analog).")
     _extra_tables(rep, results, rows)
+    claims = paper_claims(results)
+    if claims:
+        rep.table(claims_table(claims), caption="The paper's findings (sec. 5.1) checked on the "
+                  "means over seeds (mean ± std); rows of the names the presets use.")
     speed = summarize(_records(results, set="test", method="plain"), ["row", "size"],
                       "images_per_s")
     if speed:
@@ -157,6 +161,64 @@ def _extra_tables(rep: Report, results: dict[str, Any], rows: list[str]) -> None
         rep.table(pivot(summarize(native, ["label", "bin"], "acc"), rows="label", cols="bin",
                         col_format="{} px", best=None),
                   caption="Accuracy (%) per native-size bin and resize strategy (Table 5).")
+
+
+def _ms(cell: dict[str, Any]) -> str:
+    return f"{cell['mean']:.1f} ± {cell['std']:.1f}"
+
+
+def paper_claims(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
+    """CAPE sec. 5.1's findings, each (claim, measured, holds) from the test-set accuracies of
+    the rows named "CAPE", "sinpos", "abspos" and "UniViT ..." (those present): CAPE at least as
+    good as sinpos and abspos at the training size and better than sinpos at the smallest and
+    largest test sizes; abspos losing more than CAPE from the training size to the largest;
+    each UniViT within 1 point of the best single-resolution row at every size; TTA above the
+    plain accuracy for sinpos and CAPE at every size."""
+    cfg_rows = {r["name"]: r for r in results["config"]["rows"]}
+    acc = {(c["row"], c["size"]): c for c in summarize(
+        _records(results, set="test", method="plain"), ["row", "size"], "acc")}
+    tta = {(c["row"], c["size"]): c for c in summarize(
+        _records(results, set="test", method="tta"), ["row", "size"], "acc")}
+    sizes = sorted(results["config"]["eval"]["sizes"])
+    if "CAPE" not in cfg_rows or not sizes:
+        return []
+    train = cfg_rows["CAPE"].get("train_size", 32)
+    out: list[tuple[str, str, bool | None]] = []
+
+    def versus(a: str, b: str, size: int, strict: bool) -> None:
+        if (a, size) in acc and (b, size) in acc:
+            ca, cb = acc[(a, size)], acc[(b, size)]
+            holds = ca["mean"] > cb["mean"] if strict else ca["mean"] >= cb["mean"]
+            out.append((f"{a} {'>' if strict else '≥'} {b} at {size} px",
+                        f"{_ms(ca)} vs {_ms(cb)}", holds))
+
+    versus("CAPE", "sinpos", train, False)
+    versus("CAPE", "abspos", train, False)
+    versus("CAPE", "sinpos", sizes[0], True)
+    versus("CAPE", "sinpos", sizes[-1], True)
+    big = sizes[-1]
+    if all((r, s) in acc for r in ("abspos", "CAPE") for s in (train, big)):
+        drop = {r: acc[(r, train)]["mean"] - acc[(r, big)]["mean"] for r in ("abspos", "CAPE")}
+        out.append((f"abspos loses more than CAPE from {train} to {big} px",
+                    f"abspos -{drop['abspos']:.1f}, CAPE -{drop['CAPE']:.1f} points",
+                    drop["abspos"] > drop["CAPE"]))
+    single = [n for n, r in cfg_rows.items() if not r.get("univit_sizes")]
+    for uni in (n for n, r in cfg_rows.items() if r.get("univit_sizes")):
+        gaps = []
+        for size in sizes:
+            best = max((acc[(n, size)]["mean"] for n in single if (n, size) in acc), default=None)
+            if best is not None and (uni, size) in acc:
+                gaps.append((size, acc[(uni, size)]["mean"] - best))
+        if gaps:
+            out.append((f"{uni} within 1 point of the best single-resolution row at each size",
+                        ", ".join(f"{s} px {g:+.1f}" for s, g in gaps), min(g for _, g in gaps) >= -1))
+    for row in ("sinpos", "CAPE"):
+        gains = [(s, tta[(row, s)]["mean"] - acc[(row, s)]["mean"]) for s in sizes
+                 if (row, s) in tta and (row, s) in acc]
+        if gains:
+            out.append((f"TTA helps {row} at every size",
+                        ", ".join(f"{s} px {g:+.1f}" for s, g in gains), min(g for _, g in gains) > 0))
+    return out
 
 
 def _figures(rep: Report, out: Path, maps: dict[str, np.ndarray]) -> None:
