@@ -242,3 +242,27 @@ def test_experiment_under_torchrun_two_cpu_ranks(tmp_path) -> None:
     assert {r["split"] for r in results["records"]} == {"test", "test, positions removed"}
     summary = results["train"]["CAPE pf/seed0"]
     assert summary["step"] == 2.0 and 0.0 <= summary["eval_wer"] <= 100.0 * 4
+
+
+def test_paper_claims_from_records() -> None:
+    from cape.experiments.asr_report import paper_claims
+
+    # WER per bin (shortest, longest) -> ratio; the "all" bin is what the studies compare
+    wer = {"CAPE": (10, 14, 12), "sinpos": (10, 25, 18), "abspos": (10, 18, 14),
+           "CAPE no SpecAugment": (12, 16, 13), "sinpos padding-free": (10, 26, 17.5),
+           "CAPE λ=1": (11, 12, 11.5), "CAPE λ=1 padding-free": (11, 13, 12.0)}
+    records = [{"row": row, "seed": seed, "split": "test", "hop_ms": 10.0, "bin": b, "wer": w}
+               for seed in (0, 1) for row, ws in wer.items()
+               for b, w in zip(("00-06", "30-45", "all"), ws, strict=True)]
+    records.append({"row": "CAPE", "seed": 0, "split": "test", "hop_ms": 20.0, "bin": "00-06",
+                    "wer": 99.0})  # another hop: not counted
+    results = {"config": {"features": {"hop_ms": 10.0}}, "records": records}
+    got = {claim: (measured, holds) for claim, measured, holds in paper_claims(results)}
+    assert got["CAPE: longest-bin WER <= 1.5 x shortest"] == ("1.40", True)
+    assert got["sinpos: longest-bin WER > 2 x shortest"] == ("2.50", True)
+    assert got["abspos: longest-bin WER > 2 x shortest"] == ("1.80", False)
+    assert got["CAPE + SpecAugment better than either alone"] == (
+        "CAPE 12.0 ± 0.0, CAPE no SpecAugment 13.0 ± 0.0, sinpos 18.0 ± 0.0", True)
+    assert got["sinpos padding-free at least as good as padded"][1] is True
+    assert got["CAPE λ=1 padding-free at least as good as padded"] == (
+        "CAPE λ=1 padding-free 12.0 ± 0.0 vs CAPE λ=1 11.5 ± 0.0", False)

@@ -12,10 +12,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..report import Report, pivot, summarize, write_json
+from ..report import Report, claims_table, pivot, summarize, write_json
 from .common import plot_ok, read_results, train_cost_table
 
-__all__ = ["write_report", "redraw", "bin_table", "flatness"]
+__all__ = ["write_report", "redraw", "bin_table", "flatness", "paper_claims"]
 
 NO_POSITIONS = "test, positions removed"  # the split name of `asr.without_positions`
 
@@ -79,6 +79,39 @@ def flatness(records: list[dict[str, Any]], metric: str = "wer") -> dict[str, fl
         lo, hi = cells.get((row, bins[0])), cells.get((row, bins[-1]))
         if lo is not None and hi is not None and lo > 0 and not math.isnan(lo + hi):
             out[row] = hi / lo
+    return out
+
+
+def paper_claims(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
+    """CAPE sec. 5.2's findings, each (claim, measured, holds) from WER on `test` at the
+    training hop, for the rows present: CAPE's longest/shortest bin ratio <= 1.5 while sinpos's
+    and abspos's exceed 2; CAPE and SpecAugment together better than either alone (Figure 7);
+    padding-free training at least as good as padded (Figures 15-16)."""
+    hop = results["config"]["features"]["hop_ms"]
+    test = [r for r in results["records"] if r["split"] == "test" and r["hop_ms"] == hop]
+    ratio = flatness(test)
+    wer = {c["row"]: c for c in summarize([r for r in test if r["bin"] == "all"], ["row"], "wer")}
+    out: list[tuple[str, str, bool | None]] = []
+    if "CAPE" in ratio:
+        out.append(("CAPE: longest-bin WER <= 1.5 x shortest", f"{ratio['CAPE']:.2f}",
+                    ratio["CAPE"] <= 1.5))
+    for row in ("sinpos", "abspos"):
+        if row in ratio:
+            out.append((f"{row}: longest-bin WER > 2 x shortest", f"{ratio[row]:.2f}", ratio[row] > 2))
+
+    def ms(row: str) -> str:
+        return f"{row} {wer[row]['mean']:.1f} ± {wer[row]['std']:.1f}"
+
+    both, alone = "CAPE", ("CAPE no SpecAugment", "sinpos")  # sinpos rows have SpecAugment
+    if all(r in wer for r in (both, *alone)):
+        out.append(("CAPE + SpecAugment better than either alone",
+                    ", ".join(ms(r) for r in (both, *alone)),
+                    wer[both]["mean"] < min(wer[r]["mean"] for r in alone)))
+    for padded in ("sinpos", "CAPE λ=1"):
+        free = f"{padded} padding-free"
+        if padded in wer and free in wer:
+            out.append((f"{free} at least as good as padded", f"{ms(free)} vs {ms(padded)}",
+                        wer[free]["mean"] <= wer[padded]["mean"]))
     return out
 
 
@@ -158,6 +191,10 @@ def _render(out: Path, results: dict[str, Any]) -> Path:
         present = [n for n in names if n in rows]
         if len(present) >= 2 and set(present) - set(MAIN):  # a study needs one of its own rows
             rep.table(bin_table(results, "test", present), caption=caption)
+    claims = paper_claims(results)
+    if claims:
+        rep.table(claims_table(claims), caption="The paper's findings (sec. 5.2, app. C) checked "
+                  "on test WER, means over seeds; rows of the names the presets use.")
     reliance = _reliance_table(results)
     if reliance:
         rep.table(reliance, caption="Does the model use its positions? WER and CER (%) on test "
