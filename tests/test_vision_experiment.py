@@ -267,6 +267,26 @@ def test_rerun_with_other_settings_reevaluates_or_refuses(tiny_run, tmp_path, ca
     assert "model.dim: 16 -> 8" in capsys.readouterr().err
 
 
+def test_runs_restored_from_eval_json_alone(tiny_run, tmp_path, monkeypatch, capsys):
+    """eval.json + settings.json of each run (what docs/ keeps of a long experiment) are enough
+    for a later session to report them and add rows or seeds without training them again."""
+    import shutil
+
+    import cape.experiments.vision as vision
+
+    out, args = tiny_run
+    for path in (out / "run").rglob("*.json"):
+        if path.name in ("eval.json", "settings.json"):
+            dest = tmp_path / "run" / path.relative_to(out / "run")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(path, dest)
+    monkeypatch.setattr(vision, "train_run", lambda *a, **k: pytest.fail("trained again"))
+    assert cli(["experiment", "vision", *args, "--out", str(tmp_path / "run")]) == 0
+    assert "its maps are left out" in capsys.readouterr().out
+    before = json.loads((out / "run" / "results.json").read_text())["records"]
+    assert json.loads((tmp_path / "run" / "results.json").read_text())["records"] == before
+
+
 def test_plot_redraws_the_report(tiny_run):
     out, _ = tiny_run
     report = out / "run" / "report.md"

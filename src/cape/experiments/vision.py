@@ -164,7 +164,11 @@ def run_experiment(cfg: VisionConfig, mapping: dict[str, Any], out: str | Path) 
         records += done["records"]
         summaries[f"{row.name}/seed{seed}"] = done["summary"]
         if cfg.eval.figures and seed == cfg.seeds[0] and dist.rank == 0:
-            model = load_run(cfg, row, seed, out, data.num_classes)
+            try:
+                model = load_run(cfg, row, seed, out, data.num_classes)
+            except FileNotFoundError:  # a run restored from its eval.json alone (no weights)
+                print(f"no weights for {row.name} seed {seed}: its maps are left out", flush=True)
+                continue
             maps.update(position_maps(model, row, cfg.eval.sizes))
     results = {"experiment": "vision", "name": cfg.name, "config": mapping,
                "records": records, "train": summaries}
