@@ -21,6 +21,7 @@ class _Train:
 @dataclass
 class _Eval:
     sizes: list[int] = field(default_factory=lambda: [1, 2])
+    val_limit: int = 0  # picks the checkpoint: a training setting
 
 
 @dataclass
@@ -50,7 +51,7 @@ def test_settings_are_the_run_s_own():
     cfg = _Cfg(rows=[_Row("a"), _Row("b", 8)], seeds=[0, 1])
     got = run_settings(cfg, cfg.rows[1])
     assert got == {"train.steps": 10, "train.log_every": 1, "eval.sizes": [1, 2],
-                   "row.name": "b", "row.width": 8}
+                   "eval.val_limit": 0, "row.name": "b", "row.width": 8}
 
 
 def test_cache_reads_back_reevaluates_or_refuses(tmp_path):
@@ -72,4 +73,19 @@ def test_cache_reads_back_reevaluates_or_refuses(tmp_path):
         _run(_Cfg(train=_Train(steps=20)), tmp_path, calls)
     with pytest.raises(ValueError, match=r"row.width: 4 -> 5"):
         _run(_Cfg(rows=[_Row("a", 5)]), tmp_path, calls)
+    with pytest.raises(ValueError, match=r"eval.val_limit: 0 -> 50"):
+        _run(_Cfg(eval=_Eval([1, 2, 3], val_limit=50)), tmp_path, calls)
     assert len(calls) == n
+
+
+def test_interrupted_reevaluation_is_not_mistaken_for_done(tmp_path):
+    calls: list = []
+    _run(_Cfg(), tmp_path, calls)
+
+    def crash(row, seed, folder):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):  # new eval settings, killed while evaluating
+        list(cached_runs([_Row()], [0], tmp_path, crash, _Cfg(eval=_Eval([7]))))
+    again = _run(_Cfg(eval=_Eval([7])), tmp_path, calls)
+    assert again[0]["sizes"] == [7] and len(calls) == 2  # evaluated, not the old eval.json

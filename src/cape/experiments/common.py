@@ -100,9 +100,11 @@ def fit_best(trainer: Any) -> tuple[Any, dict[str, float]]:
     return trainer.model, summary
 
 
-# Settings that do not change what a run trains; "eval" changes only what is measured after.
+# Settings that do not change what a run trains; "eval" changes only what is measured after,
+# except the eval keys that decide which checkpoint is kept (the validation set and decoding).
 _NOT_TRAINING = ("name", "seeds", "rows", "data.workers", "train.log_every", "train.keep_last",
                  "train.num_workers", "train.device")
+_PICKS_CHECKPOINT = ("eval.val_limit", "eval.val_beam", "eval.length_penalty")
 
 
 def _flat(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -129,8 +131,9 @@ def run_settings(cfg: Any, row: Any) -> dict[str, Any]:
 def check_run_settings(folder: Path, settings: dict[str, Any]) -> bool:
     """Compare a run folder's `settings.json` (if any) with `settings`; reads only. True when
     `eval.*` keys differ (what was measured must be measured again), False when nothing does or
-    there is no file yet; ValueError naming the keys when a training setting differs, since the
-    folder's checkpoints came from other settings. `_NOT_TRAINING` keys are ignored."""
+    there is no file yet; ValueError naming the keys when a training setting differs (the eval
+    keys that pick the checkpoint count as training), since the folder's checkpoints came from
+    other settings. `_NOT_TRAINING` keys are ignored."""
     import json
 
     path = folder / "settings.json"
@@ -139,7 +142,7 @@ def check_run_settings(folder: Path, settings: dict[str, Any]) -> bool:
     old = json.loads(path.read_text(encoding="utf-8"))
     diff = sorted(k for k in set(old) | set(settings)
                   if old.get(k) != settings.get(k) and not k.startswith(_NOT_TRAINING))
-    training = [k for k in diff if not k.startswith("eval.")]
+    training = [k for k in diff if not k.startswith("eval.") or k in _PICKS_CHECKPOINT]
     if training:
         shown = ", ".join(f"{k}: {old.get(k)!r} -> {settings.get(k)!r}" for k in training[:8])
         raise ValueError(f"{folder} was trained with other settings ({shown}); use another "
@@ -174,6 +177,8 @@ def cached_runs(
             stale = check_run_settings(folder, settings)  # every rank reads before rank 0 writes
             D.barrier()
             if D.get_rank() == 0:
+                if stale:  # gone before the new settings are: a crash cannot pair them
+                    path.unlink(missing_ok=True)
                 write_json(folder / "settings.json", settings)
         if path.is_file() and not stale:
             done = json.loads(path.read_text(encoding="utf-8"))
