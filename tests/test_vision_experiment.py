@@ -275,11 +275,14 @@ def test_runs_restored_from_eval_json_alone(tiny_run, tmp_path, monkeypatch, cap
     import cape.experiments.vision as vision
 
     out, args = tiny_run
-    for path in (out / "run").rglob("*.json"):
-        if path.name in ("eval.json", "settings.json"):
-            dest = tmp_path / "run" / path.relative_to(out / "run")
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(path, dest)
+    assert cli(["plot", str(out / "run"), "--archive", str(tmp_path / "docs")]) == 0
+    kept = sorted(str(p.relative_to(tmp_path / "docs")) for p in (tmp_path / "docs").rglob("*")
+                  if p.is_file())
+    assert "nopos/seed0/eval.json" in kept and "cape/seed0/settings.json" in kept
+    assert "report.md" in kept and "accuracy_vs_resolution.png" in kept
+    assert not any("checkpoints" in k or k.endswith(".safetensors") for k in kept)
+    shutil.copytree(tmp_path / "docs", tmp_path / "run")  # what a later session starts from
+    (tmp_path / "run" / "results.json").unlink()
     monkeypatch.setattr(vision, "train_run", lambda *a, **k: pytest.fail("trained again"))
     assert cli(["experiment", "vision", *args, "--out", str(tmp_path / "run")]) == 0
     assert "its maps are left out" in capsys.readouterr().out

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..config import from_mapping
 from . import EXPERIMENTS, resolve_config
-from .common import read_results
+from .common import archive_runs, read_results
 
 __all__ = ["experiment_main", "train_main", "eval_main", "plot_main"]
 
@@ -114,9 +114,14 @@ def plot_main(argv: list[str]) -> int:
     """Redraw report.md and the plots of an experiment folder from its results.json."""
     p = argparse.ArgumentParser(prog="cape plot")
     p.add_argument("folder", type=Path, help="an experiment folder holding results.json")
+    p.add_argument("--archive", type=Path, default=None, metavar="DEST",
+                   help="then copy the report, its plots and each run's eval.json and "
+                        "settings.json to DEST (e.g. docs/NAME), without weights")
     args = p.parse_args(argv)
     name = read_results(args.folder).get("experiment")
     if name not in EXPERIMENTS:
         raise ValueError(f"results.json names experiment {name!r}; known: {sorted(EXPERIMENTS)}")
     print(f"report: {importlib.import_module(EXPERIMENTS[name].module).redraw(args.folder)}")
+    if args.archive is not None:
+        print(f"archived {len(archive_runs(args.folder, args.archive))} files to {args.archive}")
     return 0

@@ -13,7 +13,7 @@ from ..io import atomic_write
 
 __all__ = ["merge", "resolve_config", "slug", "save_config", "check_runs", "check_best_metric",
            "run_dir", "run_settings", "check_run_settings", "fit_best", "cached_runs",
-           "read_results", "summed_accuracy", "plot_ok", "train_cost_table"]
+           "read_results", "archive_runs", "summed_accuracy", "plot_ok", "train_cost_table"]
 
 
 def merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
@@ -198,6 +198,30 @@ def read_results(out: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise ValueError(f"{str(out)!r} has no results.json: run `cape experiment` there first")
     return json.loads(path.read_text(encoding="utf-8"))
+
+
+# what an experiment folder keeps without weights: enough to report it again and, copied back
+# into an --out folder, to skip its finished runs (cached_runs reads eval.json + settings.json)
+_ARCHIVED = ("report.md", "results.json", "config.yaml", "rows.yaml", "maps.npz", "*.png",
+             "*/seed*/eval.json", "*/seed*/settings.json")
+
+
+def archive_runs(out: str | Path, dest: str | Path) -> list[Path]:
+    """Copy experiment folder `out`'s report, results, config, plots and every run's
+    `eval.json` and `settings.json` (no checkpoints) to `dest`, keeping the layout; returns the
+    copied files. `cp -r DEST/. OUT/` in a fresh checkout lets the experiment reuse the runs."""
+    import shutil
+
+    out, dest = Path(out), Path(dest)
+    if not (out / "results.json").is_file():
+        raise ValueError(f"{str(out)!r} has no results.json: nothing to archive")
+    copied = []
+    for pattern in _ARCHIVED:
+        for src in sorted(out.glob(pattern)):
+            target = dest / src.relative_to(out)
+            atomic_write(target, lambda tmp, src=src: shutil.copyfile(src, tmp))
+            copied.append(target)
+    return copied
 
 
 def summed_accuracy(correct: float, count: int) -> float:
