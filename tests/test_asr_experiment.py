@@ -33,7 +33,7 @@ def _utt(seconds: float, text: str = "hello world", seed: int = 0) -> Utterance:
     return Utterance(wave, text, seconds, None, f"u{seed}")
 
 
-@pytest.mark.parametrize("preset", ["quick", "digits", "cpu-full", "paper"])
+@pytest.mark.parametrize("preset", ["quick", "digits", "digits-k3", "cpu-full", "paper"])
 def test_presets_resolve(preset: str) -> None:
     cfg = _cfg(preset=preset)
     assert cfg.rows and cfg.train.best_metric == "wer"
