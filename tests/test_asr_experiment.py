@@ -256,6 +256,11 @@ def test_paper_claims_from_records() -> None:
                for b, w in zip(("00-06", "30-45", "all"), ws, strict=True)]
     records.append({"row": "CAPE", "seed": 0, "split": "test", "hop_ms": 20.0, "bin": "00-06",
                     "wer": 99.0})  # another hop: not counted
+    for seed in (0, 1):  # positions removed: CAPE barely changes, sinpos much worse
+        records.append({"row": "CAPE", "seed": seed, "split": "test, positions removed",
+                        "hop_ms": 10.0, "bin": "all", "wer": 13.0})
+        records.append({"row": "sinpos", "seed": seed, "split": "test, positions removed",
+                        "hop_ms": 10.0, "bin": "all", "wer": 50.0 + seed})
     results = {"config": {"features": {"hop_ms": 10.0}}, "records": records}
     got = {claim: (measured, holds) for claim, measured, holds in paper_claims(results)}
     assert got["CAPE: longest-bin WER <= 1.5 x shortest"] == ("1.40", True)
@@ -264,5 +269,8 @@ def test_paper_claims_from_records() -> None:
     assert got["CAPE + SpecAugment better than either alone"] == (
         "CAPE 12.0 ± 0.0, CAPE no SpecAugment 13.0 ± 0.0, sinpos 18.0 ± 0.0", True)
     assert got["sinpos padding-free at least as good as padded"][1] is True
+    assert got["CAPE uses its positions: WER > 2 points higher without them"] == ("12.0 -> 13.0", False)
+    assert got["sinpos uses its positions: WER > 2 points higher without them"] == (
+        "18.0 -> 50.5", True)
     assert got["CAPE λ=1 padding-free at least as good as padded"] == (
         "CAPE λ=1 padding-free 12.0 ± 0.0 vs CAPE λ=1 11.5 ± 0.0", False)

@@ -85,7 +85,8 @@ def flatness(records: list[dict[str, Any]], metric: str = "wer") -> dict[str, fl
 def paper_claims(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
     """CAPE sec. 5.2's findings, each (claim, measured, holds) from WER on `test` at the
     training hop, for the rows present: CAPE's longest/shortest bin ratio <= 1.5 while sinpos's
-    and abspos's exceed 2; CAPE and SpecAugment together better than either alone (Figure 7);
+    and abspos's exceed 2, and whether CAPE and sinpos use their positions at all (WER with the
+    encoding removed); CAPE and SpecAugment together better than either alone (Figure 7);
     padding-free training at least as good as padded (Figures 15-16)."""
     hop = results["config"]["features"]["hop_ms"]
     test = [r for r in results["records"] if r["split"] == "test" and r["hop_ms"] == hop]
@@ -95,6 +96,14 @@ def paper_claims(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
     if "CAPE" in ratio:
         out.append(("CAPE: longest-bin WER <= 1.5 x shortest", f"{ratio['CAPE']:.2f}",
                     ratio["CAPE"] <= 1.5))
+    removed = {c["row"]: c["mean"] for c in summarize(
+        [r for r in results["records"] if r["split"] == NO_POSITIONS and r["bin"] == "all"
+         and r["hop_ms"] == hop], ["row"], "wer")}
+    for row in ("CAPE", "sinpos"):  # flat with duration means little for a model that ignores them
+        if row in removed and row in wer:
+            out.append((f"{row} uses its positions: WER > 2 points higher without them",
+                        f"{wer[row]['mean']:.1f} -> {removed[row]:.1f}",
+                        removed[row] > wer[row]["mean"] + 2))
     for row in ("sinpos", "abspos"):
         if row in ratio:
             out.append((f"{row}: longest-bin WER > 2 x shortest", f"{ratio[row]:.2f}", ratio[row] > 2))
