@@ -205,42 +205,30 @@ _TRAIN = {"batch_size": 16, "lr": 2e-3, "weight_decay": 0.01, "warmup_steps": 15
 # step (profiled), and a 1500-step run sees each training utterance ~6 times (no overfitting yet)
 _CPU_MODEL = {"dropout": 0.0, "conv_dropout": 0.1}
 
+_QUICK = {
+    "name": "asr-quick",
+    "data": {"train": 4000, "val": 200, "test_per_bin": 24},
+    "model": _CPU_MODEL,
+    "train": {**_TRAIN, "steps": 1500},
+    "eval": {"hop_rows": ["sinpos", _CAPE], "val_limit": 100},
+    "rows": _MAIN,
+    "seeds": [0],
+}
+_DIGITS = {**_QUICK, "name": "asr-digits",
+           "data": {**_QUICK["data"], "root": "data/speech-digits", "text": "digits"}}
+
 PRESETS: dict[str, dict[str, Any]] = {
     # minutes: the four main encodings, one seed
-    "quick": {
-        "name": "asr-quick",
-        "data": {"train": 4000, "val": 200, "test_per_bin": 24},
-        "model": _CPU_MODEL,
-        "train": {**_TRAIN, "steps": 1500},
-        "eval": {"hop_rows": ["sinpos", _CAPE], "val_limit": 100},
-        "rows": copy.deepcopy(_MAIN),
-        "seeds": [0],
-    },
+    "quick": copy.deepcopy(_QUICK),
     # the quick preset on spoken digit strings (a ten-word vocabulary: most words right in
     # minutes, where WordNet's open vocabulary leaves WER near 90%)
-    "digits": {
-        "name": "asr-digits",
-        "data": {"root": "data/speech-digits", "text": "digits", "train": 4000, "val": 200,
-                 "test_per_bin": 24},
-        "model": _CPU_MODEL,
-        "train": {**_TRAIN, "steps": 1500},
-        "eval": {"hop_rows": ["sinpos", _CAPE], "val_limit": 100},
-        "rows": copy.deepcopy(_MAIN),
-        "seeds": [0],
-    },
+    "digits": copy.deepcopy(_DIGITS),
     # every row, three seeds, on digits with a front end that sees no neighbouring frames
     # (kernel 3 = stride 3): the Transformer must find context by position, as the paper's
     # models do; with kernel 7 the CPU-sized models ignore their positions (README)
-    "digits-k3": {
-        "name": "asr-digits-k3",
-        "data": {"root": "data/speech-digits", "text": "digits", "train": 4000, "val": 200,
-                 "test_per_bin": 24},
-        "model": {**_CPU_MODEL, "kernel": 3},
-        "train": {**_TRAIN, "steps": 1500},
-        "eval": {"hop_rows": ["sinpos", _CAPE], "val_limit": 100},
-        "rows": copy.deepcopy(_ALL),
-        "seeds": [0, 1, 2],
-    },
+    "digits-k3": copy.deepcopy({**_DIGITS, "name": "asr-digits-k3",
+                                "model": {**_CPU_MODEL, "kernel": 3}, "rows": _ALL,
+                                "seeds": [0, 1, 2]}),
     # hours: every row, three seeds
     "cpu-full": {
         "name": "asr-cpu-full",
