@@ -88,6 +88,25 @@ def test_tiny_regression_loss_decreases_and_run_dir_is_recorded(tmp_path: Path) 
     assert latest_checkpoint(run / "checkpoints").name == "step_00000060"
 
 
+def test_summary_of_a_resumed_run_covers_every_session(tmp_path: Path) -> None:
+    data, x, y = _task()
+    cfg = TrainConfig(steps=20, batch_size=16, eval_every=10, checkpoint_every=10, seed=0)
+
+    def trainer(steps: int) -> Trainer:
+        seed_everything(0)
+        return Trainer(_mlp(), _loss, data, lambda m: {"loss": F.mse_loss(m(x), y).item()},
+                       TrainConfig(**{**cfg.to_dict(), "steps": steps}), tmp_path / "run")
+
+    first = trainer(10).fit()  # session 1: steps 1-10
+    second = trainer(20).fit(resume=True)  # session 2: steps 11-20
+    assert second["time_compute"] > first["time_compute"] > 0  # both sessions counted
+    done = trainer(20).fit(resume=True)  # session 3: nothing left to train
+    for key in ("eval_loss", "loss", "step", "time_compute", "time_data"):
+        assert done[key] == pytest.approx(second[key]), key
+    # the checkpoint holds the times up to its own writing, which it cannot count
+    assert done["engine_overhead"] == pytest.approx(second["engine_overhead"], abs=0.03)
+
+
 def test_bf16_and_grad_accum_and_adagrad_run(tmp_path: Path) -> None:
     data, _, _ = _task()
     seed_everything(0)

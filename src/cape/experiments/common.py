@@ -255,5 +255,5 @@ def train_cost_table(rep: Any, results: Mapping[str, Any], metric: str = "eval_a
         lines.append(f"| {name} | {s.get('time_compute', 0):.0f} | {s.get('time_data', 0):.1f} | "
                      f"{share:.1%} | {s.get('engine_overhead', float('nan')):.1%} | "
                      f"{s.get(metric, float('nan')):.{3 if metric == 'eval_bpd' else 1}f} |")
-    rep.table("\n".join(lines), caption="Training cost per run (this process; resumed runs "
-              "count only their last session).")
+    rep.table("\n".join(lines), caption="Training cost per run (every session of a resumed run; "
+              "runs whose checkpoints predate this count only their last session).")

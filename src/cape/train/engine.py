@@ -124,6 +124,10 @@ class Trainer:
         self.best: float | None = None
         self.logger = MetricsLogger(self.run_dir, enabled=self.dist.rank == 0)
         self.times = {"data": 0.0, "compute": 0.0, "log": 0.0, "checkpoint": 0.0, "eval": 0.0}
+        # the last logged metrics: checkpointed with the times, so that the summary of a resumed
+        # run covers every session, even one that had nothing left to train
+        self.last_train: dict[str, float] = {}
+        self.last_eval: dict[str, float] = {}
         # Augmentation differs per rank; model init (seeded by the caller) does not.
         seed_everything(config.seed + self.dist.rank)
 
@@ -142,7 +146,8 @@ class Trainer:
 
     # -- checkpoints ----------------------------------------------------------------------------
     def _extra(self) -> dict[str, Any]:
-        return {"sampler": self.sampler.state_dict(), "best": self.best}
+        return {"sampler": self.sampler.state_dict(), "best": self.best, "times": dict(self.times),
+                "last_train": dict(self.last_train), "last_eval": dict(self.last_eval)}
 
     def save(self, name: str | None = None) -> None:
         """Checkpoint on rank 0 with every rank's RNG state (a collective: call on all ranks)."""
@@ -170,6 +175,9 @@ class Trainer:
         self.step = state["step"]
         self.sampler.load_state_dict(state["extra"]["sampler"])
         self.best = state["extra"]["best"]
+        self.times.update(state["extra"].get("times", {}))  # older checkpoints: from zero
+        self.last_train = dict(state["extra"].get("last_train", {}))
+        self.last_eval = dict(state["extra"].get("last_eval", {}))
         self._it = None
         rngs = state["rng"]
         if len(rngs) == self.dist.world_size:
@@ -239,22 +247,21 @@ class Trainer:
     def fit(self, resume: bool = False) -> dict[str, float]:
         """Train to `cfg.steps`. Returns the last train metrics (all-reduced), the last eval
         metrics as `eval_<name>`, `step`, seconds per category and `engine_overhead`: the
-        fraction of loop time spent on data, logging and checkpoints rather than compute."""
+        fraction of loop time spent on data, logging and checkpoints rather than compute. A
+        resumed run's metrics and seconds include the sessions before (from its checkpoint)."""
         cfg = self.cfg
         if self.dist.rank == 0:
             write_run_record(self.run_dir, {"train": cfg.to_dict(), "experiment": self.experiment})
         if resume:
             self.resume()
         self.model.train()
-        train_m: dict[str, float] = {}
-        eval_m: dict[str, float] = {}
         for _ in progress(range(self.step, cfg.steps), total=cfg.steps - self.step, desc="train"):
             metrics = self._train_step()
             step, final = self.step, self.step == cfg.steps
             t0 = time.perf_counter()
             if (cfg.log_every and step % cfg.log_every == 0) or final:
-                train_m = D.all_reduce_mean(metrics)
-                self.logger.log(step, train_m, "train")
+                self.last_train = D.all_reduce_mean(metrics)
+                self.logger.log(step, self.last_train, "train")
             t1 = time.perf_counter()
             self.times["log"] += t1 - t0
             if (
@@ -262,7 +269,7 @@ class Trainer:
                 and cfg.eval_every
                 and (step % cfg.eval_every == 0 or final)
             ):
-                eval_m = self.evaluate()
+                eval_m = self.last_eval = self.evaluate()
                 self.logger.log(step, eval_m, "eval")
                 t2 = time.perf_counter()
                 self.times["eval"] += t2 - t1
@@ -281,7 +288,7 @@ class Trainer:
             if self.on_step_end is not None:
                 self.on_step_end(self, step, metrics)
         self.logger.close()
-        return self._summary(train_m, eval_m)
+        return self._summary(self.last_train, self.last_eval)
 
     def _summary(self, train_m: dict[str, float], eval_m: dict[str, float]) -> dict[str, float]:
         t = self.times
