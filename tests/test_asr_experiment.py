@@ -274,3 +274,16 @@ def test_paper_claims_from_records() -> None:
         "18.0 -> 50.5", True)
     assert got["CAPE λ=1 padding-free at least as good as padded"] == (
         "CAPE λ=1 padding-free 12.0 ± 0.0 vs CAPE λ=1 11.5 ± 0.0", False)
+
+
+def test_rows_option_keeps_the_row_lists_of_eval_consistent(capsys) -> None:
+    import yaml
+
+    from cape.cli import main as cli
+
+    assert cli(["experiment", "asr", "--preset", "digits-k3", "--rows",
+                "CAPE no global shift,sinpos", "--print-config"]) == 0
+    cfg = yaml.safe_load(capsys.readouterr().out)
+    assert [r["name"] for r in cfg["rows"]] == ["sinpos", "CAPE no global shift"]
+    assert cfg["rows"][1]["options"] == {"max_global_shift": 0.0}
+    assert cfg["eval"]["hop_rows"] == ["sinpos"]  # CAPE was not chosen

@@ -181,6 +181,7 @@ _ALL = _MAIN + [
     _row("CAPE Δ=15s", "cape1d", options={"max_global_shift": 15.0}),
     _row("CAPE Δ=30s", "cape1d", options={"max_global_shift": 30.0}),
     _row("CAPE no local shift", "cape1d", options={"max_local_shift": 0.0}),
+    _row("CAPE no global shift", "cape1d", options={"max_global_shift": 0.0}),
     _row("CAPE no scaling", "cape1d", options={"max_global_scaling": 1.0}),
     _row("relpos", "relpos"),
     _row("relpos 6s", "relpos", options={"max_distance": 6.0}),

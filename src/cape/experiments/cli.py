@@ -49,6 +49,9 @@ def _resolve(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Path]:
         if unknown or not names:
             raise ValueError(f"--rows must name rows of the config {known}, got {unknown or names}")
         mapping = {**mapping, "rows": [r for r in mapping["rows"] if r["name"] in names]}
+        ev = mapping.get("eval", {})  # eval lists of row names (e.g. hop_rows) keep the chosen
+        mapping["eval"] = {k: [n for n in v if n in names] if k.endswith("_rows") else v
+                           for k, v in ev.items()}
         cfg = from_mapping(exp.config_cls, mapping)
     return cfg, mapping, args.out or Path("runs") / cfg.name
 
