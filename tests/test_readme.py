@@ -76,7 +76,7 @@ def test_report_viz_experiments_names_have_examples(name: str) -> None:
 # before it: every one of its rows must be a row of that generated report, so no figure in the
 # README is typed in by hand.
 _ROOT = Path(__file__).resolve().parents[1]
-_SOURCED = re.findall(r"<!-- from (\S+) -->\n((?:\|.*\n)+)", README)
+_SOURCED = re.findall(r"<!-- from (\S+) -->\n((?:[ \t]*\|.*\n)+)", README)  # also indented
 
 
 def test_readme_has_sourced_tables() -> None:
@@ -88,4 +88,4 @@ def test_readme_results_come_from_generated_reports(index: int) -> None:
     source, table = _SOURCED[index]
     report = (_ROOT / source).read_text(encoding="utf-8").splitlines()
     for line in table.splitlines()[2:]:  # header and rule may be shortened
-        assert line in report, f"README row not in {source}: {line}"
+        assert line.strip() in report, f"README row not in {source}: {line.strip()}"
