@@ -89,3 +89,18 @@ def test_interrupted_reevaluation_is_not_mistaken_for_done(tmp_path):
         list(cached_runs([_Row()], [0], tmp_path, crash, _Cfg(eval=_Eval([7]))))
     again = _run(_Cfg(eval=_Eval([7])), tmp_path, calls)
     assert again[0]["sizes"] == [7] and len(calls) == 2  # evaluated, not the old eval.json
+
+
+def test_train_cost_table_shares_and_unrecorded_runs() -> None:
+    from cape.experiments.common import train_cost_table
+    from cape.report import Report
+
+    timed = {"time_data": 1.0, "time_compute": 7.0, "time_log": 1.0, "time_checkpoint": 1.0,
+             "engine_overhead": 0.3, "eval_acc": 91.25}
+    rep = Report("t")
+    train_cost_table(rep, {"train": {"a/seed0": timed, "b/seed0": {"eval_acc": 50.0}}})
+    rows = {r.split("|")[1].strip(): [c.strip() for c in r.split("|")[2:-1]]
+            for r in rep.markdown().splitlines() if r.startswith("| ") and "seed" in r}
+    # loader share: 1 s of 10 s; the overhead as the Trainer reported it
+    assert rows["a/seed0"] == ["7", "1.0", "10.0%", "30.0%", "91.2"]
+    assert rows["b/seed0"] == ["–", "–", "–", "–", "50.0"]

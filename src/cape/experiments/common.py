@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -251,9 +252,13 @@ def train_cost_table(rep: Any, results: Mapping[str, Any], metric: str = "eval_a
              "|---|---|---|---|---|---|"]
     for name, s in results["train"].items():
         total = sum(s.get(f"time_{k}", 0.0) for k in ("data", "compute", "log", "checkpoint"))
-        share = s.get("time_data", 0.0) / total if total else float("nan")
+        value = s.get(metric, float("nan"))
+        value_s = "–" if math.isnan(value) else f"{value:.{3 if metric == 'eval_bpd' else 1}f}"
+        if not total:  # re-evaluated from a checkpoint that predates the time record
+            lines.append(f"| {name} | – | – | – | – | {value_s} |")
+            continue
         lines.append(f"| {name} | {s.get('time_compute', 0):.0f} | {s.get('time_data', 0):.1f} | "
-                     f"{share:.1%} | {s.get('engine_overhead', float('nan')):.1%} | "
-                     f"{s.get(metric, float('nan')):.{3 if metric == 'eval_bpd' else 1}f} |")
-    rep.table("\n".join(lines), caption="Training cost per run (every session of a resumed run; "
-              "runs whose checkpoints predate this count only their last session).")
+                     f"{s.get('time_data', 0.0) / total:.1%} | "
+                     f"{s.get('engine_overhead', float('nan')):.1%} | {value_s} |")
+    rep.table("\n".join(lines), caption="Training cost per run (every session of a resumed run); "
+              "–: not recorded (a run evaluated again from a checkpoint older than that record).")
