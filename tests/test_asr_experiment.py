@@ -269,7 +269,8 @@ def test_paper_claims_from_records() -> None:
     assert got["CAPE + SpecAugment better than either alone"] == (
         "CAPE 12.0 ± 0.0, CAPE no SpecAugment 13.0 ± 0.0, sinpos 18.0 ± 0.0", True)
     assert got["sinpos padding-free at least as good as padded"][1] is True
-    assert got["CAPE uses its positions: WER > 2 points higher without them"] == ("12.0 -> 13.0", False)
+    assert got["CAPE uses its positions: WER > 2 points higher without them"] == (
+        "12.0 -> 13.0", False)
     assert got["sinpos uses its positions: WER > 2 points higher without them"] == (
         "18.0 -> 50.5", True)
     assert got["CAPE λ=1 padding-free at least as good as padded"] == (

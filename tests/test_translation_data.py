@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cape.data import apertium
+from cape.data import apertium, translation
 from cape.data.translation import (
     CorpusError,
     _clean_pairs,
@@ -200,8 +200,6 @@ def test_same_settings_are_a_no_op_other_settings_raise(corpus, capsys, monkeypa
         raise AssertionError("a finished corpus was translated again")
 
     # a no-op: the finished corpus is read back without a translation step
-    import cape.data.translation as translation
-
     with monkeypatch.context() as m:
         m.setattr(translation, "_translate_cached", no_translation)
         assert make_translation_corpus(root, **SETTINGS, **BUILD) == manifest

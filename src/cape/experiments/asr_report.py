@@ -24,7 +24,8 @@ SPLITS = {"test": "voices heard in training", "test_unseen_voices": "voices neve
 MAIN = ["nopos", "abspos", "sinpos", "CAPE"]
 AUGMENTATION = ["sinpos no SpecAugment", "sinpos", "CAPE no SpecAugment", "CAPE"]
 ABLATIONS = ["CAPE", "CAPE λ=2", "CAPE Δ=15s", "CAPE Δ=30s", "CAPE no local shift",
-             "CAPE no global shift", "CAPE no scaling", "relpos", "relpos 6s", "relpos first layer", "rotary+CAPE"]
+             "CAPE no global shift", "CAPE no scaling", "relpos", "relpos 6s",
+             "relpos first layer", "rotary+CAPE"]
 PADDING = ["sinpos", "sinpos padding-free", "CAPE λ=1", "CAPE λ=1 padding-free"]
 
 
