@@ -285,9 +285,19 @@ def test_runs_restored_from_eval_json_alone(tiny_run, tmp_path, monkeypatch, cap
     (tmp_path / "run" / "results.json").unlink()
     monkeypatch.setattr(vision, "train_run", lambda *a, **k: pytest.fail("trained again"))
     assert cli(["experiment", "vision", *args, "--out", str(tmp_path / "run")]) == 0
-    assert "its maps are left out" in capsys.readouterr().out
+    # the maps of runs without weights are carried over from the archive's maps.npz, not lost
+    assert "its maps come from maps.npz" in capsys.readouterr().out
     before = json.loads((out / "run" / "results.json").read_text())["records"]
     assert json.loads((tmp_path / "run" / "results.json").read_text())["records"] == before
+    trained, restored = (np.load(p / "maps.npz") for p in (out / "run", tmp_path / "run"))
+    assert sorted(restored.files) == sorted(trained.files) and trained.files
+    for k in trained.files:
+        np.testing.assert_array_equal(restored[k], trained[k])
+    # without maps.npz there is nothing to carry: said so, and the report is still written
+    (tmp_path / "run" / "maps.npz").unlink()
+    assert cli(["experiment", "vision", *args, "--out", str(tmp_path / "run")]) == 0
+    assert "its maps are left out" in capsys.readouterr().out
+    assert (tmp_path / "run" / "report.md").is_file()
 
 
 def test_plot_redraws_the_report(tiny_run):

@@ -24,7 +24,7 @@ from .common import cached_runs, run_dir, save_config
 from .vision_config import RowConfig, VisionConfig
 from .vision_data import VisionData
 from .vision_eval import accuracy, eval_records, predict
-from .vision_report import position_maps, redraw, write_report
+from .vision_report import position_maps, redraw, saved_maps, write_report
 
 __all__ = [
     "make_model", "make_data", "classify_loss", "train_run", "load_run", "run_experiment", "run_dir",
@@ -167,7 +167,10 @@ def run_experiment(cfg: VisionConfig, mapping: dict[str, Any], out: str | Path) 
             try:
                 model = load_run(cfg, row, seed, out, data.num_classes)
             except FileNotFoundError:  # a run restored from its eval.json alone (no weights)
-                print(f"no weights for {row.name} seed {seed}: its maps are left out", flush=True)
+                kept = saved_maps(out, row.name)
+                maps.update(kept)
+                print(f"no weights for {row.name} seed {seed}: " + (
+                    "its maps come from maps.npz" if kept else "its maps are left out"), flush=True)
                 continue
             maps.update(position_maps(model, row, cfg.eval.sizes))
     results = {"experiment": "vision", "name": cfg.name, "config": mapping,

@@ -18,7 +18,7 @@ from ..report import Report, claims_table, pivot, summarize, write_json
 from .common import plot_ok, read_results, train_cost_table
 from .vision_config import RowConfig
 
-__all__ = ["position_maps", "write_report", "redraw", "paper_claims"]
+__all__ = ["position_maps", "saved_maps", "write_report", "redraw", "paper_claims"]
 
 FIGURE13 = ("abspos2d", "sinpos2d", "cape2d")
 
@@ -79,12 +79,17 @@ def write_report(out: str | Path, results: dict[str, Any], maps: dict[str, np.nd
 def redraw(out: str | Path) -> Path:
     """Re-render report.md and the plots of a finished experiment folder (`cape plot`)."""
     out = Path(out)
-    results = read_results(out)
-    maps: dict[str, np.ndarray] = {}
-    if (out / "maps.npz").is_file():
-        with np.load(out / "maps.npz", allow_pickle=False) as z:
-            maps = {k: z[k] for k in z.files}
-    return _render(out, results, maps)
+    return _render(out, read_results(out), saved_maps(out))
+
+
+def saved_maps(out: str | Path, row: str | None = None) -> dict[str, np.ndarray]:
+    """The maps in `out/maps.npz` (none if absent); with `row`, only that row's. A run restored
+    from its archive has no weights, so its maps can only come from here."""
+    path = Path(out) / "maps.npz"
+    if not path.is_file():
+        return {}
+    with np.load(path, allow_pickle=False) as z:
+        return {k: z[k] for k in z.files if row is None or k.split("|")[1] == row}
 
 
 def _render(out: Path, results: dict[str, Any], maps: dict[str, np.ndarray]) -> Path:
