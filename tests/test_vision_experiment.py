@@ -220,6 +220,10 @@ def test_experiment_end_to_end(tiny_run):
         assert 0.0 <= r["acc"] <= 100.0 or (r["set"] == "native" and math.isnan(r["acc"]))
     report = (run / "report.md").read_text()
     assert "| nopos |" in report and "Table 6" in report and "Table 5" in report
+    # Figure 4's speeds: every row timed together after training, at each eval size
+    timed = {(t["row"], t["size"]) for t in results["throughput"]}
+    assert timed == {(r, s) for r in rows for s in (8, 12, 16)}
+    assert all(t["images_per_s"] > 0 for t in results["throughput"]) and "round-robin" in report
     for png in ("accuracy_vs_resolution.png", "throughput.png", "similarity.png", "embeddings.png"):
         assert (run / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (run / "abspos-ft" / "seed0" / "ft" / "checkpoints").is_dir()

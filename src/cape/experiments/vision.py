@@ -23,7 +23,7 @@ from ..train.checkpoint import latest_checkpoint, load_checkpoint
 from .common import cached_runs, run_dir, save_config
 from .vision_config import RowConfig, VisionConfig
 from .vision_data import VisionData
-from .vision_eval import accuracy, eval_records, predict
+from .vision_eval import accuracy, eval_records, predict, throughput
 from .vision_report import position_maps, redraw, saved_maps, write_report
 
 __all__ = [
@@ -176,6 +176,10 @@ def run_experiment(cfg: VisionConfig, mapping: dict[str, Any], out: str | Path) 
     results = {"experiment": "vision", "name": cfg.name, "config": mapping,
                "records": records, "train": summaries}
     if dist.rank == 0:
+        # Figure 4's speeds: every row timed here, in one process (freshly built models)
+        models = {r.name: make_model(cfg, r, data.num_classes) for r in cfg.rows}
+        sizes = sorted(set(cfg.eval.sizes) | {r.train_size for r in cfg.rows})
+        results["throughput"] = throughput(models, sizes, cfg.eval.batch_size, device=dist.device)
         write_report(out, results, maps)
     D.barrier()
     return results

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..bench.timing import time_interleaved
 from ..models.vit import _CONTINUOUS, ViT
 from ..train import distributed as D
 from ..train.logging import progress
@@ -22,7 +23,10 @@ from .common import summed_accuracy
 from .vision_config import RowConfig, VisionConfig
 from .vision_data import VisionData, resize_images, to_tensors
 
-__all__ = ["predict", "accuracy", "eval_records", "extent_for", "round_to_patch", "native_targets", "tta_sizes"]
+__all__ = [
+    "predict", "throughput", "accuracy", "eval_records", "extent_for", "round_to_patch",
+    "native_targets", "tta_sizes",
+]
 
 
 def extent_for(method: str, size: int, train_size: int) -> float:
@@ -74,6 +78,27 @@ def predict(
         out.append(logits.float().softmax(-1).cpu())
     seconds = time.perf_counter() - start
     return torch.cat(out), len(images) / max(seconds, 1e-9)
+
+
+@torch.no_grad()
+def throughput(models: dict[str, ViT], sizes: list[int], batch_size: int, *, runs: int = 3,
+               device: torch.device | None = None) -> list[dict[str, Any]]:
+    """Images/s of each model at each size on batches [batch_size, 3, size, size]: records
+    {"row", "size", "batch_size", "images_per_s"}. Speed does not depend on the weights, so
+    every row is timed in one process, round-robin (`time_interleaved`): timings of runs trained
+    in different sessions of a noisy machine are not comparable, these are."""
+    device = device or torch.device("cpu")
+    out: list[dict[str, Any]] = []
+    for m in models.values():
+        m.to(device).eval()
+    for size in sizes:
+        x = torch.rand(batch_size, 3, size, size, generator=torch.Generator().manual_seed(0))
+        x = x.to(device)
+        fns = [lambda m=m: m(x) for m in models.values()]
+        for name, t in zip(models, time_interleaved(fns, runs=runs, warmup=1, device=device)):
+            out.append({"row": name, "size": size, "batch_size": batch_size,
+                        "images_per_s": batch_size / (t.median_ms / 1e3)})
+    return out
 
 
 def accuracy(probs: torch.Tensor, labels: torch.Tensor) -> float:
