@@ -24,7 +24,7 @@ from .common import cached_runs, run_dir, save_config
 from .vision_config import RowConfig, VisionConfig
 from .vision_data import VisionData
 from .vision_eval import accuracy, eval_records, predict, throughput
-from .vision_report import position_maps, redraw, saved_maps, write_report
+from .vision_report import position_maps, redraw, row_maps, saved_maps, write_report
 
 __all__ = [
     "make_model", "make_data", "classify_loss", "train_run", "load_run", "run_experiment", "run_dir",
@@ -153,6 +153,7 @@ def run_experiment(cfg: VisionConfig, mapping: dict[str, Any], out: str | Path) 
     records: list[dict[str, Any]] = []
     summaries: dict[str, dict[str, float]] = {}
     maps: dict[str, Any] = {}
+    archived: dict[str, Any] | None = None  # maps.npz as found, for runs without weights
 
     def compute(row: RowConfig, seed: int, folder: Path) -> dict[str, Any]:
         model, summary = train_run(cfg, row, seed, out, data)
@@ -167,7 +168,9 @@ def run_experiment(cfg: VisionConfig, mapping: dict[str, Any], out: str | Path) 
             try:
                 model = load_run(cfg, row, seed, out, data.num_classes)
             except FileNotFoundError:  # a run restored from its eval.json alone (no weights)
-                kept = saved_maps(out, row.name)
+                if archived is None:  # read once, before write_report replaces it
+                    archived = saved_maps(out)
+                kept = row_maps(archived, row.name)
                 maps.update(kept)
                 print(f"no weights for {row.name} seed {seed}: " + (
                     "its maps come from maps.npz" if kept else "its maps are left out"), flush=True)

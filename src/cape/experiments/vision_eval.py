@@ -94,8 +94,9 @@ def throughput(models: dict[str, ViT], sizes: list[int], batch_size: int, *, run
     for size in sizes:
         x = torch.rand(batch_size, 3, size, size, generator=torch.Generator().manual_seed(0))
         x = x.to(device)
-        fns = [lambda m=m: m(x) for m in models.values()]
-        for name, t in zip(models, time_interleaved(fns, runs=runs, warmup=1, device=device)):
+        fns = [lambda m=m, x=x: m(x) for m in models.values()]
+        timings = time_interleaved(fns, runs=runs, warmup=1, device=device)
+        for name, t in zip(models, timings, strict=True):
             out.append({"row": name, "size": size, "batch_size": batch_size,
                         "images_per_s": batch_size / (t.median_ms / 1e3)})
     return out

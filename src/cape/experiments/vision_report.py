@@ -18,7 +18,7 @@ from ..report import Report, claims_table, pivot, summarize, write_json
 from .common import plot_ok, read_results, train_cost_table
 from .vision_config import RowConfig
 
-__all__ = ["position_maps", "saved_maps", "write_report", "redraw", "paper_claims"]
+__all__ = ["position_maps", "saved_maps", "row_maps", "write_report", "redraw", "paper_claims"]
 
 FIGURE13 = ("abspos2d", "sinpos2d", "cape2d")
 
@@ -82,14 +82,19 @@ def redraw(out: str | Path) -> Path:
     return _render(out, read_results(out), saved_maps(out))
 
 
-def saved_maps(out: str | Path, row: str | None = None) -> dict[str, np.ndarray]:
-    """The maps in `out/maps.npz` (none if absent); with `row`, only that row's. A run restored
-    from its archive has no weights, so its maps can only come from here."""
+def saved_maps(out: str | Path) -> dict[str, np.ndarray]:
+    """The maps in `out/maps.npz` (none if absent). A run restored from its archive has no
+    weights, so its maps can only come from here (`row_maps` picks one row's)."""
     path = Path(out) / "maps.npz"
     if not path.is_file():
         return {}
     with np.load(path, allow_pickle=False) as z:
-        return {k: z[k] for k in z.files if row is None or k.split("|")[1] == row}
+        return {k: z[k] for k in z.files}
+
+
+def row_maps(maps: dict[str, np.ndarray], row: str) -> dict[str, np.ndarray]:
+    """The maps of one row (keys "<kind>|<row>|..." as `position_maps` names them)."""
+    return {k: v for k, v in maps.items() if k.split("|")[1] == row}
 
 
 def _render(out: Path, results: dict[str, Any], maps: dict[str, np.ndarray]) -> Path:
@@ -127,12 +132,12 @@ def _render(out: Path, results: dict[str, Any], maps: dict[str, np.ndarray]) -> 
         rep.table(claims_table(claims), caption="The paper's findings (sec. 5.1) checked on the "
                   "means over seeds (mean ± std); rows of the names the presets use.")
     # timed together after training; older results.json only have each run's own timing
-    timed = results.get("throughput") or _records(results, set="test", method="plain")
+    together = results.get("throughput")
+    timed = together or _records(results, set="test", method="plain")
     speed = summarize(timed, ["row", "size"], "images_per_s")
     if speed:
-        how = ("every row timed round-robin in one process after training, batch "
-               f"{timed[0]['batch_size']}" if results.get("throughput")
-               else "timed during each run's evaluation")
+        how = (f"every row timed round-robin in one process after training, batch "
+               f"{together[0]['batch_size']}" if together else "timed during each run's evaluation")
         rep.table(pivot(speed, **opts, fmt="{mean:.0f}", fmt_single="{mean:.0f}", best=None),
                   caption=f"Evaluation throughput (images/s; {how}) by resolution (Figure 4).")
         if plot_ok():
