@@ -241,6 +241,26 @@ def test_cape2d_non_square_grid_and_extent(height, width, extent):
     close(out[1], expected)
 
 
+@pytest.mark.parametrize("scale", [0.4, 2.5])
+def test_cape2d_freq_scale_equals_scaled_positions(scale):
+    # cos(s w . p) = cos(w . (s p)): scaling every frequency is the NumPy grid over [-s, s]
+    dim = 16
+    w = cape2d_frequencies(dim, freq_scale=scale)
+    rho = np_rho(dim // 2, "exact")
+    k = np.arange(dim // 2)
+    expected_w = scale * np.pi * np.stack([rho * np.cos(k), rho * np.sin(k)])
+    np.testing.assert_allclose(w.double().numpy(), expected_w, rtol=1e-6)
+    enc = CAPE2d(dim, freq_scale=scale).eval()
+    close(enc(grid=(5, 7))[0], np_cape2d_grid(5, 7, dim, "exact", scale).reshape(-1, dim))
+    assert f"freq_scale={scale}" in repr(enc)
+    # 0.4 caps the largest |w| at 4 pi, the Nyquist limit of 8 patches over [-1, 1]
+    top = torch.linalg.vector_norm(cape2d_frequencies(64, freq_scale=0.4), dim=0).max().item()
+    assert top == pytest.approx(4 * math.pi, rel=1e-6)
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="freq_scale"):
+            CAPE2d(dim, freq_scale=bad)
+
+
 def test_cape2d_output_dtype_and_grid_errors():
     enc = CAPE2d(8)
     with pytest.raises(ValueError):

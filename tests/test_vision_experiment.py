@@ -401,3 +401,28 @@ def test_paper_claims_from_records():
         "24 px +2.0, 32 px +2.0, 56 px +2.0, 96 px -1.0", False)
     assert paper_claims({"config": {"rows": rows[1:2], "eval": {"sizes": [24]}},
                          "records": records}) == []  # no CAPE row: nothing to check
+
+
+def test_frequency_study_claim_pairs_rows_that_differ_only_in_freq_scale():
+    from cape.experiments.vision_report import paper_claims
+
+    def row(name, position, options, **extra):
+        return {"name": name, "position": position, "options": options, "train_size": 32,
+                "univit_sizes": [], "model": {}, **extra}
+
+    rows = [row("CAPE", "cape2d", {"preset": "image"}),
+            row("sinpos", "sinpos2d", {}),
+            row("CAPE d64", "cape2d", {"preset": "image"}, model={"dim": 64}),
+            row("CAPE freq 0.4", "cape2d", {"preset": "image", "freq_scale": 0.4}),
+            row("sinpos freq 0.4", "sinpos2d", {"freq_scale": 0.4}),
+            row("lonely freq 0.4", "cape2d", {"preset": "image", "freq_scale": 0.4}, train_size=24)]
+    means = {"CAPE": 50.0, "sinpos": 57.0, "CAPE d64": 80.0, "CAPE freq 0.4": 60.0,
+             "sinpos freq 0.4": 55.0, "lonely freq 0.4": 99.0}
+    records = [{"row": n, "seed": s, "set": "test", "size": 32, "method": "plain", "acc": m + d}
+               for n, m in means.items() for s, d in ((0, -2.0), (1, 2.0))]
+    results = {"config": {"rows": rows, "eval": {"sizes": [32]}}, "records": records}
+    got = {claim: (measured, holds) for claim, measured, holds in paper_claims(results)}
+    # each scaled row is compared with the row equal in all else (not CAPE d64, not a 24 px row)
+    assert got["CAPE freq 0.4 > CAPE at 32 px"] == ("60.0 ± 2.8 vs 50.0 ± 2.8", True)
+    assert got["sinpos freq 0.4 > sinpos at 32 px"] == ("55.0 ± 2.8 vs 57.0 ± 2.8", False)
+    assert not any(c.startswith("lonely") or "CAPE d64" in c for c in got)

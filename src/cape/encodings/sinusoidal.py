@@ -156,8 +156,9 @@ class CAPE1d(_Sinusoidal):
 class CAPE2d(_Sinusoidal):
     """CAPE's 2D sinusoid over image coordinates in [-1, 1]; no augmentation = 2D sinpos.
 
-    dim: D (even). rho: "exact" or "linspace" (appendix A). extent: grid span [-gamma, gamma]
-    (Table 6). max_local_shift: a float, one per axis (x, y), or "auto" = 1/N per axis for the
+    dim: D (even). rho: "exact" or "linspace" (appendix A). freq_scale: multiplies every
+    frequency (1 in the paper; 0.4 keeps them under an 8 x 8 grid's Nyquist limit, see
+    `cape2d_frequencies`). extent: grid span [-gamma, gamma] (Table 6). max_local_shift: a float, one per axis (x, y), or "auto" = 1/N per axis for the
     grid being encoded (the paper's emax = 1/N).
 
     forward(x: [B, H, W, D] -> [B, H, W, D]; or x: [B, T, D] with grid=(H, W), T = H*W, or with
@@ -173,6 +174,7 @@ class CAPE2d(_Sinusoidal):
         max_global_scaling: float = 1.0,
         normalize: bool = False,
         rho: str = "exact",
+        freq_scale: float = 1.0,
         extent: float = 1.0,
         cache_size: int = 8,
     ) -> None:
@@ -186,9 +188,10 @@ class CAPE2d(_Sinusoidal):
         aug = _augmentation(max_global_shift, local, max_global_scaling, normalize)
         super().__init__(dim, 2, aug)
         self.rho = check_choice("rho", rho, ("exact", "linspace"))
+        self.freq_scale = check_float("freq_scale", freq_scale, strict=True)
         self.extent = check_float("extent", extent, strict=True)
         self._cache = TableCache(check_int("cache_size", cache_size, minimum=0))
-        self._set_frequencies(cape2d_frequencies(dim, rho=rho, device="cpu"))
+        self._set_frequencies(cape2d_frequencies(dim, rho=rho, freq_scale=freq_scale, device="cpu"))
 
     @classmethod
     def preset(cls, dim: int, **overrides: object) -> CAPE2d:
@@ -266,7 +269,8 @@ class CAPE2d(_Sinusoidal):
 
     def extra_repr(self) -> str:
         local = ", max_local_shift='auto'" if self.auto_local else ""
-        return super().extra_repr() + f"{local}, rho={self.rho!r}, extent={self.extent}"
+        scale = f", freq_scale={self.freq_scale}" if self.freq_scale != 1.0 else ""
+        return super().extra_repr() + f"{local}, rho={self.rho!r}{scale}, extent={self.extent}"
 
 
 class SineND(PositionalEncoding):

@@ -199,6 +199,10 @@ _FULL_ROWS = [
     # Figure 4: smaller ViTs, against the UniViT evaluated at lower resolutions
     {"name": "CAPE d64", "position": "cape2d", "options": _IMAGE_CAPE, "model": {"dim": 64}},
     {"name": "CAPE depth 2", "position": "cape2d", "options": _IMAGE_CAPE, "model": {"depth": 2}},
+    # beyond the paper: every frequency x0.4, so |w| <= 4 pi, the 8 x 8 grid's Nyquist limit
+    # (the paper's 14 x 14 grid allows 7 pi); tests whether aliasing explains CAPE/sinpos at 32 px
+    {"name": "sinpos freq 0.4", "position": "sinpos2d", "options": {"freq_scale": 0.4}},
+    {"name": "CAPE freq 0.4", "position": "cape2d", "options": {**_IMAGE_CAPE, "freq_scale": 0.4}},
 ]
 
 # name -> config mapping (apply `--config` files and `--set` overrides on top)

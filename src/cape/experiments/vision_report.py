@@ -129,8 +129,10 @@ def _render(out: Path, results: dict[str, Any], maps: dict[str, np.ndarray]) -> 
     _extra_tables(rep, results, rows)
     claims = paper_claims(results)
     if claims:
-        rep.table(claims_table(claims), caption="The paper's findings (sec. 5.1) checked on the "
-                  "means over seeds (mean ± std); rows of the names the presets use.")
+        ours = (", then ours (a row with scaled frequencies against the same row at the "
+                "paper's)" if _frequency_pairs({r["name"]: r for r in cfg["rows"]}) else "")
+        rep.table(claims_table(claims), caption=f"The paper's findings (sec. 5.1){ours}, checked "
+                  "on the means over seeds (mean ± std); rows of the names the presets use.")
     # timed together after training; older results.json only have each run's own timing
     together = results.get("throughput")
     timed = together or _records(results, set="test", method="plain")
@@ -232,7 +234,27 @@ def paper_claims(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
         if gains:
             out.append((f"TTA helps {row} at every size",
                         ", ".join(f"{s} px {g:+.1f}" for s, g in gains), min(g for _, g in gains) > 0))
+    # ours, not the paper's: frequencies under the grid's Nyquist limit help at the training size
+    for name, base in _frequency_pairs(cfg_rows):
+        versus(name, base, train, True)
     return out
+
+
+def _frequency_pairs(cfg_rows: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
+    """(row, base): rows whose options set freq_scale != 1, each with the row that is the same
+    in every other field (the same encoding at the paper's frequencies)."""
+
+    def key(row: dict[str, Any]) -> str:
+        options = {k: v for k, v in row.get("options", {}).items() if k != "freq_scale"}
+        return repr(sorted({**row, "name": "", "options": sorted(options.items())}.items()))
+
+    pairs = []
+    for name, row in cfg_rows.items():
+        if row.get("options", {}).get("freq_scale", 1.0) != 1.0:
+            base = [n for n, r in cfg_rows.items()
+                    if r.get("options", {}).get("freq_scale", 1.0) == 1.0 and key(r) == key(row)]
+            pairs += [(name, base[0])] if base else []
+    return pairs
 
 
 def _figures(rep: Report, out: Path, maps: dict[str, np.ndarray]) -> None:

@@ -45,16 +45,19 @@ def sinusoid_frequencies(
 
 
 def cape2d_frequencies(
-    dim: int, *, rho: str = "exact", device: torch.device | str | None = None
+    dim: int, *, rho: str = "exact", freq_scale: float = 1.0, device: torch.device | str | None = None
 ) -> torch.Tensor:
     """CAPE's 2D frequencies, pi included -> [2, dim/2] float32 (rows: x, y).
 
-    w_x = rho_k cos k, w_y = rho_k sin k for k = 0..dim/2-1 (appendix A), with
+    w_x = s rho_k cos k, w_y = s rho_k sin k for k = 0..dim/2-1 (appendix A), with
     rho = "exact": 10^(j/half), j = 1..half (sec. 3, so rho runs 10^(1/half)..10), or
     rho = "linspace": 10^linspace(0, 1, half) (appendix A's simpler approximation).
+    s = freq_scale (1 in the paper): s = 0.4 caps |w| at 4 pi, the Nyquist limit of an
+    8 x 8 grid over [-1, 1] (spacing 0.25), where the paper's 14 x 14 grid allows 7 pi.
     """
     check_even("dim", dim)
     check_choice("rho", rho, ("exact", "linspace"))
+    check_float("freq_scale", freq_scale, strict=True)
     half = dim // 2
     # float64 on the CPU, then cast: the frequencies are exact whatever the target device
     cpu = dict(dtype=torch.float64, device="cpu")
@@ -63,7 +66,7 @@ def cape2d_frequencies(
     else:
         r = 10.0 ** torch.linspace(0.0, 1.0, half, **cpu)
     k = torch.arange(half, **cpu)
-    w = torch.stack([r * torch.cos(k), r * torch.sin(k)]) * math.pi
+    w = torch.stack([r * torch.cos(k), r * torch.sin(k)]) * (math.pi * freq_scale)
     return w.to(device=device, dtype=torch.float32)
 
 
