@@ -74,6 +74,24 @@ def test_curves_figure_plots_the_means() -> None:
     np.testing.assert_allclose([s[1, 1] - s[0, 1] for s in seg], [2 * c["std"] for c in cells])
 
 
+def test_many_series_stay_distinguishable_with_the_legend_beside_the_axes() -> None:
+    # 25 rows (the vision cpu-full preset): no two lines share colour, marker and line style
+    summary = [{"row": f"row {i}", "size": s, "mean": float(i + s), "std": 0.0, "n": 1}
+               for i in range(25) for s in (24, 32)]
+    fig = _curves_figure(summary, x="size", series="row", y_label="y", x_label="x")
+    ax = fig.axes[0]
+    styles = [(ln.get_color(), ln.get_marker(), ln.get_linestyle()) for ln in ax.get_lines()]
+    assert len(styles) == 25 and len(set(styles)) == 25
+    legend = ax.get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == [f"row {i}" for i in range(25)]
+    fig.canvas.draw()  # placed right of the axes, not over the data
+    assert legend.get_window_extent().x0 > ax.get_window_extent().x1
+    few = _curves_figure(summary[:6], x="size", series="row", y_label="y", x_label="x")
+    legend = few.axes[0].get_legend()
+    few.canvas.draw()
+    assert legend.get_window_extent().x1 <= few.axes[0].get_window_extent().x1
+
+
 def test_plot_curves_errors(tmp_path: Path) -> None:
     kw = dict(x="size", series="row", y_label="y", x_label="x")
     with pytest.raises(ValueError, match="summary must hold at least one cell"):

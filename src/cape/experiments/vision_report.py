@@ -100,7 +100,9 @@ def row_maps(maps: dict[str, np.ndarray], row: str) -> dict[str, np.ndarray]:
 def _render(out: Path, results: dict[str, Any], maps: dict[str, np.ndarray]) -> Path:
     cfg = results["config"]
     rows, seeds = _rows(results), cfg["seeds"]
-    train_sizes = sorted({r.get("train_size", 32) for r in cfg["rows"]})
+    sizes_of_rows = [r.get("train_size", 32) for r in cfg["rows"]]
+    train_sizes = sorted(set(sizes_of_rows))
+    main_size = max(train_sizes, key=sizes_of_rows.count)  # the size most rows train at
     rep = Report(f"Vision experiment `{results['name']}`")
     m, t = cfg["model"], cfg["train"]
     rep.paragraph(
@@ -124,7 +126,7 @@ def _render(out: Path, results: dict[str, Any], maps: dict[str, np.ndarray]) -> 
 
         plot_curves(plain, out / "accuracy_vs_resolution.png", x="size", series="row",
                     series_order=rows, y_label="top-1 accuracy (%)", x_label="test resolution (px)",
-                    title="Accuracy vs test resolution", vline=train_sizes[0])
+                    title="Accuracy vs test resolution", vline=main_size)
         rep.image("accuracy_vs_resolution.png", "Accuracy vs test resolution (Figure 2 analog).")
     _extra_tables(rep, results, rows)
     claims = paper_claims(results)

@@ -132,6 +132,14 @@ def _plain_log_ticks(ax: Any) -> None:
     ax.xaxis.set_minor_formatter(FuncFormatter(minor))
 
 
+def _series_style(i: int) -> dict[str, str]:
+    """Colour, marker and line style of the i-th series: unique for the first 30 (ten colours,
+    each run of ten with its own line style and markers offset, so C0 never repeats with "o")."""
+    run = i // 10
+    return {"color": f"C{i % 10}", "marker": MARKERS[(i + 3 * run) % len(MARKERS)],
+            "linestyle": ("-", "--", ":")[run % 3]}
+
+
 def _style(ax: Any, *, title: str, x_label: str, y_label: str, logx: bool) -> None:
     if logx:
         _plain_log_ticks(ax)
@@ -140,7 +148,11 @@ def _style(ax: Any, *, title: str, x_label: str, y_label: str, logx: bool) -> No
     if title:
         ax.set_title(title)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    if len(ax.get_legend_handles_labels()[1]) > 8:  # many series: legend beside the axes
+        ax.figure.set_size_inches(9.0, 4.8)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    else:
+        ax.legend(fontsize=8)
 
 
 def _curves_figure(
@@ -167,8 +179,9 @@ def _curves_figure(
     for i, (s, points) in enumerate(groups.items()):
         xs = [float(v) for v, _ in points]
         ys, err = zip(*(_mean_std(c) for _, c in points), strict=True)
-        color, marker = f"C{i % 10}", MARKERS[i % len(MARKERS)]
-        ax.plot(xs, ys, marker=marker, color=color, label=str(s), markersize=5)
+        style = _series_style(i)
+        color = style["color"]
+        ax.plot(xs, ys, **style, label=str(s), markersize=5)
         if band is not None:
             lo, hi = ([_nan_float(c[k]) for _, c in points] for k in band)
             ax.fill_between(xs, lo, hi, color=color, alpha=0.2, linewidth=0)
@@ -250,8 +263,9 @@ def _tradeoff_figure(
     for i, (s, points) in enumerate(groups.items()):
         xs, xerr = zip(*(_mean_std(cx) for _, cx, _ in points), strict=True)
         ys, yerr = zip(*(_mean_std(cy) for _, _, cy in points), strict=True)
-        color, marker = f"C{i % 10}", MARKERS[i % len(MARKERS)]
-        ax.plot(xs, ys, marker=marker, color=color, label=str(s), markersize=5)
+        style = _series_style(i)
+        color = style["color"]
+        ax.plot(xs, ys, **style, label=str(s), markersize=5)
         if any(e > 0 for e in xerr + yerr):
             ax.errorbar(xs, ys, xerr=xerr, yerr=yerr, fmt="none", ecolor=color, capsize=2,
                         elinewidth=1)
