@@ -158,8 +158,9 @@ class CAPE2d(_Sinusoidal):
 
     dim: D (even). rho: "exact" or "linspace" (appendix A). freq_scale: multiplies every
     frequency (1 in the paper; 0.4 keeps them under an 8 x 8 grid's Nyquist limit, see
-    `cape2d_frequencies`). extent: grid span [-gamma, gamma] (Table 6). max_local_shift: a float, one per axis (x, y), or "auto" = 1/N per axis for the
-    grid being encoded (the paper's emax = 1/N).
+    `cape2d_frequencies`). extent: grid span [-gamma, gamma] (Table 6). max_local_shift: a
+    float, one per axis (x, y), or "auto" = 1/N per axis for the grid being encoded (the
+    paper's emax = 1/N).
 
     forward(x: [B, H, W, D] -> [B, H, W, D]; or x: [B, T, D] with grid=(H, W), T = H*W, or with
     positions: [B, T, 2] (x, y)) -> the embedding in x's dtype.

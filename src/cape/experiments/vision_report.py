@@ -250,13 +250,12 @@ def _frequency_pairs(cfg_rows: dict[str, dict[str, Any]]) -> list[tuple[str, str
         options = {k: v for k, v in row.get("options", {}).items() if k != "freq_scale"}
         return repr(sorted({**row, "name": "", "options": sorted(options.items())}.items()))
 
-    pairs = []
-    for name, row in cfg_rows.items():
-        if row.get("options", {}).get("freq_scale", 1.0) != 1.0:
-            base = [n for n, r in cfg_rows.items()
-                    if r.get("options", {}).get("freq_scale", 1.0) == 1.0 and key(r) == key(row)]
-            pairs += [(name, base[0])] if base else []
-    return pairs
+    def scale(row: dict[str, Any]) -> float:
+        return row.get("options", {}).get("freq_scale", 1.0)
+
+    # reversed: where several unscaled rows match, the first one is the base
+    plain = {key(r): n for n, r in reversed(cfg_rows.items()) if scale(r) == 1.0}
+    return [(n, plain[key(r)]) for n, r in cfg_rows.items() if scale(r) != 1.0 and key(r) in plain]
 
 
 def _figures(rep: Report, out: Path, maps: dict[str, np.ndarray]) -> None:
