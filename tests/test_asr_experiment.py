@@ -201,6 +201,30 @@ def test_tiny_experiment_writes_report_and_resumes(tiny_run) -> None:
     assert A.redraw(out) == out / "report.md"
 
 
+def test_archived_run_of_a_row_without_positions_needs_no_weights(tiny_run, tmp_path) -> None:
+    # a run restored from docs/ (eval.json + settings.json, no checkpoints) of a row with no
+    # absolute encoding has no "positions removed" records, and must not need any
+    import dataclasses
+
+    from cape.experiments.common import run_dir, run_settings
+
+    cfg, mapping, out, _ = tiny_run
+    nopos = next(r for r in _cfg().rows if r.name == "nopos")
+    cfg2 = dataclasses.replace(cfg, rows=(nopos,), eval=dataclasses.replace(cfg.eval, hop_rows=()))
+    mapping2 = {**mapping, "rows": [{"name": "nopos", "position": "nopos"}],
+                "eval": {**mapping["eval"], "hop_rows": []}}
+    cached = json.loads((out / "cape" / "seed0" / "eval.json").read_text())
+    records = [{**r, "row": "nopos"} for r in cached["records"]
+               if r["split"] not in ("test, positions removed", "test@hop")]
+    folder = run_dir(tmp_path, nopos, 0)
+    folder.mkdir(parents=True)
+    (folder / "eval.json").write_text(json.dumps({"records": records, "summary": cached["summary"]}))
+    (folder / "settings.json").write_text(json.dumps(run_settings(cfg2, nopos)))
+    results = A.run_experiment(cfg2, mapping2, tmp_path)
+    assert results["records"] == records and not (folder / "checkpoints").exists()
+    assert (tmp_path / "report.md").is_file()
+
+
 def test_transcribe_a_trained_run(tiny_run, capsys) -> None:
     from cape.cli import main
 

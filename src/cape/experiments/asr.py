@@ -260,7 +260,9 @@ def run_experiment(cfg: AsrConfig, mapping: dict[str, Any], out: str | Path) -> 
         return {"records": eval_records(cfg, row, seed, model, data, dist.device), "summary": summary}
 
     for row, seed, done in cached_runs(cfg.rows, cfg.seeds, out, compute, cfg):
-        if not any(r["split"] == NO_POSITIONS for r in done["records"]):
+        shape = make_model(cfg, row)  # untrained: its parameter count, whether it has positions
+        if shape.encoder.position is not None and not any(
+                r["split"] == NO_POSITIONS for r in done["records"]):
             # an evaluation cached before this measurement existed: add it, keep the rest
             extra = without_positions(cfg, row, seed, load_run(cfg, row, seed, out).to(dist.device),
                                       data)
@@ -271,7 +273,7 @@ def run_experiment(cfg: AsrConfig, mapping: dict[str, Any], out: str | Path) -> 
         records += done["records"]
         summaries[f"{row.name}/seed{seed}"] = done["summary"]
         if row.name not in params:  # the same for every seed
-            params[row.name] = sum(p.numel() for p in make_model(cfg, row).parameters())
+            params[row.name] = sum(p.numel() for p in shape.parameters())
     results = {"experiment": "asr", "name": cfg.name, "config": mapping, "records": records,
                "train": summaries, "params": params, "data": data.summary()}
     if dist.rank == 0:
