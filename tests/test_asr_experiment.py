@@ -299,6 +299,10 @@ def test_paper_claims_from_records() -> None:
         "18.0 -> 50.5", True)
     assert got["CAPE λ=1 padding-free at least as good as padded"] == (
         "CAPE λ=1 padding-free 12.0 ± 0.0 vs CAPE λ=1 11.5 ± 0.0", False)
+    one_seed = {**results, "records": [r for r in records if r["seed"] == 0]}
+    got = {claim: measured for claim, measured, _ in paper_claims(one_seed)}
+    assert got["CAPE λ=1 padding-free at least as good as padded"] == (
+        "CAPE λ=1 padding-free 12.0 vs CAPE λ=1 11.5")  # one seed: no spread to show
 
 
 def test_rows_option_keeps_the_row_lists_of_eval_consistent(capsys) -> None:

@@ -83,6 +83,11 @@ def flatness(records: list[dict[str, Any]], metric: str = "wer") -> dict[str, fl
     return out
 
 
+def _mean_std(cell: dict[str, Any], digits: int = 1) -> str:
+    # one seed has no spread: "± 0.0" would claim one
+    return f"{cell['mean']:.{digits}f}" + (f" ± {cell['std']:.{digits}f}" if cell["n"] > 1 else "")
+
+
 def paper_claims(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
     """CAPE sec. 5.2's findings, each (claim, measured, holds) from WER on `test` at the
     training hop, for the rows present: CAPE's longest/shortest bin ratio <= 1.5 while sinpos's
@@ -110,7 +115,7 @@ def paper_claims(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
             out.append((f"{row}: longest-bin WER > 2 x shortest", f"{ratio[row]:.2f}", ratio[row] > 2))
 
     def ms(row: str) -> str:
-        return f"{row} {wer[row]['mean']:.1f} ± {wer[row]['std']:.1f}"
+        return f"{row} {_mean_std(wer[row])}"
 
     both, alone = "CAPE", ("CAPE no SpecAugment", "sinpos")  # sinpos rows have SpecAugment
     if all(r in wer for r in (both, *alone)):
@@ -132,13 +137,9 @@ def _hop_table(results: dict[str, Any]) -> str | None:
     cells = {m: {(c["row"], c["hop_ms"]): c for c in summarize(recs, ["row", "hop_ms"], m)}
              for m in ("wer", "cer", "audio_s_per_s")}
     lines = ["| row | inference hop ms | WER % | CER % | audio s / s |", "|---|---|---|---|---|"]
-
-    def cell(c: dict[str, Any], digits: int) -> str:
-        return f"{c['mean']:.{digits}f}" + (f" ± {c['std']:.{digits}f}" if c["n"] > 1 else "")
-
     for key, c in cells["wer"].items():
-        lines.append(f"| {key[0]} | {key[1]:g} | {cell(c, 1)} | {cell(cells['cer'][key], 1)} | "
-                     f"{cell(cells['audio_s_per_s'][key], 0)} |")
+        lines.append(f"| {key[0]} | {key[1]:g} | {_mean_std(c)} | {_mean_std(cells['cer'][key])} | "
+                     f"{_mean_std(cells['audio_s_per_s'][key], 0)} |")
     return "\n".join(lines)
 
 
