@@ -216,3 +216,12 @@ def test_failed_write_keeps_the_old_file(tmp_path: Path, monkeypatch: pytest.Mon
             Report("new").paragraph("x" * 100).write(path)
     assert path.read_text(encoding="utf-8") == "old complete content\n"
     assert [p.name for p in tmp_path.iterdir()] == ["out.txt"]  # no temporary file left
+
+
+def test_mean_std_shows_a_spread_only_with_two_or_more_values() -> None:
+    cells = {c["row"]: c for c in summarize(
+        [{"row": "a", "v": 1.0}, {"row": "a", "v": 4.0}, {"row": "b", "v": 2.5}], ["row"], "v")}
+    spread = float(np.std([1.0, 4.0], ddof=1))  # independent: sample std of the two values
+    assert report.mean_std(cells["a"]) == f"2.5 ± {spread:.1f}" == "2.5 ± 2.1"
+    assert report.mean_std(cells["a"], 3) == f"2.500 ± {spread:.3f}"
+    assert report.mean_std(cells["b"]) == "2.5" and report.mean_std(cells["b"], 0) == "2"

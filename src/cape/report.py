@@ -18,7 +18,7 @@ from typing import Any
 
 from .io import atomic_write
 
-__all__ = ["summarize", "pivot", "claims_table", "write_json", "write_text", "Report"]
+__all__ = ["summarize", "pivot", "mean_std", "claims_table", "write_json", "write_text", "Report"]
 
 MISSING = "–"
 _BEST = ("max", "min", None)
@@ -187,6 +187,13 @@ def pivot(
             cells.append(f"**{text}**" if (r, c) in bold else text)
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def mean_std(cell: Mapping[str, Any], digits: int = 1) -> str:
+    """One `summarize` cell as "mean ± std" with `digits` decimals, or the mean alone when
+    n == 1: one seed has no spread, and "± 0.0" would claim one."""
+    mean = f"{cell['mean']:.{digits}f}"
+    return mean + (f" ± {cell['std']:.{digits}f}" if int(cell["n"]) > 1 else "")
 
 
 def claims_table(claims: Sequence[tuple[str, str, bool | None]]) -> str:

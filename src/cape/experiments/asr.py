@@ -253,15 +253,16 @@ def run_experiment(cfg: AsrConfig, mapping: dict[str, Any], out: str | Path) -> 
     data = make_data(cfg)
     records: list[dict[str, Any]] = []
     summaries: dict[str, dict[str, float]] = {}
-    params: dict[str, int] = {}
+    shapes: dict[str, CTCModel] = {}  # untrained, one per row: parameter count, has positions?
 
     def compute(row: RowConfig, seed: int, folder: Path) -> dict[str, Any]:
         model, summary = train_run(cfg, row, seed, out, data)
         return {"records": eval_records(cfg, row, seed, model, data, dist.device), "summary": summary}
 
     for row, seed, done in cached_runs(cfg.rows, cfg.seeds, out, compute, cfg):
-        shape = make_model(cfg, row)  # untrained: its parameter count, whether it has positions
-        if shape.encoder.position is not None and not any(
+        if row.name not in shapes:
+            shapes[row.name] = make_model(cfg, row)
+        if shapes[row.name].encoder.position is not None and not any(
                 r["split"] == NO_POSITIONS for r in done["records"]):
             # an evaluation cached before this measurement existed: add it, keep the rest
             extra = without_positions(cfg, row, seed, load_run(cfg, row, seed, out).to(dist.device),
@@ -272,10 +273,10 @@ def run_experiment(cfg: AsrConfig, mapping: dict[str, Any], out: str | Path) -> 
                     write_json(run_dir(out, row, seed) / "eval.json", done)
         records += done["records"]
         summaries[f"{row.name}/seed{seed}"] = done["summary"]
-        if row.name not in params:  # the same for every seed
-            params[row.name] = sum(p.numel() for p in shape.parameters())
     results = {"experiment": "asr", "name": cfg.name, "config": mapping, "records": records,
-               "train": summaries, "params": params, "data": data.summary()}
+               "train": summaries,
+               "params": {name: sum(p.numel() for p in m.parameters()) for name, m in shapes.items()},
+               "data": data.summary()}
     if dist.rank == 0:
         write_report(out, results)
     D.barrier()

@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..report import Report, claims_table, pivot, summarize, write_json
+from ..report import Report, claims_table, mean_std, pivot, summarize, write_json
 from .common import plot_ok, read_results, train_cost_table
 
 __all__ = ["write_report", "redraw", "bin_table", "flatness", "paper_claims"]
@@ -83,11 +83,6 @@ def flatness(records: list[dict[str, Any]], metric: str = "wer") -> dict[str, fl
     return out
 
 
-def _mean_std(cell: dict[str, Any], digits: int = 1) -> str:
-    # one seed has no spread: "± 0.0" would claim one
-    return f"{cell['mean']:.{digits}f}" + (f" ± {cell['std']:.{digits}f}" if cell["n"] > 1 else "")
-
-
 def paper_claims(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
     """CAPE sec. 5.2's findings, each (claim, measured, holds) from WER on `test` at the
     training hop, for the rows present: CAPE's longest/shortest bin ratio <= 1.5 while sinpos's
@@ -115,7 +110,7 @@ def paper_claims(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
             out.append((f"{row}: longest-bin WER > 2 x shortest", f"{ratio[row]:.2f}", ratio[row] > 2))
 
     def ms(row: str) -> str:
-        return f"{row} {_mean_std(wer[row])}"
+        return f"{row} {mean_std(wer[row])}"
 
     both, alone = "CAPE", ("CAPE no SpecAugment", "sinpos")  # sinpos rows have SpecAugment
     if all(r in wer for r in (both, *alone)):
@@ -138,8 +133,8 @@ def _hop_table(results: dict[str, Any]) -> str | None:
              for m in ("wer", "cer", "audio_s_per_s")}
     lines = ["| row | inference hop ms | WER % | CER % | audio s / s |", "|---|---|---|---|---|"]
     for key, c in cells["wer"].items():
-        lines.append(f"| {key[0]} | {key[1]:g} | {_mean_std(c)} | {_mean_std(cells['cer'][key])} | "
-                     f"{_mean_std(cells['audio_s_per_s'][key], 0)} |")
+        lines.append(f"| {key[0]} | {key[1]:g} | {mean_std(c)} | {mean_std(cells['cer'][key])} | "
+                     f"{mean_std(cells['audio_s_per_s'][key], 0)} |")
     return "\n".join(lines)
 
 

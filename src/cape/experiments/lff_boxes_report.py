@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..data.boxes import QUESTIONS
-from ..report import Report, pivot, summarize, write_json
+from ..report import Report, mean_std, pivot, summarize, write_json
 from ..stats import welch_t_test
 from .common import plot_ok, read_results, train_cost_table
 
@@ -35,7 +35,7 @@ def redraw(out: str | Path) -> Path:
 def _cell(cell: dict[str, Any] | None) -> str:
     if cell is None or not cell["n"]:
         return "–"
-    return f"{cell['mean']:.1f}" if cell["n"] == 1 else f"{cell['mean']:.1f} ± {cell['std']:.1f}"
+    return mean_std(cell)
 
 
 def _p(values: list[float], ref: list[float]) -> str:

@@ -17,7 +17,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..report import Report, pivot, summarize, write_json
+from ..report import Report, mean_std, pivot, summarize, write_json
 from .common import plot_ok, read_results, train_cost_table
 
 __all__ = ["T975", "t_quantile_975", "confidence_cells", "write_report", "redraw"]
@@ -75,7 +75,7 @@ def _final_table(cells: list[dict[str, Any]], records: list[dict[str, Any]],
         c = by_row.get(name)
         if c is None:
             continue
-        text = f"{c['mean']:.4f} ± {c['std']:.4f}" if c["n"] > 1 else f"{c['mean']:.4f}"
+        text = mean_std(c, 4)
         if c["mean"] == best:
             text = f"**{text}**"
         ci = f"[{c['lo']:.4f}, {c['hi']:.4f}]" if c["n"] > 1 else "–"
