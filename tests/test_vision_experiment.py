@@ -401,6 +401,10 @@ def test_paper_claims_from_records():
         "24 px +2.0, 32 px +2.0, 56 px +2.0, 96 px -1.0", False)
     assert paper_claims({"config": {"rows": rows[1:2], "eval": {"sizes": [24]}},
                          "records": records}) == []  # no CAPE row: nothing to check
+    # one seed has no spread: the mean alone, no "± 0.0"
+    seed0 = {"config": results["config"], "records": [r for r in records if r["seed"] == 0]}
+    got = {claim: measured for claim, measured, _ in paper_claims(seed0)}
+    assert got["CAPE ≥ sinpos at 32 px"] == "69.0 vs 69.0"
 
 
 def test_frequency_study_claim_pairs_rows_that_differ_only_in_freq_scale():

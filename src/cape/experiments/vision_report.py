@@ -14,7 +14,7 @@ import torch
 
 from ..io import atomic_write
 from ..models.vit import ViT
-from ..report import Report, claims_table, pivot, summarize, write_json
+from ..report import Report, claims_table, mean_std, pivot, summarize, write_json
 from .common import plot_ok, read_results, train_cost_table
 from .vision_config import RowConfig
 
@@ -181,10 +181,6 @@ def _extra_tables(rep: Report, results: dict[str, Any], rows: list[str]) -> None
                   caption="Accuracy (%) per native-size bin and resize strategy (Table 5).")
 
 
-def _ms(cell: dict[str, Any]) -> str:
-    return f"{cell['mean']:.1f} ± {cell['std']:.1f}"
-
-
 def paper_claims(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
     """CAPE sec. 5.1's findings, each (claim, measured, holds) from the test-set accuracies of
     the rows named "CAPE", "sinpos", "abspos" and "UniViT ..." (those present): CAPE at least as
@@ -208,7 +204,7 @@ def paper_claims(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
             ca, cb = acc[(a, size)], acc[(b, size)]
             holds = ca["mean"] > cb["mean"] if strict else ca["mean"] >= cb["mean"]
             out.append((f"{a} {'>' if strict else '≥'} {b} at {size} px",
-                        f"{_ms(ca)} vs {_ms(cb)}", holds))
+                        f"{mean_std(ca)} vs {mean_std(cb)}", holds))
 
     versus("CAPE", "sinpos", train, False)
     versus("CAPE", "abspos", train, False)
