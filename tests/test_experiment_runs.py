@@ -104,3 +104,33 @@ def test_train_cost_table_shares_and_unrecorded_runs() -> None:
     # loader share: 1 s of 10 s; the overhead as the Trainer reported it
     assert rows["a/seed0"] == ["7", "1.0", "10.0%", "30.0%", "91.2"]
     assert rows["b/seed0"] == ["–", "–", "–", "–", "50.0"]
+
+
+def test_finished_only_reads_back_and_writes_nothing(tmp_path):
+    from cape.experiments.common import finished_rows
+
+    calls: list = []
+    _run(_Cfg(rows=[_Row("a")], seeds=[0]), tmp_path, calls)  # a/seed0 finished
+    cfg = _Cfg(rows=[_Row("a"), _Row("b")], seeds=[0, 1])
+    assert finished_rows(cfg, tmp_path) == ["a"]
+
+    def never(row, seed, folder):
+        raise AssertionError("train=False must not compute")
+
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    got = list(cached_runs(cfg.rows, cfg.seeds, tmp_path, never, cfg, train=False))
+    assert [(r.name, s, d["value"]) for r, s, d in got] == [("a", 0, 1)]
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    # what is measured changed: that eval.json is not this config's result, so not finished
+    remeasure = _Cfg(eval=_Eval([9]))
+    assert finished_rows(remeasure, tmp_path) == []
+    assert list(cached_runs(remeasure.rows, [0], tmp_path, never, remeasure, train=False)) == []
+    with pytest.raises(ValueError, match=r"train.steps: 10 -> 20"):  # trained otherwise: refused
+        finished_rows(_Cfg(train=_Train(steps=20)), tmp_path)
+
+
+def test_seeds_by_row_from_the_runs() -> None:
+    from cape.experiments.common import seeds_by_row
+
+    got = seeds_by_row({"train": {"a/seed0": {}, "CAPE Δ=10/seed1": {}, "a/seed2": {}}})
+    assert got == {"a": [0, 2], "CAPE Δ=10": [1]}

@@ -214,3 +214,28 @@ def test_experiment_under_torchrun_two_cpu_ranks(tmp_path) -> None:
     test = [r for r in results["records"] if r["split"] == "test" and r["bin"] == "all"]
     assert len(test) == 1 and test[0]["sentences"] == 10  # every sentence, once
     assert results["train"]["CAPE/seed0"]["step"] == 2.0
+
+
+@needs_apertium
+def test_finished_reports_a_study_in_progress(tiny_run, tmp_path) -> None:
+    import yaml
+
+    from cape.experiments.cli import experiment_main
+
+    cfg, mapping, out, results = tiny_run
+    # one more seed and a row that never ran: only the finished runs are reported
+    more = {**mapping, "seeds": [0, 1],
+            "rows": mapping["rows"] + [{"name": "sinpos", "position": "sinpos"}]}
+    (tmp_path / "more.yaml").write_text(yaml.safe_dump(more, allow_unicode=True))
+    argv = ["translation", "--config", str(tmp_path / "more.yaml"), "--out", str(out)]
+    assert experiment_main([*argv, "--finished"]) == 0
+    assert not (out / "cape" / "seed1").exists() and not (out / "sinpos").exists()
+    again = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert [r["name"] for r in again["config"]["rows"]] == ["CAPE", "relpos"]
+    assert again["records"] == json.loads(json.dumps(results["records"]))
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert "not every seed has finished for CAPE, relpos" in report
+    assert "| 0 |" in report and "| sinpos" not in report
+    with pytest.raises(ValueError, match="--finished: .* no finished run"):
+        experiment_main([*argv[:-1], str(tmp_path / "empty"), "--finished"])
+    T.run_experiment(cfg, mapping, out)  # leave the folder as the other tests expect it

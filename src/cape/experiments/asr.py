@@ -244,8 +244,10 @@ def format_records(records: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def run_experiment(cfg: AsrConfig, mapping: dict[str, Any], out: str | Path) -> dict[str, Any]:
-    """Train and evaluate every (row, seed), then write the report; returns the results."""
+def run_experiment(cfg: AsrConfig, mapping: dict[str, Any], out: str | Path,
+                   *, train: bool = True) -> dict[str, Any]:
+    """Train and evaluate every (row, seed), then write the report; returns the results. With
+    `train=False`, report only the runs that have finished (`cape experiment --finished`)."""
     out = Path(out)
     dist = D.init_distributed(cfg.train.device)
     if dist.rank == 0:
@@ -259,7 +261,7 @@ def run_experiment(cfg: AsrConfig, mapping: dict[str, Any], out: str | Path) -> 
         model, summary = train_run(cfg, row, seed, out, data)
         return {"records": eval_records(cfg, row, seed, model, data, dist.device), "summary": summary}
 
-    for row, seed, done in cached_runs(cfg.rows, cfg.seeds, out, compute, cfg):
+    for row, seed, done in cached_runs(cfg.rows, cfg.seeds, out, compute, cfg, train=train):
         if row.name not in shapes:
             shapes[row.name] = make_model(cfg, row)
         if shapes[row.name].encoder.position is not None and not any(

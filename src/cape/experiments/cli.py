@@ -13,7 +13,7 @@ from typing import Any
 
 from ..config import from_mapping
 from . import EXPERIMENTS, resolve_config
-from .common import archive_runs, read_results
+from .common import archive_runs, finished_rows, read_results
 
 __all__ = ["experiment_main", "train_main", "eval_main", "plot_main"]
 
@@ -35,6 +35,9 @@ def _parser(prog: str, *, row: bool) -> argparse.ArgumentParser:
                        help="run only these rows of the config (comma-separated names)")
         p.add_argument("--print-config", action="store_true",
                        help="print the resolved config as YAML and exit")
+        p.add_argument("--finished", action="store_true",
+                       help="train nothing: report the runs of --out that have finished "
+                            "(a study in progress); rows with none are left out")
     return p
 
 
@@ -48,12 +51,17 @@ def _resolve(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Path]:
         unknown = [n for n in names if n not in known]
         if unknown or not names:
             raise ValueError(f"--rows must name rows of the config {known}, got {unknown or names}")
-        mapping = {**mapping, "rows": [r for r in mapping["rows"] if r["name"] in names]}
-        ev = mapping.get("eval", {})  # eval lists of row names (e.g. hop_rows) keep the chosen
-        mapping["eval"] = {k: [n for n in v if n in names] if k.endswith("_rows") else v
-                           for k, v in ev.items()}
-        cfg = from_mapping(exp.config_cls, mapping)
+        cfg, mapping = _keep_rows(exp, mapping, names)
     return cfg, mapping, args.out or Path("runs") / cfg.name
+
+
+def _keep_rows(exp: Any, mapping: dict[str, Any], names: list[str]) -> tuple[Any, dict[str, Any]]:
+    """The config and mapping with only the rows `names`."""
+    mapping = {**mapping, "rows": [r for r in mapping["rows"] if r["name"] in names]}
+    ev = mapping.get("eval", {})  # eval lists of row names (e.g. hop_rows) keep the chosen
+    mapping["eval"] = {k: [n for n in v if n in names] if k.endswith("_rows") else v
+                       for k, v in ev.items()}
+    return from_mapping(exp.config_cls, mapping), mapping
 
 
 def _module(args: argparse.Namespace) -> Any:
@@ -77,7 +85,13 @@ def experiment_main(argv: list[str]) -> int:
 
         print(yaml.safe_dump(mapping, sort_keys=False, allow_unicode=True), end="")
         return 0
-    _module(args).run_experiment(cfg, mapping, out)
+    if args.finished:
+        names = finished_rows(cfg, out)
+        if not names:
+            raise ValueError(f"--finished: {str(out)!r} holds no finished run of the rows "
+                             f"{[r.name for r in cfg.rows]} (see --out, --preset, --rows)")
+        cfg, mapping = _keep_rows(EXPERIMENTS[args.name], mapping, names)
+    _module(args).run_experiment(cfg, mapping, out, train=not args.finished)
     print(f"report: {out / 'report.md'}")
     return 0
 

@@ -14,7 +14,9 @@ from ..io import atomic_write
 
 __all__ = ["merge", "resolve_config", "slug", "save_config", "check_runs", "check_best_metric",
            "run_dir", "run_settings", "check_run_settings", "fit_best", "cached_runs",
-           "read_results", "archive_runs", "summed_accuracy", "plot_ok", "train_cost_table"]
+           "is_finished", "finished_rows",
+           "read_results", "archive_runs", "summed_accuracy", "plot_ok", "seeds_by_row",
+           "train_cost_table"]
 
 
 def merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
@@ -153,7 +155,7 @@ def check_run_settings(folder: Path, settings: dict[str, Any]) -> bool:
 
 def cached_runs(
     rows: Sequence[Any], seeds: Sequence[int], out: str | Path,
-    compute: Callable[[Any, int, Path], dict[str, Any]], cfg: Any = None,
+    compute: Callable[[Any, int, Path], dict[str, Any]], cfg: Any = None, *, train: bool = True,
 ) -> Iterator[tuple[Any, int, dict[str, Any]]]:
     """Every (row, seed) in order, with what it left in `<run_dir>/eval.json`: read when it is
     there, else `compute(row, seed, folder)` (train, resumable, then evaluate), which rank 0
@@ -161,7 +163,10 @@ def cached_runs(
 
     With the experiment config `cfg`, each run folder keeps its `run_settings` in
     `settings.json`: a rerun with other training settings raises ValueError naming them
-    (`check_run_settings`), one with other `eval.*` settings evaluates again without training."""
+    (`check_run_settings`), one with other `eval.*` settings evaluates again without training.
+
+    With `train=False` nothing is computed or written: only the finished runs (`is_finished`)
+    are yielded, so a report of a study still in progress can be drawn from them."""
     import json
 
     from ..report import write_json
@@ -169,9 +174,16 @@ def cached_runs(
 
     jobs = [(row, seed) for row in rows for seed in seeds]
     for i, (row, seed) in enumerate(jobs):
-        print(f"[{i + 1}/{len(jobs)}] {row.name} seed {seed}", flush=True)
         folder = run_dir(out, row, seed)
         path = folder / "eval.json"
+        if not train:
+            done = is_finished(folder, None if cfg is None else run_settings(cfg, row))
+            print(f"[{i + 1}/{len(jobs)}] {row.name} seed {seed}"
+                  f"{'' if done else ': not finished, left out'}", flush=True)
+            if done:
+                yield row, seed, json.loads(path.read_text(encoding="utf-8"))
+            continue
+        print(f"[{i + 1}/{len(jobs)}] {row.name} seed {seed}", flush=True)
         stale = False
         if cfg is not None:
             settings = run_settings(cfg, row)
@@ -188,6 +200,22 @@ def cached_runs(
             if D.get_rank() == 0:
                 write_json(path, done)
         yield row, seed, done
+
+
+def is_finished(folder: Path, settings: dict[str, Any] | None) -> bool:
+    """Whether run `folder` holds an `eval.json` that `cached_runs` would read back: one whose
+    `settings.json` matches `settings` in every measured key (None: not checked). Reads only;
+    ValueError as `check_run_settings` when a training setting differs."""
+    if not (folder / "eval.json").is_file():
+        return False
+    return settings is None or not check_run_settings(folder, settings)
+
+
+def finished_rows(cfg: Any, out: str | Path) -> list[str]:
+    """The names of the rows of experiment config `cfg` with at least one finished seed in
+    experiment folder `out` (`is_finished`), in config order."""
+    return [row.name for row in cfg.rows
+            if any(is_finished(run_dir(out, row, s), run_settings(cfg, row)) for s in cfg.seeds)]
 
 
 def read_results(out: str | Path) -> dict[str, Any]:
@@ -241,6 +269,17 @@ def plot_ok() -> bool:
     except ImportError:
         return False
     return True
+
+
+def seeds_by_row(results: Mapping[str, Any]) -> dict[str, list[int]]:
+    """The seeds each row of `results` holds, from its runs (`results["train"]` keys
+    "row/seedN"), in the order they ran: a report drawn with `--finished` may hold fewer seeds
+    for some rows than the config lists."""
+    seeds: dict[str, list[int]] = {}
+    for key in results.get("train", {}):
+        row, _, seed = key.rpartition("/seed")
+        seeds.setdefault(row, []).append(int(seed))
+    return seeds
 
 
 def train_cost_table(rep: Any, results: Mapping[str, Any], metric: str = "eval_acc",

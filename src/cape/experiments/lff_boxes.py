@@ -217,8 +217,10 @@ def _baselines(data: dict[str, Screens]) -> dict[str, dict[str, float]]:
                              ("content_only", content_only_accuracy))}
 
 
-def run_experiment(cfg: LffBoxesConfig, mapping: dict[str, Any], out: str | Path) -> dict[str, Any]:
-    """Train and evaluate every (row, seed), then write the report; returns the results."""
+def run_experiment(cfg: LffBoxesConfig, mapping: dict[str, Any], out: str | Path,
+                   *, train: bool = True) -> dict[str, Any]:
+    """Train and evaluate every (row, seed), then write the report; returns the results. With
+    `train=False`, report only the runs that have finished (`cape experiment --finished`)."""
     out = Path(out)
     dist = D.init_distributed(cfg.train.device)
     if dist.rank == 0:
@@ -234,7 +236,7 @@ def run_experiment(cfg: LffBoxesConfig, mapping: dict[str, Any], out: str | Path
         return {"records": eval_records(cfg, row, seed, model, data, dist.device),
                 "summary": summary, "params": _parameters(model)}
 
-    for row, seed, done in cached_runs(cfg.rows, cfg.seeds, out, compute, cfg):
+    for row, seed, done in cached_runs(cfg.rows, cfg.seeds, out, compute, cfg, train=train):
         records += done["records"]
         summaries[f"{row.name}/seed{seed}"] = done["summary"]
         params[row.name] = done["params"]

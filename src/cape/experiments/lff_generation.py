@@ -184,8 +184,10 @@ def read_curve(folder: str | Path) -> list[dict[str, Any]]:
     return [{"step": s, "bpd": points[s]} for s in sorted(points)]
 
 
-def run_experiment(cfg: GenerationConfig, mapping: dict[str, Any], out: str | Path) -> dict[str, Any]:
-    """Train and evaluate every (row, seed), then write the report; returns the results."""
+def run_experiment(cfg: GenerationConfig, mapping: dict[str, Any], out: str | Path,
+                   *, train: bool = True) -> dict[str, Any]:
+    """Train and evaluate every (row, seed), then write the report; returns the results. With
+    `train=False`, report only the runs that have finished (`cape experiment --finished`)."""
     out = Path(out)
     dist = D.init_distributed(cfg.train.device)
     if dist.rank == 0:
@@ -200,7 +202,7 @@ def run_experiment(cfg: GenerationConfig, mapping: dict[str, Any], out: str | Pa
         return {"records": eval_records(cfg, row, seed, model, data, dist.device),
                 "curve": read_curve(folder), "summary": summary}
 
-    for row, seed, done in cached_runs(cfg.rows, cfg.seeds, out, compute, cfg):
+    for row, seed, done in cached_runs(cfg.rows, cfg.seeds, out, compute, cfg, train=train):
         records += done["records"]
         curves += [{"row": row.name, "seed": seed, **p} for p in done["curve"]]
         summaries[f"{row.name}/seed{seed}"] = done["summary"]

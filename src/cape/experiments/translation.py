@@ -229,8 +229,10 @@ def format_records(result: dict[str, Any] | list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def run_experiment(cfg: TranslationConfig, mapping: dict[str, Any], out: str | Path) -> dict[str, Any]:
-    """Train and evaluate every (row, seed), then write the report; returns the results."""
+def run_experiment(cfg: TranslationConfig, mapping: dict[str, Any], out: str | Path,
+                   *, train: bool = True) -> dict[str, Any]:
+    """Train and evaluate every (row, seed), then write the report; returns the results. With
+    `train=False`, report only the runs that have finished (`cape experiment --finished`)."""
     out = Path(out)
     dist = D.init_distributed(cfg.train.device)
     if dist.rank == 0:
@@ -247,7 +249,7 @@ def run_experiment(cfg: TranslationConfig, mapping: dict[str, Any], out: str | P
         model, summary = train_run(cfg, row, seed, out, data)
         return {**eval_records(cfg, row, seed, model, data, dist.device), "summary": summary}
 
-    for row, seed, done in cached_runs(cfg.rows, cfg.seeds, out, compute, cfg):
+    for row, seed, done in cached_runs(cfg.rows, cfg.seeds, out, compute, cfg, train=train):
         records += done["records"]
         curves[f"{row.name}/seed{seed}"] = done["curve"]
         examples.setdefault(row.name, done["examples"])

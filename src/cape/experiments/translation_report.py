@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..report import Report, pivot, summarize, write_json
-from .common import plot_ok, read_results, train_cost_table
+from .common import plot_ok, read_results, seeds_by_row, train_cost_table
 
 __all__ = ["write_report", "redraw", "bleu_table", "nll_table", "nll_curve_cells"]
 
@@ -97,19 +97,27 @@ def _render(out: Path, results: dict[str, Any]) -> Path:
         f"positions x alpha = {d.get('alpha', float('nan')):.4f} (target/source tokens of the "
         "training set), one global shift per pair for both sides, local shifts U(-0.5, 0.5), "
         f"no scaling, no mean-normalisation, BOS before the source. Seeds {cfg['seeds']} "
-        "(mean ± std over seeds). Produced by `cape experiment translation`; `cape plot` "
-        "redraws this page from results.json.")
+        f"(mean ± std over seeds{_partial(results, cfg['seeds'])}). Produced by "
+        "`cape experiment translation`; `cape plot` redraws this page from results.json.")
     rep.table(bleu_table(results), caption=f"sacreBLEU on test (all, and by reference length: "
               f"short <= {lo:g} words < medium <= {hi:g} words < long) and on the long-sentence "
               "buckets (source words).")
     rep.table(nll_table(results), caption="Teacher-forced NLL (nats per token) on stacked test "
               f"pairs (2-4 joined), by output position; training targets have at most "
               f"{results.get('train_length', '?')} tokens.")
-    rep.table(_params(results), caption="Trainable parameters per row.")
+    rep.table(_params(results), caption="Trainable parameters and the seeds reported, per row.")
     _plots(rep, out, results)
     _examples(rep, results)
     train_cost_table(rep, results, metric="eval_bleu", label="best-so-far val BLEU")
     return rep.write(out / "report.md")
+
+
+def _partial(results: dict[str, Any], seeds: list[int]) -> str:
+    short = [r for r, s in seeds_by_row(results).items() if len(s) < len(seeds)]
+    if not short:
+        return ""
+    return (f"; not every seed has finished for {', '.join(short)}: those rows show the mean "
+            "of the seeds they have, listed in the parameters table")
 
 
 def _search(beam: int) -> str:
@@ -117,10 +125,12 @@ def _search(beam: int) -> str:
 
 
 def _params(results: dict[str, Any]) -> str:
-    lines = ["| row | parameters |", "|---|---|"]
+    seeds = seeds_by_row(results)
+    lines = ["| row | parameters | seeds |", "|---|---|---|"]
     for row in _rows(results):
         n = results.get("params", {}).get(row)
-        lines.append(f"| {row} | {'–' if n is None else f'{n:,}'} |")
+        ran = ", ".join(map(str, seeds.get(row, []))) or "–"
+        lines.append(f"| {row} | {'–' if n is None else f'{n:,}'} | {ran} |")
     return "\n".join(lines)
 
 

@@ -143,8 +143,10 @@ def load_run(cfg: VisionConfig, row: RowConfig, seed: int, out: str | Path,
     return model
 
 
-def run_experiment(cfg: VisionConfig, mapping: dict[str, Any], out: str | Path) -> dict[str, Any]:
-    """Train and evaluate every (row, seed), then write the report; returns the results."""
+def run_experiment(cfg: VisionConfig, mapping: dict[str, Any], out: str | Path,
+                   *, train: bool = True) -> dict[str, Any]:
+    """Train and evaluate every (row, seed), then write the report; returns the results. With
+    `train=False`, report only the runs that have finished (`cape experiment --finished`)."""
     out = Path(out)
     dist = D.init_distributed(cfg.train.device)
     if dist.rank == 0:
@@ -161,7 +163,7 @@ def run_experiment(cfg: VisionConfig, mapping: dict[str, Any], out: str | Path) 
         return {"records": eval_records(cfg, row, seed, model, data, dist.device),
                 "summary": summary}
 
-    for row, seed, done in cached_runs(cfg.rows, cfg.seeds, out, compute, cfg):
+    for row, seed, done in cached_runs(cfg.rows, cfg.seeds, out, compute, cfg, train=train):
         records += done["records"]
         summaries[f"{row.name}/seed{seed}"] = done["summary"]
         if cfg.eval.figures and seed == cfg.seeds[0] and dist.rank == 0:
