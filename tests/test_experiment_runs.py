@@ -98,12 +98,17 @@ def test_train_cost_table_shares_and_unrecorded_runs() -> None:
     timed = {"time_data": 1.0, "time_compute": 7.0, "time_log": 1.0, "time_checkpoint": 1.0,
              "engine_overhead": 0.3, "eval_acc": 91.25}
     rep = Report("t")
-    train_cost_table(rep, {"train": {"a/seed0": timed, "b/seed0": {"eval_acc": 50.0}}})
+    better = {**timed, "best_eval_acc": 93.0}  # the kept checkpoint's value is shown too
+    same = {**timed, "best_eval_acc": 91.25}  # no "(best ...)" when they agree
+    train_cost_table(rep, {"train": {"a/seed0": timed, "b/seed0": {"eval_acc": 50.0},
+                                     "c/seed0": better, "d/seed0": same}})
     rows = {r.split("|")[1].strip(): [c.strip() for c in r.split("|")[2:-1]]
             for r in rep.markdown().splitlines() if r.startswith("| ") and "seed" in r}
     # loader share: 1 s of 10 s; the overhead as the Trainer reported it
     assert rows["a/seed0"] == ["7", "1.0", "10.0%", "30.0%", "91.2"]
     assert rows["b/seed0"] == ["–", "–", "–", "–", "50.0"]
+    assert rows["c/seed0"][-1] == "91.2 (best 93.0)" and rows["d/seed0"][-1] == "91.2"
+    assert "final val acc" in rep.markdown()
 
 
 def test_finished_only_reads_back_and_writes_nothing(tmp_path):

@@ -84,6 +84,10 @@ def test_tiny_regression_loss_decreases_and_run_dir_is_recorded(tmp_path: Path) 
     assert env["packages"]["torch"] and "argv" in env and "git_commit" in env
     rows = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if r["split"] == "train"] == list(range(1, 61))
+    # the summary carries the kept checkpoint's value as well as the last eval's
+    evals = [r["loss"] for r in rows if r["split"] == "eval"]
+    assert len(evals) == 3 and out["best_eval_loss"] == pytest.approx(min(evals))
+    assert out["eval_loss"] == pytest.approx(evals[-1])
     assert (run / "metrics_train.csv").read_text().splitlines()[0].startswith("step,split,loss")
     assert (run / "checkpoints" / "best" / "model.safetensors").exists()
     assert latest_checkpoint(run / "checkpoints").name == "step_00000060"

@@ -279,7 +279,13 @@ def test_runs_restored_from_eval_json_alone(tiny_run, tmp_path, monkeypatch, cap
     import cape.experiments.vision as vision
 
     out, args = tiny_run
+    # a run still training (settings.json, no eval.json yet) stays out of the archive
+    (out / "run" / "cape" / "seed9").mkdir()
+    shutil.copyfile(out / "run" / "cape" / "seed0" / "settings.json",
+                    out / "run" / "cape" / "seed9" / "settings.json")
     assert cli(["plot", str(out / "run"), "--archive", str(tmp_path / "docs")]) == 0
+    assert not (tmp_path / "docs" / "cape" / "seed9").exists()
+    shutil.rmtree(out / "run" / "cape" / "seed9")
     kept = sorted(str(p.relative_to(tmp_path / "docs")) for p in (tmp_path / "docs").rglob("*")
                   if p.is_file())
     assert "nopos/seed0/eval.json" in kept and "cape/seed0/settings.json" in kept

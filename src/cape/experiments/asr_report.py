@@ -214,7 +214,7 @@ def _render(out: Path, results: dict[str, Any]) -> Path:
                   "transcribed per second (features + model + greedy decoding, batch size 1).")
     _plots(rep, out, results, rows)
     _examples(rep, results)
-    train_cost_table(rep, results, metric="eval_wer", label="best-so-far val WER %")
+    train_cost_table(rep, results, metric="eval_wer", label="final val WER %")
     return rep.write(out / "report.md")
 
 

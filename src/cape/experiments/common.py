@@ -236,7 +236,7 @@ _ARCHIVED = ("report.md", "results.json", "config.yaml", "rows.yaml", "maps.npz"
 
 
 def archive_runs(out: str | Path, dest: str | Path) -> list[Path]:
-    """Copy experiment folder `out`'s report, results, config, plots and every run's
+    """Copy experiment folder `out`'s report, results, config, plots and every finished run's
     `eval.json` and `settings.json` (no checkpoints) to `dest`, keeping the layout; returns the
     copied files. `cp -r DEST/. OUT/` in a fresh checkout lets the experiment reuse the runs."""
     import shutil
@@ -247,6 +247,8 @@ def archive_runs(out: str | Path, dest: str | Path) -> list[Path]:
     copied = []
     for pattern in _ARCHIVED:
         for src in sorted(out.glob(pattern)):
+            if src.name == "settings.json" and not (src.parent / "eval.json").is_file():
+                continue  # a run still training: archived once it has finished
             target = dest / src.relative_to(out)
             atomic_write(target, lambda tmp, src=src: shutil.copyfile(src, tmp))
             copied.append(target)
@@ -286,13 +288,17 @@ def train_cost_table(rep: Any, results: Mapping[str, Any], metric: str = "eval_a
                      label: str = "final val acc") -> None:
     """The training cost of every run (`results["train"]`: name -> the Trainer's summary) as a
     table of `rep` (`cape.report.Report`): compute and data-loading seconds, the loader's share,
-    the engine's overhead and the final validation `metric`."""
+    the engine's overhead and the final validation `metric`, with its best value (that of the
+    checkpoint kept, `best_<metric>` in the summary) where the run recorded one."""
     lines = [f"| run | train s | data s | loader share | engine overhead | {label} |",
              "|---|---|---|---|---|---|"]
     for name, s in results["train"].items():
         total = sum(s.get(f"time_{k}", 0.0) for k in ("data", "compute", "log", "checkpoint"))
-        value = s.get(metric, float("nan"))
-        value_s = "–" if math.isnan(value) else f"{value:.{3 if metric == 'eval_bpd' else 1}f}"
+        digits = 3 if metric == "eval_bpd" else 1
+        value, best = s.get(metric, float("nan")), s.get(f"best_{metric}")
+        value_s = "–" if math.isnan(value) else f"{value:.{digits}f}"
+        if best is not None and f"{best:.{digits}f}" != value_s:
+            value_s += f" (best {best:.{digits}f})"
         if not total:  # re-evaluated from a checkpoint that predates the time record
             lines.append(f"| {name} | – | – | – | – | {value_s} |")
             continue

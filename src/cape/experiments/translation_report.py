@@ -108,7 +108,7 @@ def _render(out: Path, results: dict[str, Any]) -> Path:
     rep.table(_params(results), caption="Trainable parameters and the seeds reported, per row.")
     _plots(rep, out, results)
     _examples(rep, results)
-    train_cost_table(rep, results, metric="eval_bleu", label="best-so-far val BLEU")
+    train_cost_table(rep, results, metric="eval_bleu", label="final val BLEU")
     return rep.write(out / "report.md")
 
 

@@ -296,6 +296,8 @@ class Trainer:
         total = overhead + t["compute"]
         out = dict(train_m)
         out.update({f"eval_{k}": v for k, v in eval_m.items()})
+        if self.best is not None:  # the kept checkpoint's value, which the last eval may not be
+            out[f"best_eval_{self.cfg.best_metric}"] = self.best
         out["step"] = float(self.step)
         out.update({f"time_{k}": v for k, v in t.items()})
         out["engine_overhead"] = overhead / total if total > 0 else 0.0
