@@ -279,13 +279,17 @@ def test_runs_restored_from_eval_json_alone(tiny_run, tmp_path, monkeypatch, cap
     import cape.experiments.vision as vision
 
     out, args = tiny_run
-    # a run still training (settings.json, no eval.json yet) stays out of the archive
-    (out / "run" / "cape" / "seed9").mkdir()
-    shutil.copyfile(out / "run" / "cape" / "seed0" / "settings.json",
-                    out / "run" / "cape" / "seed9" / "settings.json")
+    # a run still training (settings.json, no eval.json yet) stays out of the archive; in a
+    # copy, so that the module's shared run folder is left as it was
+    training = tmp_path / "training"
+    shutil.copytree(out / "run", training)
+    (training / "cape" / "seed9").mkdir()
+    shutil.copyfile(training / "cape" / "seed0" / "settings.json",
+                    training / "cape" / "seed9" / "settings.json")
+    assert cli(["plot", str(training), "--archive", str(tmp_path / "docs9")]) == 0
+    assert (tmp_path / "docs9" / "cape" / "seed0" / "settings.json").is_file()
+    assert not (tmp_path / "docs9" / "cape" / "seed9").exists()
     assert cli(["plot", str(out / "run"), "--archive", str(tmp_path / "docs")]) == 0
-    assert not (tmp_path / "docs" / "cape" / "seed9").exists()
-    shutil.rmtree(out / "run" / "cape" / "seed9")
     kept = sorted(str(p.relative_to(tmp_path / "docs")) for p in (tmp_path / "docs").rglob("*")
                   if p.is_file())
     assert "nopos/seed0/eval.json" in kept and "cape/seed0/settings.json" in kept

@@ -231,8 +231,8 @@ def read_results(out: str | Path) -> dict[str, Any]:
 
 # what an experiment folder keeps without weights: enough to report it again and, copied back
 # into an --out folder, to skip its finished runs (cached_runs reads eval.json + settings.json)
-_ARCHIVED = ("report.md", "results.json", "config.yaml", "rows.yaml", "maps.npz", "*.png",
-             "*/seed*/eval.json", "*/seed*/settings.json")
+_ARCHIVED = ("report.md", "results.json", "config.yaml", "rows.yaml", "maps.npz", "*.png")
+_ARCHIVED_PER_RUN = ("eval.json", "settings.json")
 
 
 def archive_runs(out: str | Path, dest: str | Path) -> list[Path]:
@@ -244,14 +244,15 @@ def archive_runs(out: str | Path, dest: str | Path) -> list[Path]:
     out, dest = Path(out), Path(dest)
     if not (out / "results.json").is_file():
         raise ValueError(f"{str(out)!r} has no results.json: nothing to archive")
+    # a run still training has no eval.json yet: it is archived once it has finished
+    runs = [run for run in sorted(out.glob("*/seed*")) if is_finished(run, None)]
+    sources = [src for pattern in _ARCHIVED for src in sorted(out.glob(pattern))]
+    sources += [run / name for run in runs for name in _ARCHIVED_PER_RUN if (run / name).is_file()]
     copied = []
-    for pattern in _ARCHIVED:
-        for src in sorted(out.glob(pattern)):
-            if src.name == "settings.json" and not (src.parent / "eval.json").is_file():
-                continue  # a run still training: archived once it has finished
-            target = dest / src.relative_to(out)
-            atomic_write(target, lambda tmp, src=src: shutil.copyfile(src, tmp))
-            copied.append(target)
+    for src in sources:
+        target = dest / src.relative_to(out)
+        atomic_write(target, lambda tmp, src=src: shutil.copyfile(src, tmp))
+        copied.append(target)
     return copied
 
 
