@@ -37,6 +37,27 @@ def test_presets_resolve(preset: str) -> None:
     assert cape.options["max_global_shift"] == 5.0  # appendix D.1: best for 6L-6L
 
 
+def test_a_seed_gives_the_same_initial_weights_to_rows_without_learned_positions() -> None:
+    """What the README's seed-by-seed comparison of cpu-full rests on: train_run seeds, then
+    builds the model, so sinpos, CAPE (any shift), nopos and rotary+CAPE start from the same
+    weights for a seed; abspos and relpos add tables of their own."""
+    from cape.train.seeding import seed_everything
+
+    cfg = _cfg(preset="cpu-full")
+    models = {}
+    for row in cfg.rows:
+        seed_everything(1)
+        models[row.name] = T.make_model(cfg, row, 1.05, 96, 0).state_dict()
+    ref = models["sinpos"]
+    same = [n for n, sd in models.items()
+            if sd.keys() == ref.keys() and all(torch.equal(sd[k], ref[k]) for k in ref)]
+    assert same == ["sinpos", "CAPE", "nopos", "CAPE Δ=10", "CAPE Δ=50", "rotary+CAPE"]
+    first = next(iter(ref))
+    seed_everything(2)
+    other = T.make_model(cfg, cfg.rows[0], 1.05, 96, 0).state_dict()
+    assert not torch.equal(other[first], ref[first])  # another seed, other weights
+
+
 @pytest.mark.parametrize(("override", "key"), [
     ('rows=[{"name": "x", "position": "wavelet"}]', "rows[x].position"),
     ('rows=[{"name": "x", "position": "cape", "options": {"alpha": -1}}]', "rows[x].options.alpha"),
