@@ -82,6 +82,7 @@ def test_tiny_regression_loss_decreases_and_run_dir_is_recorded(tmp_path: Path) 
     assert json.loads((run / "config.json").read_text())["experiment"] == {"model": "mlp"}
     env = json.loads((run / "env.json").read_text())
     assert env["packages"]["torch"] and "argv" in env and "git_commit" in env
+    assert "git_changed" in env
     rows = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if r["split"] == "train"] == list(range(1, 61))
     # the summary carries the kept checkpoint's value as well as the last eval's
@@ -502,3 +503,24 @@ def test_step_metrics_stay_tensors_until_logged(tmp_path: Path) -> None:
         assert r["loss"] == float(seen[r["step"]]["loss"])
         assert r["twice"] == pytest.approx(2 * r["loss"])
         assert r["grad_norm"] == float(seen[r["step"]]["grad_norm"])
+
+
+def test_git_state_names_uncommitted_tracked_files(tmp_path: Path) -> None:
+    """A run's env.json says when its code differs from its commit (the commit alone would not
+    reproduce it); untracked files such as data and runs are not listed."""
+    import subprocess
+
+    from cape.train.logging import git_state
+
+    assert git_state(tmp_path) is None  # not a checkout
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run([*git, "init", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / "model.py").write_text("a = 1\n")
+    subprocess.run([*git, "add", "model.py"], cwd=tmp_path, check=True)
+    subprocess.run([*git, "commit", "-qm", "x"], cwd=tmp_path, check=True)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True,
+                          text=True, check=True).stdout.strip()
+    (tmp_path / "runs.txt").write_text("untracked\n")
+    assert git_state(tmp_path) == {"commit": head, "changed": [], "changed_count": 0}
+    (tmp_path / "model.py").write_text("a = 2\n")
+    assert git_state(tmp_path) == {"commit": head, "changed": ["model.py"], "changed_count": 1}

@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 from ..io import atomic_write
 from .distributed import get_world_size, is_main
 
-__all__ = ["MetricsLogger", "progress", "run_info", "write_json", "write_run_record"]
+__all__ = ["MetricsLogger", "git_state", "progress", "run_info", "write_json", "write_run_record"]
 
 T = TypeVar("T")
 
@@ -147,36 +147,52 @@ class MetricsLogger:
             self._tb = None
 
 
-def _git_commit() -> str | None:
-    for cwd in (Path.cwd(), Path(__file__).resolve().parent):
-        try:
-            out = subprocess.run(
-                ["git", "rev-parse", "HEAD"],
-                cwd=cwd,
-                capture_output=True,
-                text=True,
-                timeout=5,
-                check=True,
-            )
-            return out.stdout.strip() or None
-        except (OSError, subprocess.SubprocessError):
-            continue
+def _git(args: list[str], cwd: Path) -> str:
+    out = subprocess.run(
+        ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=5, check=True
+    )
+    return out.stdout
+
+
+def git_state(path: Path) -> dict[str, Any] | None:
+    """The checkout holding `path`: its commit and the tracked files that differ from it
+    (`changed`, at most 50 listed, `changed_count` all of them). None outside a checkout or
+    without git. A run trained from uncommitted code says so here, since its commit alone
+    would not reproduce it."""
+    try:
+        commit = _git(["rev-parse", "HEAD"], path).strip()
+        status = _git(["status", "--porcelain", "--untracked-files=no"], path)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    changed = [line[3:] for line in status.splitlines() if line.strip()]
+    return {"commit": commit or None, "changed": changed[:50], "changed_count": len(changed)}
+
+
+def _code_state() -> dict[str, Any] | None:
+    # the package's own checkout first (an editable install), then the working directory
+    for cwd in (Path(__file__).resolve().parent, Path.cwd()):
+        state = git_state(cwd)
+        if state is not None:
+            return state
     return None
 
 
 def run_info() -> dict[str, Any]:
-    """Python and package versions, git commit (None outside a checkout), command line."""
+    """Python and package versions, git commit and uncommitted changes (`git_changed`; None
+    outside a checkout), command line."""
     versions: dict[str, str | None] = {}
     for pkg in ("cape", "torch", "numpy", "safetensors", "tqdm", "tensorboard"):
         try:
             versions[pkg] = importlib.metadata.version(pkg)
         except importlib.metadata.PackageNotFoundError:
             versions[pkg] = None
+    code = _code_state()
     return {
         "python": sys.version,
         "platform": platform.platform(),
         "packages": versions,
-        "git_commit": _git_commit(),
+        "git_commit": code["commit"] if code else None,
+        "git_changed": code["changed"] if code else None,
         "argv": list(sys.argv),
         "world_size": get_world_size(),
     }
