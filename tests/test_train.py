@@ -82,7 +82,7 @@ def test_tiny_regression_loss_decreases_and_run_dir_is_recorded(tmp_path: Path) 
     assert json.loads((run / "config.json").read_text())["experiment"] == {"model": "mlp"}
     env = json.loads((run / "env.json").read_text())
     assert env["packages"]["torch"] and "argv" in env and "git_commit" in env
-    assert "git_changed" in env
+    assert "git_changed" in env and "git_changed_count" in env
     rows = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if r["split"] == "train"] == list(range(1, 61))
     # the summary carries the kept checkpoint's value as well as the last eval's

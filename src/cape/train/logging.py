@@ -178,8 +178,8 @@ def _code_state() -> dict[str, Any] | None:
 
 
 def run_info() -> dict[str, Any]:
-    """Python and package versions, git commit and uncommitted changes (`git_changed`; None
-    outside a checkout), command line."""
+    """Python and package versions, git commit and uncommitted changes (`git_changed`,
+    `git_changed_count`; None outside a checkout), command line."""
     versions: dict[str, str | None] = {}
     for pkg in ("cape", "torch", "numpy", "safetensors", "tqdm", "tensorboard"):
         try:
@@ -193,6 +193,7 @@ def run_info() -> dict[str, Any]:
         "packages": versions,
         "git_commit": code["commit"] if code else None,
         "git_changed": code["changed"] if code else None,
+        "git_changed_count": code["changed_count"] if code else None,  # the list stops at 50
         "argv": list(sys.argv),
         "world_size": get_world_size(),
     }
