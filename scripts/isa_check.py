@@ -21,10 +21,10 @@ STEPS, BATCH = 30, 128
 def train_checksum() -> str:
     import torch
 
-    from cape.experiments import EXPERIMENTS, resolve_config
-    from cape.experiments.vision import classify_loss, make_model
-    from cape.experiments.vision_data import VisionData
-    from cape.train import seed_everything
+    from cape.lab.experiments import EXPERIMENTS, resolve_config
+    from cape.lab.experiments.vision.data import VisionData
+    from cape.lab.experiments.vision.run import classify_loss, make_model
+    from cape.lab.train import seed_everything
 
     exp = EXPERIMENTS["vision"]
     cfg, _ = resolve_config(exp.config_cls, exp.presets, "quick", [], [

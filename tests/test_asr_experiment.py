@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from cape.asr_metrics import wer
-from cape.data.speech_synth import DURATION_BINS
-from cape.data.tokens import decode as decode_ids
-from cape.experiments import EXPERIMENTS, resolve_config
-from cape.experiments import asr as A
-from cape.experiments.asr_config import AsrConfig
-from cape.experiments.asr_data import Utterance, collate_fn
-from cape.experiments.asr_report import bin_table, flatness
+from cape.lab.data.speech.synth import DURATION_BINS
+from cape.lab.data.speech.tokens import decode as decode_ids
+from cape.lab.experiments import EXPERIMENTS, resolve_config
+from cape.lab.experiments.asr import run as A
+from cape.lab.experiments.asr.config import AsrConfig
+from cape.lab.experiments.asr.data import Utterance, collate_fn
+from cape.lab.experiments.asr.report import bin_table, flatness
+from cape.lab.metrics import wer
 
 TINY_MODEL = {"dim": 32, "depth": 1, "heads": 2, "ffn_dim": 64}
 
@@ -162,7 +162,7 @@ def test_flatness_is_longest_over_shortest_mean() -> None:
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
-    from cape.data.espeak import espeak_available
+    from cape.lab.data.speech.espeak import espeak_available
 
     if not espeak_available():
         pytest.skip("libespeak-ng is not installed")
@@ -206,7 +206,7 @@ def test_archived_run_of_a_row_without_positions_needs_no_weights(tiny_run, tmp_
     # absolute encoding has no "positions removed" records, and must not need any
     import dataclasses
 
-    from cape.experiments.common import run_dir, run_settings
+    from cape.lab.experiments.template import run_dir, run_settings
 
     cfg, mapping, out, _ = tiny_run
     nopos = next(r for r in _cfg().rows if r.name == "nopos")
@@ -226,7 +226,7 @@ def test_archived_run_of_a_row_without_positions_needs_no_weights(tiny_run, tmp_
 
 
 def test_transcribe_a_trained_run(tiny_run, capsys) -> None:
-    from cape.cli import main
+    from cape.lab.cli import main
 
     _, _, out, _ = tiny_run
     wavs = sorted((Path(tiny_run[0].data.root) / "test").glob("*.wav"))[:2]
@@ -237,14 +237,14 @@ def test_transcribe_a_trained_run(tiny_run, capsys) -> None:
 
 @pytest.mark.slow
 def test_experiment_under_torchrun_two_cpu_ranks(tmp_path) -> None:
-    """`torchrun -m cape experiment asr`: rank 0 makes the corpus while rank 1 waits, each rank
+    """`torchrun -m cape.lab experiment asr`: rank 0 makes the corpus while rank 1 waits, each rank
     trains on its share of the duration batches, validation counts are summed over ranks, and
     only rank 0 writes the report."""
     import os
     import subprocess
     import sys
 
-    from cape.data.espeak import espeak_available
+    from cape.lab.data.speech.espeak import espeak_available
 
     if not espeak_available():
         pytest.skip("libespeak-ng is not installed")
@@ -256,7 +256,7 @@ def test_experiment_under_torchrun_two_cpu_ranks(tmp_path) -> None:
             'rows=[{"name": "CAPE pf", "position": "cape1d", "batching": "padding-free"}]',
             *(f"model.{k}={v}" for k, v in TINY_MODEL.items())]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "-m", "cape", "experiment", "asr", "--out", str(tmp_path / "run")]
+           "-m", "cape.lab", "experiment", "asr", "--out", str(tmp_path / "run")]
     for s in sets:
         cmd += ["--set", s]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
@@ -269,7 +269,7 @@ def test_experiment_under_torchrun_two_cpu_ranks(tmp_path) -> None:
 
 
 def test_paper_claims_from_records() -> None:
-    from cape.experiments.asr_report import paper_claims
+    from cape.lab.experiments.asr.report import paper_claims
 
     # WER per bin (shortest, longest) -> ratio; the "all" bin is what the studies compare
     wer = {"CAPE": (10, 14, 12), "sinpos": (10, 25, 18), "abspos": (10, 18, 14),
@@ -308,7 +308,7 @@ def test_paper_claims_from_records() -> None:
 def test_rows_option_keeps_the_row_lists_of_eval_consistent(capsys) -> None:
     import yaml
 
-    from cape.cli import main as cli
+    from cape.lab.cli import main as cli
 
     assert cli(["experiment", "asr", "--preset", "digits-k3", "--rows",
                 "CAPE no global shift,sinpos", "--print-config"]) == 0

@@ -1,4 +1,4 @@
-"""cape.asr_inference: loading trained runs, reading users' audio, transcribing and scoring."""
+"""cape.lab.apps.transcribe: loading trained runs, reading users' audio, transcribing and scoring."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from cape.asr_inference import (
+from cape.lab.apps.transcribe import (
     evaluate_folder,
     load_asr_model,
     load_audio,
@@ -18,12 +18,18 @@ from cape.asr_inference import (
     transcribe,
     transcribe_main,
 )
-from cape.asr_metrics import cer, wer
-from cape.data.features import hop_samples, log_mel
-from cape.data.speech_synth import DURATION_BINS
-from cape.data.tokens import BLANK, VOCAB_SIZE, ctc_beam_decode, ctc_greedy_decode, encode
+from cape.lab.data.speech.features import hop_samples, log_mel
+from cape.lab.data.speech.synth import DURATION_BINS
+from cape.lab.data.speech.tokens import (
+    BLANK,
+    VOCAB_SIZE,
+    ctc_beam_decode,
+    ctc_greedy_decode,
+    encode,
+)
+from cape.lab.metrics import cer, wer
+from cape.lab.train.checkpoint import save_checkpoint
 from cape.models import CTCModel
-from cape.train.checkpoint import save_checkpoint
 
 SR = 16000
 MODEL_KW = dict(
@@ -172,7 +178,7 @@ def test_hop_override_changes_frames(hop_ms: float) -> None:
 # -- audio and transcripts ---------------------------------------------------------------------
 def test_load_audio_mono_stereo_and_errors(tmp_path: Path) -> None:
     sf = pytest.importorskip("soundfile")
-    from cape.data.audio import write_wav
+    from cape.lab.data.speech.audio import write_wav
 
     left, right = _noise(0.5, seed=5), 0.5 * _noise(0.5, seed=6)
     write_wav(tmp_path / "mono.wav", left, SR)
@@ -240,7 +246,7 @@ def _rigged(frames_for_6s: int) -> CTCModel:
 
 def test_evaluate_folder_scores_known_transcripts(tmp_path: Path) -> None:
     sf = pytest.importorskip("soundfile")
-    from cape.data.audio import write_wav
+    from cape.lab.data.speech.audio import write_wav
 
     folder = tmp_path / "wavs"
     folder.mkdir()
@@ -288,7 +294,7 @@ def test_evaluate_folder_scores_known_transcripts(tmp_path: Path) -> None:
 # -- command line ------------------------------------------------------------------------------
 def test_transcribe_main_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     pytest.importorskip("soundfile")
-    from cape.data.audio import write_wav
+    from cape.lab.data.speech.audio import write_wav
 
     run, best_model, _ = _make_run(tmp_path)
     folder = tmp_path / "wavs"

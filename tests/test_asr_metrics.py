@@ -1,4 +1,4 @@
-"""cape.asr_metrics: own Levenshtein WER / CER, cross-checked against jiwer."""
+"""cape.lab.metrics: own Levenshtein WER / CER, cross-checked against jiwer."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from cape.asr_metrics import DURATION_BINS, cer, edit_distance, error_counts, wer, wer_by_bin
+from cape.lab.metrics import DURATION_BINS, cer, edit_distance, error_counts, wer, wer_by_bin
 
 
 def _naive_distance(a, b) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cape.bench.train import main
+from cape.lab.bench.train import main
 
 
 def test_bench_train_reports_engine_overhead(capsys: pytest.CaptureFixture[str]) -> None:

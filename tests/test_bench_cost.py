@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from cape.bench import encodings, throughput
-from cape.bench.memory import cuda_peak_bytes, saved_bytes
-from cape.bench.results import machine, markdown_table, write_results
+from cape.lab.bench import encodings, throughput
+from cape.lab.bench.memory import cuda_peak_bytes, saved_bytes
+from cape.lab.bench.results import machine, markdown_table, write_results
 
 
 def _csv(path: Path) -> list[dict[str, str]]:

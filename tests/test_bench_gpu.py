@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cape.bench import gpu
+from cape.lab.bench import gpu
 
 CPU = torch.device("cpu")
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from cape.bench import slowdown
-from cape.bench.slowdown import SlowdownConfig, build_model, table9_rows, update_fn
 from cape.encodings.fourier import LearnableFourierFeatures
 from cape.encodings.learned import AbsPos1d
 from cape.encodings.relative import RelPos
 from cape.encodings.rotary import Rotary
 from cape.encodings.sinusoidal import CAPE1d
+from cape.lab.bench import slowdown
+from cape.lab.bench.slowdown import SlowdownConfig, build_model, table9_rows, update_fn
 from cape.models import TransformerDecoder, TransformerEncoder
 
 TINY = SlowdownConfig(batch=2, dim=16, heads=2, ffn=32, layers=2, warmup=1, runs=2)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from cape.data.boxes import (
+from cape.lab.data.boxes import (
     NONE,
     QUESTIONS,
     WIDGETS,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import cape
-from cape.cli import main
+from cape.lab.cli import main
 
 
 def test_help_lists_commands(capsys: pytest.CaptureFixture[str]) -> None:
@@ -48,7 +48,7 @@ def test_demo_writes_the_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 def test_console_script_bench_runs() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "cape.cli", "bench", "encodings", "--runs", "1", "--scale", "0.05",
+        [sys.executable, "-m", "cape.lab.cli", "bench", "encodings", "--runs", "1", "--scale", "0.05",
          "--families", "text"],
         capture_output=True, text=True, timeout=300,
     )
@@ -66,7 +66,7 @@ def test_bench_train_reports_fraction_of_peak(capsys: pytest.CaptureFixture[str]
 
 
 def test_step_flops_closed_form() -> None:
-    from cape.bench.train import step_flops
+    from cape.lab.bench.train import step_flops
 
     # one layer, d=2, f=4, B=1, T=3: 3 * 3 tokens * (8*4 + 4*2*4 + 4*3*2) = 3 * 3 * 88
     assert step_flops(1, 2, 4, 1, 3) == 3 * 3 * 88
@@ -86,7 +86,7 @@ def test_data_chars_makes_cached_splits(tmp_path: Path, capsys: pytest.CaptureFi
 def test_data_speech_makes_then_verifies_and_names_a_corrupt_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from cape.data import espeak_available
+    from cape.lab.data import espeak_available
 
     if not espeak_available():
         pytest.skip("libespeak-ng is not installed (scripts/setup.sh installs it)")

@@ -8,8 +8,8 @@ from typing import Literal
 
 import pytest
 
-from cape.config import apply_overrides, from_mapping, load_file, to_mapping
-from cape.train import TrainConfig
+from cape.lab.config import apply_overrides, from_mapping, load_file, to_mapping
+from cape.lab.train import TrainConfig
 
 
 @dataclass

@@ -7,7 +7,7 @@ import pytest
 import torch
 from PIL import Image
 
-from cape.data import (
+from cape.lab.data import (
     CHARSET,
     SPLITS,
     ArrayImageDataset,

@@ -1,4 +1,4 @@
-"""The run cache every experiment shares (`cape.experiments.common.cached_runs`): finished runs
+"""The run cache every experiment shares (`cape.lab.experiments.template.cached_runs`): finished runs
 are read back, a change of what is measured evaluates again, a change of what is trained is
 refused with the keys named."""
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from cape.experiments.common import cached_runs, run_settings
+from cape.lab.experiments.template import cached_runs, run_settings
 
 
 @dataclass
@@ -92,8 +92,8 @@ def test_interrupted_reevaluation_is_not_mistaken_for_done(tmp_path):
 
 
 def test_train_cost_table_shares_and_unrecorded_runs() -> None:
-    from cape.experiments.common import train_cost_table
-    from cape.report import Report
+    from cape.lab.experiments.template import train_cost_table
+    from cape.lab.report import Report
 
     timed = {"time_data": 1.0, "time_compute": 7.0, "time_log": 1.0, "time_checkpoint": 1.0,
              "engine_overhead": 0.3, "eval_acc": 91.25}
@@ -112,7 +112,7 @@ def test_train_cost_table_shares_and_unrecorded_runs() -> None:
 
 
 def test_finished_only_reads_back_and_writes_nothing(tmp_path):
-    from cape.experiments.common import finished_rows
+    from cape.lab.experiments.template import finished_rows
 
     calls: list = []
     _run(_Cfg(rows=[_Row("a")], seeds=[0]), tmp_path, calls)  # a/seed0 finished
@@ -135,7 +135,7 @@ def test_finished_only_reads_back_and_writes_nothing(tmp_path):
 
 
 def test_seeds_by_row_from_the_runs() -> None:
-    from cape.experiments.common import seeds_by_row
+    from cape.lab.experiments.template import seeds_by_row
 
     got = seeds_by_row({"train": {"a/seed0": {}, "CAPE Δ=10/seed1": {}, "a/seed2": {}}})
     assert got == {"a": [0, 2], "CAPE Δ=10": [1]}

@@ -1,4 +1,4 @@
-"""cape.data.features: the mel filterbank and log-mel front end against NumPy references."""
+"""cape.lab.data.speech.features: the mel filterbank and log-mel front end against NumPy references."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from cape.data.features import frame_hop_seconds, hop_samples, log_mel, mel_filterbank
+from cape.lab.data.speech.features import frame_hop_seconds, hop_samples, log_mel, mel_filterbank
 
 
 def _np_filterbank(n_mels: int, n_fft: int, sr: int, f_min: float = 0.0, f_max: float | None = None):
@@ -175,7 +175,7 @@ def test_dtypes_and_cache() -> None:
     b = log_mel(wave.to(torch.bfloat16).to(torch.float64), 16000)  # any float dtype accepted
     assert a.dtype == b.dtype == torch.float32
     assert log_mel(wave.half(), 16000).dtype == torch.float32
-    from cape.data import features
+    from cape.lab.data.speech import features
 
     keys = len(features._CACHE)
     log_mel(wave, 16000)

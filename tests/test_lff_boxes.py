@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from cape import Augmentation
-from cape.data.boxes import NONE, BoxDataset, answer_questions, generate
-from cape.experiments import lff_boxes as exp
-from cape.experiments import resolve_config
-from cape.experiments.lff_boxes_config import PRESETS, LffBoxesConfig
+from cape.lab.data.boxes import NONE, BoxDataset, answer_questions, generate
+from cape.lab.experiments import resolve_config
+from cape.lab.experiments.lff_boxes import run as exp
+from cape.lab.experiments.lff_boxes.config import PRESETS, LffBoxesConfig
 
 SMALL = ["model.dim=16", "model.depth=1", "model.heads=2", "model.ffn_dim=32",
          "model.fourier_dim=8", "model.hidden_dim=8"]

@@ -1,4 +1,4 @@
-"""The LFF image-generation study (`cape.experiments.lff_generation`): sequences, causality,
+"""The LFF image-generation study (`cape.lab.experiments.lff_generation.run`): sequences, causality,
 bits per dim, every row's model, config errors, confidence intervals, a tiny end-to-end run."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from cape.experiments import resolve_config
-from cape.experiments.lff_generation_config import PRESETS, GenerationConfig
-from cape.experiments.lff_generation_model import (
+from cape.lab.experiments import resolve_config
+from cape.lab.experiments.lff_generation.config import PRESETS, GenerationConfig
+from cape.lab.experiments.lff_generation.model import (
     START,
     PixelTransformer,
     bits_per_dim,
@@ -21,7 +21,7 @@ from cape.experiments.lff_generation_model import (
     shift_right,
     unflatten_images,
 )
-from cape.experiments.lff_generation_report import confidence_cells, t_quantile_975
+from cape.lab.experiments.lff_generation.report import confidence_cells, t_quantile_975
 
 ALL_ROWS = PRESETS["cpu-full"]["rows"]
 
@@ -99,7 +99,7 @@ def test_bits_per_dim_uniform_is_8_and_matches_numpy():
 
 
 def test_evaluate_bpd_weights_every_intensity_equally():
-    from cape.experiments.lff_generation import evaluate_bpd
+    from cape.lab.experiments.lff_generation.run import evaluate_bpd
 
     class Fixed(torch.nn.Module):
         """Puts probability p on intensity 0 and spreads the rest: bits depend on the value."""
@@ -211,8 +211,8 @@ def test_plot_curves_band_is_drawn_between_the_named_keys(tmp_path):
     pytest.importorskip("matplotlib")
     from matplotlib.collections import PolyCollection
 
-    from cape.viz import plot_curves
-    from cape.viz.plots import _curves_figure
+    from cape.lab.viz import plot_curves
+    from cape.lab.viz.plots import _curves_figure
 
     cells = [{"row": "a", "step": s, "mean": m, "n": 3, "std": 0.1, "lo": m - 0.2, "hi": m + 0.3}
              for s, m in ((10, 5.0), (20, 4.0))]
@@ -247,7 +247,7 @@ TINY = [
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
-    from cape.experiments.lff_generation import run_experiment
+    from cape.lab.experiments.lff_generation.run import run_experiment
 
     out = tmp_path_factory.mktemp("lffgen")
     overrides = [*TINY, f"data.root={out / 'data'}"]
@@ -277,7 +277,7 @@ def test_end_to_end_writes_curves_table_and_plots(tiny_run):
 
 
 def test_rerun_resumes_without_training(tiny_run, monkeypatch):
-    import cape.experiments.lff_generation as gen
+    import cape.lab.experiments.lff_generation.run as gen
 
     run, cfg, mapping = tiny_run
     before = json.loads((run / "results.json").read_text())
@@ -299,7 +299,7 @@ def test_rerun_resumes_without_training(tiny_run, monkeypatch):
 
 
 def test_redraw_rebuilds_the_report(tiny_run):
-    from cape.experiments.lff_generation import redraw
+    from cape.lab.experiments.lff_generation.run import redraw
 
     run, _, _ = tiny_run
     text = (run / "report.md").read_text()

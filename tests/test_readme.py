@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 
 import cape
-import cape.asr_inference
-import cape.bench
-import cape.data
-import cape.experiments
 import cape.functional
-import cape.mt_inference
-import cape.report
-import cape.train
-import cape.viz
+import cape.lab.apps.transcribe
+import cape.lab.apps.translate
+import cape.lab.bench
+import cape.lab.data
+import cape.lab.experiments
+import cape.lab.report
+import cape.lab.train
+import cape.lab.viz
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 BLOCKS = re.findall(r"```python\n(.*?)```", README, flags=re.S)
@@ -37,14 +37,14 @@ def test_public_name_has_an_example(name: str) -> None:
     assert re.search(rf"\b{re.escape(name)}\b", code), f"cape.{name} has no README example"
 
 
-@pytest.mark.parametrize("name", cape.data.__all__)
+@pytest.mark.parametrize("name", cape.lab.data.__all__)
 def test_data_name_has_an_example(name: str) -> None:
-    assert re.search(rf"\b{re.escape(name)}\b", "\n".join(BLOCKS)), f"cape.data.{name} has no example"
+    assert re.search(rf"\b{re.escape(name)}\b", "\n".join(BLOCKS)), f"cape.lab.data.{name} has no example"
 
 
-@pytest.mark.parametrize("name", cape.train.__all__)
+@pytest.mark.parametrize("name", cape.lab.train.__all__)
 def test_train_name_has_an_example(name: str) -> None:
-    assert re.search(rf"\b{re.escape(name)}\b", "\n".join(BLOCKS)), f"cape.train.{name} has no example"
+    assert re.search(rf"\b{re.escape(name)}\b", "\n".join(BLOCKS)), f"cape.lab.train.{name} has no example"
 
 
 @pytest.mark.parametrize("name", cape.models.__all__)
@@ -60,12 +60,12 @@ def test_functional_name_has_an_example(name: str) -> None:
 
 @pytest.mark.parametrize(
     "name",
-    [f"report.{n}" for n in cape.report.__all__]
-    + [f"viz.{n}" for n in cape.viz.__all__]
-    + [f"experiments.{n}" for n in cape.experiments.__all__]
-    + [f"bench.{n}" for n in cape.bench.__all__]
-    + [f"asr_inference.{n}" for n in cape.asr_inference.__all__]
-    + [f"mt_inference.{n}" for n in cape.mt_inference.__all__],
+    [f"report.{n}" for n in cape.lab.report.__all__]
+    + [f"viz.{n}" for n in cape.lab.viz.__all__]
+    + [f"experiments.{n}" for n in cape.lab.experiments.__all__]
+    + [f"bench.{n}" for n in cape.lab.bench.__all__]
+    + [f"asr_inference.{n}" for n in cape.lab.apps.transcribe.__all__]
+    + [f"mt_inference.{n}" for n in cape.lab.apps.translate.__all__],
 )
 def test_report_viz_experiments_names_have_examples(name: str) -> None:
     short = name.split(".", 1)[1]

@@ -1,4 +1,4 @@
-"""`cape.report`: summaries against NumPy, markdown tables, JSON and report.md written atomically."""
+"""`cape.lab.report`: summaries against NumPy, markdown tables, JSON and report.md written atomically."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-import cape.report as report
-from cape.report import Report, pivot, summarize, write_json, write_text
+import cape.lab.report as report
+from cape.lab.report import Report, pivot, summarize, write_json, write_text
 
 
 def _records(seed: int = 0) -> tuple[list[dict], dict[tuple[str, int], list[float]]]:

@@ -1,11 +1,11 @@
-"""cape.data.specaugment: the paper's SpecAugment masks (CAPE app. C.2)."""
+"""cape.lab.data.speech.specaugment: the paper's SpecAugment masks (CAPE app. C.2)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from cape.data.specaugment import SpecAugment, spec_augment, spec_augment_masks
+from cape.lab.data.speech.specaugment import SpecAugment, spec_augment, spec_augment_masks
 
 
 def _runs(mask: torch.Tensor) -> list[tuple[int, int]]:

@@ -1,4 +1,4 @@
-"""cape.data.speech_batching: the padding-free pipeline of CAPE app. C.3 and its padded baseline."""
+"""cape.lab.data.speech.batching: the padding-free pipeline of CAPE app. C.3 and its padded baseline."""
 
 from __future__ import annotations
 
@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 import torch
 
-from cape.data.features import log_mel
-from cape.data.speech_batching import (
+from cape.lab.data.speech.batching import (
     DurationBatchSampler,
     padded_features,
     padding_free_features,
     padding_free_hops,
     skip_frames,
 )
+from cape.lab.data.speech.features import log_mel
 
 SR = 16000
 WIN = 400  # 25 ms at 16 kHz

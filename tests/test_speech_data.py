@@ -9,7 +9,7 @@ import shutil
 import numpy as np
 import pytest
 
-from cape.data import (
+from cape.lab.data import (
     ALPHABET,
     DURATION_BINS,
     HELDOUT_VOICES,
@@ -322,7 +322,7 @@ def test_argument_checks_name_the_argument(tmp_path):
 
 
 def test_digit_sentences_are_unique_spelled_digit_strings():
-    from cape.data.text import digit_sentences
+    from cape.lab.data.text.sentences import digit_sentences
 
     words = "zero one two three four five six seven eight nine".split()
     got = digit_sentences(2000, min_digits=2, max_digits=6, seed=3)
@@ -342,7 +342,7 @@ def test_digit_sentences_are_unique_spelled_digit_strings():
 
 
 def test_text_pools_partition_each_source():
-    from cape.data import text_pool
+    from cape.lab.data import text_pool
 
     pools = {s: set(text_pool(s, source="digits")) for s in ("train", "val", "test")}
     assert text_pool("test_unseen_voices", source="digits") == text_pool("test", source="digits")

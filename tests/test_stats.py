@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from cape.stats import regularized_incomplete_beta, t_cdf, welch_t_test
+from cape.lab.stats import regularized_incomplete_beta, t_cdf, welch_t_test
 
 TS = [-30.0, -4.0, -1.5, -0.3, 0.0, 0.2, 1.0, 2.5, 7.0, 100.0]
 

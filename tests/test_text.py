@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cape.data import (
+from cape.lab.data import (
     ALPHABET,
     WORDNET_DIR,
     decimal_words,
@@ -16,7 +16,7 @@ from cape.data import (
     wordnet_sentences,
     year_words,
 )
-from cape.data import text as text_module
+from cape.lab.data.text import sentences as text_module
 
 
 @pytest.mark.parametrize(

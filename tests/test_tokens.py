@@ -1,4 +1,4 @@
-"""cape.data.tokens: the CTC letter vocabulary, greedy and prefix-beam decoding."""
+"""cape.lab.data.speech.tokens: the CTC letter vocabulary, greedy and prefix-beam decoding."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from cape.data.tokens import (
+from cape.lab.data.speech.tokens import (
     BLANK,
     TOKENS,
     VOCAB_SIZE,

@@ -1,4 +1,4 @@
-"""cape.train: schedules, config errors, checkpoints, exact resume after SIGKILL, 2-rank DDP."""
+"""cape.lab.train: schedules, config errors, checkpoints, exact resume after SIGKILL, 2-rank DDP."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from safetensors.torch import load_file
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from cape.train import (
+from cape.lab.train import (
     ResumableSampler,
     TrainConfig,
     Trainer,
@@ -142,7 +142,7 @@ def _tb_scalars(logdir: Path) -> dict[str, list[tuple[int, float]]]:
 
 def test_metrics_logger_writes_tensorboard_events_read_back_exactly(tmp_path: Path) -> None:
     pytest.importorskip("tensorboard")
-    from cape.train import MetricsLogger
+    from cape.lab.train import MetricsLogger
 
     logger = MetricsLogger(tmp_path, enabled=True)
     train = {s: {"loss": 1.0 / s, "lr": 1e-3 * s} for s in range(1, 6)}
@@ -344,7 +344,7 @@ SCRIPT = textwrap.dedent("""
     from torch import nn
     from torch.utils.data import TensorDataset
     from safetensors.torch import save_file
-    from cape.train import Trainer, TrainConfig, seed_everything, get_rank, cleanup
+    from cape.lab.train import Trainer, TrainConfig, seed_everything, get_rank, cleanup
 
     torch.set_num_threads(1)
     mode, run_dir, out, kill_at, steps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
@@ -447,7 +447,7 @@ def test_ddp_two_cpu_ranks_with_gloo(tmp_path: Path) -> None:
 def test_batches_resume_mid_epoch_and_read_what_the_sampler_forms(tmp_path: Path) -> None:
     """Trainer(batches=DurationBatchSampler): every step reads one of its batches, in its
     order; stopping mid-epoch and resuming gives the same weights as one uninterrupted run."""
-    from cape.data import DurationBatchSampler
+    from cape.lab.data import DurationBatchSampler
 
     data, x, y = _task(40)
     durations = torch.rand(40, generator=torch.Generator().manual_seed(1)).numpy() + 0.5
@@ -510,7 +510,7 @@ def test_git_state_names_uncommitted_tracked_files(tmp_path: Path) -> None:
     reproduce it); untracked files such as data and runs are not listed."""
     import subprocess
 
-    from cape.train.logging import git_state
+    from cape.lab.train.logging import git_state
 
     assert git_state(tmp_path) is None  # not a checkout
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]

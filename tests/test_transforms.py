@@ -1,9 +1,9 @@
-"""cape.data.contrast_image: background -> -1, the most distinct pixel -> +1, colour-blind."""
+"""cape.lab.data.contrast_image: background -> -1, the most distinct pixel -> +1, colour-blind."""
 
 import pytest
 import torch
 
-from cape.data import TRANSFORMS, apply_transform, contrast_image
+from cape.lab.data import TRANSFORMS, apply_transform, contrast_image
 
 
 def _glyph(fg, bg, size=12):

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from cape.data import apertium, translation
-from cape.data.translation import (
+from cape.lab.data.translation import apertium
+from cape.lab.data.translation import corpus as translation
+from cape.lab.data.translation.corpus import (
     CorpusError,
     _clean_pairs,
     english_sentences,
@@ -229,7 +230,7 @@ def test_interrupted_build_redoes_only_missing_chunks(corpus, tmp_path, caplog):
     chunk = copy / "chunks" / "00001.tsv"
     chunk.write_text("".join(chunk.read_text().splitlines(keepends=True)[:-1]))
     (copy / "manifest.json").unlink()
-    with caplog.at_level(logging.WARNING, logger="cape.data.translation"):
+    with caplog.at_level(logging.WARNING, logger="cape.lab.data.translation.corpus"):
         again = make_translation_corpus(copy, **SETTINGS, **BUILD)
     assert again["chunks"]["redone"] == 1 and "00001.tsv: 299 lines, expected 300" in caplog.text
     assert _all_pairs(copy) == _all_pairs(root)
@@ -254,7 +255,7 @@ def test_verify_and_load_name_the_bad_file(corpus, tmp_path):
 @needs_apertium
 def test_bpe_round_trip_special_ids_and_determinism(corpus, tmp_path):
     pytest.importorskip("sentencepiece")
-    from cape.data.bpe import Tokenizer, train_bpe
+    from cape.lab.data.translation.bpe import Tokenizer, train_bpe
 
     root, _ = corpus
     other = tmp_path / "other"

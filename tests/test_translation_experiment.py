@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from cape.experiments import EXPERIMENTS, resolve_config
-from cape.experiments import translation as T
-from cape.experiments.translation_config import TranslationConfig
-from cape.experiments.translation_report import bleu_table, nll_curve_cells, nll_table
+from cape.lab.experiments import EXPERIMENTS, resolve_config
+from cape.lab.experiments.translation import run as T
+from cape.lab.experiments.translation.config import TranslationConfig
+from cape.lab.experiments.translation.report import bleu_table, nll_curve_cells, nll_table
 
 TINY_MODEL = {"dim": 32, "encoder_layers": 1, "decoder_layers": 1, "heads": 2, "ffn_dim": 64}
 needs_apertium = pytest.mark.skipif(shutil.which("apertium") is None,
@@ -41,7 +41,7 @@ def test_a_seed_gives_the_same_initial_weights_to_rows_without_learned_positions
     """What the README's seed-by-seed comparison of cpu-full rests on: train_run seeds, then
     builds the model, so sinpos, CAPE (any shift), nopos and rotary+CAPE start from the same
     weights for a seed; abspos and relpos add tables of their own."""
-    from cape.train.seeding import seed_everything
+    from cape.lab.train.seeding import seed_everything
 
     cfg = _cfg(preset="cpu-full")
     models = {}
@@ -193,8 +193,8 @@ def test_nll_by_position_matches_per_sequence_teacher_forcing(tiny_run) -> None:
 
 @needs_apertium
 def test_translate_command_on_a_trained_run(tiny_run, capsys) -> None:
-    from cape.cli import main
-    from cape.mt_inference import load_translation_model, translate
+    from cape.lab.apps.translate import load_translation_model, translate
+    from cape.lab.cli import main
 
     _, _, out, _ = tiny_run
     run = out / "cape" / "seed0"
@@ -210,7 +210,7 @@ def test_translate_command_on_a_trained_run(tiny_run, capsys) -> None:
 @pytest.mark.slow
 @needs_apertium
 def test_experiment_under_torchrun_two_cpu_ranks(tmp_path) -> None:
-    """`torchrun -m cape experiment translation`: rank 0 builds the corpus and BPE while rank 1
+    """`torchrun -m cape.lab experiment translation`: rank 0 builds the corpus and BPE while rank 1
     waits, each rank trains on its share of the length batches and decodes its shard of every
     test set, and only rank 0 writes the report; BLEU equals that of the gathered outputs."""
     import os
@@ -225,7 +225,7 @@ def test_experiment_under_torchrun_two_cpu_ranks(tmp_path) -> None:
             'rows=[{"name": "CAPE", "position": "cape"}]',
             *(f"model.{k}={v}" for k, v in TINY_MODEL.items())]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "-m", "cape", "experiment", "translation", "--out", str(tmp_path / "run")]
+           "-m", "cape.lab", "experiment", "translation", "--out", str(tmp_path / "run")]
     for s in sets:
         cmd += ["--set", s]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
@@ -241,7 +241,7 @@ def test_experiment_under_torchrun_two_cpu_ranks(tmp_path) -> None:
 def test_finished_reports_a_study_in_progress(tiny_run, tmp_path) -> None:
     import yaml
 
-    from cape.experiments.cli import experiment_main
+    from cape.lab.experiments.cli import experiment_main
 
     cfg, mapping, out, results = tiny_run
     # one more seed and a row that never ran: only the finished runs are reported

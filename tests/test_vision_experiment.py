@@ -10,10 +10,10 @@ import pytest
 import torch
 import yaml
 
-from cape.cli import main as cli
-from cape.experiments import EXPERIMENTS, merge, resolve_config, slug
-from cape.experiments.vision_config import PRESETS, VisionConfig
-from cape.experiments.vision_eval import (
+from cape.lab.cli import main as cli
+from cape.lab.experiments import EXPERIMENTS, merge, resolve_config, slug
+from cape.lab.experiments.vision.config import PRESETS, VisionConfig
+from cape.lab.experiments.vision.evaluate import (
     accuracy,
     extent_for,
     native_targets,
@@ -74,7 +74,7 @@ def test_bad_config_names_key_and_allowed(override, words):
 
 
 def test_row_model_changes_only_that_row():
-    from cape.experiments.vision import make_model
+    from cape.lab.experiments.vision.run import make_model
 
     cfg = resolve_config(VisionConfig, PRESETS, "quick", [], [
         "rows=[{name: base, position: cape2d}, {name: small, position: cape2d, "
@@ -131,7 +131,7 @@ def test_predict_and_accuracy_match_a_direct_computation():
 
 
 def test_packed_loss_mixes_sizes_in_one_batch():
-    from cape.experiments.vision import classify_loss
+    from cape.lab.experiments.vision.run import classify_loss
 
     batches = []
 
@@ -150,7 +150,7 @@ def test_packed_loss_mixes_sizes_in_one_batch():
 
 
 def test_univit_loss_draws_sizes_from_the_list():
-    from cape.experiments.vision import classify_loss
+    from cape.lab.experiments.vision.run import classify_loss
 
     seen = []
 
@@ -233,7 +233,7 @@ def test_experiment_end_to_end(tiny_run):
 
 def test_experiment_rerun_resumes_without_training(tiny_run, monkeypatch):
     out, args = tiny_run
-    import cape.experiments.vision as vision
+    import cape.lab.experiments.vision.run as vision
 
     def boom(*a, **k):
         raise AssertionError("a finished run was trained again")
@@ -248,7 +248,7 @@ def test_experiment_rerun_resumes_without_training(tiny_run, monkeypatch):
 def test_rerun_with_other_settings_reevaluates_or_refuses(tiny_run, tmp_path, capsys):
     import shutil
 
-    from cape.train import Trainer
+    from cape.lab.train import Trainer
 
     out, args = tiny_run
     run = tmp_path / "run"
@@ -276,7 +276,7 @@ def test_runs_restored_from_eval_json_alone(tiny_run, tmp_path, monkeypatch, cap
     for a later session to report them and add rows or seeds without training them again."""
     import shutil
 
-    import cape.experiments.vision as vision
+    import cape.lab.experiments.vision.run as vision
 
     out, args = tiny_run
     # a run still training (settings.json, no eval.json yet) stays out of the archive; in a
@@ -347,7 +347,7 @@ def test_registry_names_modules():
 
 @pytest.mark.slow
 def test_experiment_under_torchrun_two_cpu_ranks(tmp_path):
-    """`torchrun -m cape experiment vision`: 2 gloo ranks train (packed UniViT included), shard
+    """`torchrun -m cape.lab experiment vision`: 2 gloo ranks train (packed UniViT included), shard
     the evaluation and sum it; only rank 0 writes the report."""
     import os
     import subprocess
@@ -358,7 +358,7 @@ def test_experiment_under_torchrun_two_cpu_ranks(tmp_path):
     args = [a for a in TINY if not a.startswith("rows=")] + [rows, "data.native=0",
                                                               "data.test_fonts=0"]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "-m", "cape", "experiment", "vision", "--out", str(tmp_path / "run"),
+           "-m", "cape.lab", "experiment", "vision", "--out", str(tmp_path / "run"),
            "--set", f"data.root={tmp_path / 'data'}"]
     for a in args:
         cmd += ["--set", a]
@@ -374,7 +374,7 @@ def test_experiment_under_torchrun_two_cpu_ranks(tmp_path):
 
 
 def test_paper_claims_from_records():
-    from cape.experiments.vision_report import paper_claims
+    from cape.lab.experiments.vision.report import paper_claims
 
     # accuracy by (row, size) for seeds 0 and 1 (each seed +-1 around the mean)
     means = {
@@ -418,7 +418,7 @@ def test_paper_claims_from_records():
 
 
 def test_frequency_study_claim_pairs_rows_that_differ_only_in_freq_scale():
-    from cape.experiments.vision_report import paper_claims
+    from cape.lab.experiments.vision.report import paper_claims
 
     def row(name, position, options, **extra):
         return {"name": name, "position": position, "options": options, "train_size": 32,

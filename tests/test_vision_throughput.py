@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-import cape.experiments.vision_eval as vision_eval
-from cape.bench.timing import Timing
+import cape.lab.experiments.vision.evaluate as vision_eval
+from cape.lab.bench.timing import Timing
 from cape.models.vit import ViT
 
 

@@ -1,4 +1,4 @@
-"""`cape.viz`: every plot writes a valid PNG, plots the summary's data, and rejects bad input."""
+"""`cape.lab.viz`: every plot writes a valid PNG, plots the summary's data, and rejects bad input."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ pytest.importorskip("matplotlib")
 
 from PIL import Image  # noqa: E402
 
-from cape.report import summarize  # noqa: E402
-from cape.viz import plot_curves, plot_maps, plot_tradeoff  # noqa: E402
-from cape.viz.plots import _curves_figure, _maps_figure, _tradeoff_figure  # noqa: E402
+from cape.lab.report import summarize  # noqa: E402
+from cape.lab.viz import plot_curves, plot_maps, plot_tradeoff  # noqa: E402
+from cape.lab.viz.plots import _curves_figure, _maps_figure, _tradeoff_figure  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -190,7 +190,7 @@ def test_importing_viz_does_not_need_matplotlib() -> None:
     import subprocess
     import sys
 
-    code = ("import sys; sys.modules['matplotlib'] = None; import cape.viz, cape.report; "
+    code = ("import sys; sys.modules['matplotlib'] = None; import cape.lab.viz, cape.lab.report; "
             "print('ok')")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr

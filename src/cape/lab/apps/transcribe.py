@@ -1,0 +1,383 @@
+"""Transcribe users' audio with a trained CTC model, and score it against reference transcripts.
+
+A trained run folder holds `model.json` ({"model": CTCModel keywords, "features": {"sample_rate",
+"n_mels", "win_ms", "hop_ms"}}) and `checkpoints/` (see `cape.lab.train.checkpoint`):
+
+    model, spec = load_asr_model("runs/asr/cape1d")            # best/, else the newest step
+    wave = load_audio("talk.wav", spec["features"]["sample_rate"])  # mono, resampled  [S]
+    print(transcribe(model, spec, [wave])[0])
+    result = evaluate_folder(model, spec, "my_wavs", "my_wavs/transcripts.tsv")
+
+Utterances are decoded one at a time (batch size 1, as CAPE evaluates), so no padding can change
+a result. `cape transcribe` (`transcribe_main`) is the command-line front end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import numpy as np
+import torch
+
+from cape._checks import check_float, check_int, check_tensor
+from cape.lab.data.speech.audio import read_wav, resample
+from cape.lab.data.speech.features import _samples, frame_hop_seconds, log_mel
+from cape.lab.data.speech.tokens import VOCAB_SIZE, ctc_beam_decode, ctc_greedy_decode
+from cape.lab.data.text.sentences import normalize_text
+from cape.lab.io import atomic_write
+from cape.lab.metrics import DURATION_BINS, cer, wer, wer_by_bin
+from cape.lab.train.checkpoint import (
+    MODEL_FILE,
+    STATE_FILE,
+    is_checkpoint,
+    load_checkpoint,
+    pick_checkpoint,
+)
+from cape.models.asr import CTCModel
+
+__all__ = [
+    "load_asr_model",
+    "load_audio",
+    "transcribe",
+    "read_transcripts",
+    "evaluate_folder",
+    "transcribe_main",
+]
+
+SPEC_FILE = "model.json"
+_FEATURE_KEYS = ("sample_rate", "n_mels", "win_ms", "hop_ms")
+
+
+# -- model -------------------------------------------------------------------------------------
+def _read_spec(file: Path) -> dict[str, Any]:
+    """model.json -> spec, checked enough that errors name the file rather than a deep KeyError."""
+    if not file.is_file():
+        raise FileNotFoundError(f"no model description {file}: is this a trained run folder?")
+    try:
+        spec = json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{file} is not valid JSON: {e}") from e
+    if not isinstance(spec, dict) or not isinstance(spec.get("model"), dict):
+        raise ValueError(f"{file} must hold an object with a \"model\" object (CTCModel keywords)")
+    features = spec.get("features")
+    if not isinstance(features, dict) or any(k not in features for k in _FEATURE_KEYS):
+        raise ValueError(f"{file} must hold a \"features\" object with keys {list(_FEATURE_KEYS)}")
+    try:
+        check_int("features.sample_rate", features["sample_rate"])
+        check_int("features.n_mels", features["n_mels"])
+        check_float("features.win_ms", features["win_ms"], strict=True)
+        check_float("features.hop_ms", features["hop_ms"], strict=True)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{file}: {e}") from e
+    return spec
+
+
+def load_asr_model(
+    path: str | Path, *, checkpoint: str = "best", device: str | torch.device = "cpu"
+) -> tuple[CTCModel, dict[str, Any]]:
+    """Rebuild a trained CTCModel -> (model in eval mode on `device`, spec).
+
+    path: a run folder (holding model.json and checkpoints/) or one checkpoint folder
+    (RUN/checkpoints/<name>, whose model.json is two levels up; `checkpoint` is then unused).
+    checkpoint: "best" (best/, or the newest step when there is none), "latest", or the name of
+    a folder in RUN/checkpoints. The spec is model.json's content plus "checkpoint": the folder
+    the weights came from.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"model must be a run folder or a checkpoint folder, got {path}")
+    if (path / SPEC_FILE).is_file():
+        spec_file, ckpt = path / SPEC_FILE, pick_checkpoint(path / "checkpoints", checkpoint)
+    elif is_checkpoint(path):
+        spec_file, ckpt = path.parent.parent / SPEC_FILE, path
+    else:
+        raise FileNotFoundError(
+            f"{path} holds neither {SPEC_FILE} (a run folder) nor {MODEL_FILE} + {STATE_FILE} "
+            "(a checkpoint folder)"
+        )
+    try:
+        device = torch.device(device)
+    except RuntimeError as e:
+        raise ValueError(f"device must be a torch device such as 'cpu' or 'cuda:0', got {device!r}") from e
+    spec = _read_spec(spec_file)
+    try:
+        model = CTCModel(**spec["model"])
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{spec_file}: \"model\" is not valid CTCModel keywords: {e}") from e
+    if model.n_mels != spec["features"]["n_mels"]:
+        raise ValueError(
+            f"{spec_file}: model n_mels {model.n_mels} != features n_mels {spec['features']['n_mels']}"
+        )
+    try:
+        load_checkpoint(ckpt, model)
+    except RuntimeError as e:  # missing/unexpected keys or shape mismatches
+        raise ValueError(f"weights in {ckpt} do not fit the model in {spec_file}: {e}") from e
+    return model.to(device).eval(), {**spec, "checkpoint": str(ckpt)}
+
+
+# -- audio -------------------------------------------------------------------------------------
+def load_audio(path: str | Path, sample_rate: int, *, win_ms: float = 25.0) -> torch.Tensor:
+    """Read a WAV file -> wave [S] float32 at `sample_rate` Hz, channels averaged.
+
+    Raises FileNotFoundError for a missing file and ValueError naming the file when it cannot
+    be read, holds NaN/inf, or is shorter than one STFT window of `win_ms` after resampling.
+    """
+    path = Path(path)
+    check_int("sample_rate", sample_rate)
+    wave, sr = read_wav(path, mix=True)  # its errors name the file; channels averaged
+    if not np.all(np.isfinite(wave)):
+        raise ValueError(f"WAV file {path} holds NaN or infinite samples")
+    if sr != sample_rate:
+        try:
+            wave = resample(wave, int(sr), sample_rate)
+        except ValueError as e:
+            raise ValueError(f"cannot resample {path} from {sr} to {sample_rate} Hz: {e}") from e
+    win = _samples("win_ms", win_ms, sample_rate)
+    if len(wave) < win:
+        raise ValueError(
+            f"WAV file {path} is too short: {len(wave)} samples at {sample_rate} Hz, the model "
+            f"needs at least one {win_ms} ms window ({win} samples)"
+        )
+    return torch.from_numpy(np.ascontiguousarray(wave, dtype=np.float32))
+
+
+# -- decoding ----------------------------------------------------------------------------------
+def transcribe(
+    model: CTCModel,
+    spec: dict[str, Any],
+    waves: Sequence[torch.Tensor],
+    *,
+    hop_ms: float | None = None,
+    beam: int = 0,
+) -> list[str]:
+    """waves: N waves [S_i] at spec's sample rate -> N transcripts (lower-case words).
+
+    Each wave alone: log-mel [1, F, n_mels] at the spec's window and hop (`hop_ms` overrides the
+    hop; the model gets the real hop in seconds, so its positions stay in seconds), the model,
+    then greedy decoding (beam=0) or CTC prefix beam search of width `beam`. The model runs in
+    eval mode (its previous mode is restored afterwards).
+    """
+    if isinstance(waves, torch.Tensor):
+        raise TypeError("waves must be a sequence of 1-D tensors; wrap a single wave in a list")
+    check_int("beam", beam, minimum=0)
+    feat = spec["features"]
+    sr = feat["sample_rate"]
+    hop = feat["hop_ms"] if hop_ms is None else check_float("hop_ms", hop_ms, strict=True)
+    hop_s = frame_hop_seconds(hop, sr)  # the hop in whole samples, as training used it
+    if model.vocab_size != VOCAB_SIZE:
+        raise ValueError(f"the model must output the {VOCAB_SIZE} letter classes, has {model.vocab_size}")
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()  # dropout / layer drop would make decoding random
+    texts: list[str] = []
+    try:
+        with torch.inference_mode():
+            for i, wave in enumerate(waves):
+                check_tensor(f"waves[{i}]", wave, ndims=(1,), floating=True)
+                try:
+                    feats = log_mel(
+                        wave.to(device), sr, hop_ms=hop, win_ms=feat["win_ms"], n_mels=feat["n_mels"]
+                    )
+                except ValueError as e:
+                    raise ValueError(f"waves[{i}]: {e}") from e
+                log_probs, lengths = model(feats[None], hop=hop_s)  # [1, T', V], [1]
+                if beam:
+                    texts += ctc_beam_decode(log_probs, lengths.cpu(), beam_width=beam)
+                else:
+                    texts += ctc_greedy_decode(log_probs, lengths.cpu())
+    finally:
+        model.train(was_training)
+    return texts
+
+
+# -- reference transcripts and scoring ---------------------------------------------------------
+def _utterance_name(name: str) -> str:
+    return name[: -len(".wav")] if name.endswith(".wav") else name
+
+
+def read_transcripts(path: str | Path) -> dict[str, str]:
+    """A TSV of `name<TAB>text` lines -> {name without ".wav": normalised text}, in file order.
+
+    Names are WAV files relative to the audio folder (".wav" optional); blank lines and lines
+    starting with "#" are skipped; text goes through `normalize_text` (numbers spelled out,
+    punctuation dropped). ValueError names the file and line for a line without a tab, an empty
+    or absolute name, a name with "..", and a repeated name.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such transcripts file: {path}")
+    out: dict[str, str] = {}
+    seen: dict[str, int] = {}
+    lines = path.read_text(encoding="utf-8-sig").splitlines()  # -sig: Windows editors add a BOM
+    for number, line in enumerate(lines, start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        where = f"{path}, line {number}"
+        if "\t" not in line:
+            raise ValueError(f"{where}: expected 'name<TAB>text', found no tab: {line!r}")
+        raw, text = line.split("\t", 1)
+        name = _utterance_name(raw.strip())
+        if not name:
+            raise ValueError(f"{where}: empty name (the WAV file's name before the tab)")
+        parts = PurePosixPath(name).parts
+        if PurePosixPath(name).is_absolute() or ".." in parts:
+            raise ValueError(f"{where}: the name must be relative to the audio folder, got {raw!r}")
+        if name in seen:
+            raise ValueError(f"{where}: duplicate name {name!r} (first on line {seen[name]})")
+        seen[name] = number
+        out[name] = normalize_text(text)
+    return out
+
+
+def evaluate_folder(
+    model: CTCModel,
+    spec: dict[str, Any],
+    folder: str | Path,
+    transcripts_path: str | Path,
+    *,
+    bins: Sequence[tuple[float, float]] = DURATION_BINS,
+    hop_ms: float | None = None,
+    beam: int = 0,
+) -> dict[str, Any]:
+    """Transcribe every WAV listed in the transcripts TSV (see `read_transcripts`) and score it.
+
+    Every listed name must have `folder/<name>.wav` (all missing ones are named in one
+    FileNotFoundError); other WAVs in the folder are ignored but counted ("unlisted"). Returns
+    {"utterances", "seconds", "wer", "cer" (corpus-level fractions), "bins" (`wer_by_bin` over
+    the durations in seconds), "items": [{"name", "duration", "ref", "hyp"}], "unlisted"}.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"no such audio folder: {folder}")
+    refs = read_transcripts(transcripts_path)
+    if not refs:
+        raise ValueError(f"{transcripts_path} lists no utterance")
+    files = {name: folder / f"{name}.wav" for name in refs}
+    missing = [str(f) for f in files.values() if not f.is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"{len(missing)} WAV file(s) listed in {transcripts_path} are not in {folder}: "
+            + ", ".join(missing)
+        )
+    listed = {f.resolve() for f in files.values()}
+    unlisted = sum(1 for f in folder.rglob("*.wav") if f.resolve() not in listed)
+    feat = spec["features"]
+    items = []
+    for name, file in files.items():  # one at a time: a long test set never sits in memory
+        wave = load_audio(file, feat["sample_rate"], win_ms=feat["win_ms"])
+        hyp = transcribe(model, spec, [wave], hop_ms=hop_ms, beam=beam)[0]
+        duration = len(wave) / feat["sample_rate"]
+        items.append({"name": name, "duration": duration, "ref": refs[name], "hyp": hyp})
+    ref_texts = [it["ref"] for it in items]
+    hyp_texts = [it["hyp"] for it in items]
+    try:
+        total_wer, total_cer = wer(ref_texts, hyp_texts), cer(ref_texts, hyp_texts)
+    except ValueError as e:  # every reference empty
+        raise ValueError(f"{transcripts_path}: {e}") from e
+    return {
+        "utterances": len(items),
+        "seconds": sum(it["duration"] for it in items),
+        "wer": total_wer,
+        "cer": total_cer,
+        "bins": wer_by_bin([it["duration"] for it in items], ref_texts, hyp_texts, bins),
+        "items": items,
+        "unlisted": unlisted,
+    }
+
+
+# -- command line ------------------------------------------------------------------------------
+def _pct(x: float) -> str:
+    return "-" if math.isnan(x) else f"{100 * x:.2f}"
+
+
+def _table(result: dict[str, Any]) -> str:
+    """Markdown table: WER/CER % per duration bin, then all utterances."""
+    lines = ["| duration (s) | utterances | WER % | CER % |", "|---|---:|---:|---:|"]
+    for b in result["bins"]:
+        lines.append(f"| {b['low']:g}-{b['high']:g} | {b['count']} | {_pct(b['wer'])} | {_pct(b['cer'])} |")
+    lines.append(
+        f"| all ({result['seconds']:.1f} s) | {result['utterances']} | "
+        f"{_pct(result['wer'])} | {_pct(result['cer'])} |"
+    )
+    return "\n".join(lines)
+
+
+def _json_safe(x: Any) -> Any:
+    """NaN (an empty bin) -> null: JSON has no NaN and strict readers refuse it."""
+    if isinstance(x, float) and math.isnan(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_json_safe(v) for v in x]
+    return x
+
+
+def _audio_files(paths: list[str]) -> list[Path]:
+    files: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = sorted(p.glob("*.wav"))
+            if not found:
+                raise ValueError(f"audio folder {p} holds no .wav file")
+            files += found
+        elif p.is_file():
+            files.append(p)
+        else:
+            raise FileNotFoundError(f"no such audio file or folder: {p}")
+    return files
+
+
+def transcribe_main(argv: list[str]) -> int:
+    """`cape transcribe MODEL AUDIO...`: print `name<TAB>text` per WAV file, or with
+    `--transcripts TSV` score one folder and print WER/CER per duration bin. Returns 0; raises
+    ValueError for bad usage."""
+    p = argparse.ArgumentParser(
+        prog="cape transcribe", description="Transcribe WAV files with a trained CTC model."
+    )
+    p.add_argument("model", help="run folder (with model.json) or one of its checkpoint folders")
+    p.add_argument("audio", nargs="+", help="WAV files or folders (their *.wav, sorted)")
+    p.add_argument("--checkpoint", default=None, help="best (default), latest or a checkpoint name")
+    p.add_argument("--beam", type=int, default=0, help="beam width; 0 = greedy (default)")
+    p.add_argument("--hop-ms", type=float, default=None, help="STFT hop (default: the model's)")
+    p.add_argument("--transcripts", default=None, help="TSV of name<TAB>text: score one folder")
+    p.add_argument("--out", default=None, help="with --transcripts: write the scores as JSON")
+    p.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    args = p.parse_args(argv)
+    if args.beam < 0:
+        raise ValueError(f"--beam must be >= 0 (0 = greedy), got {args.beam}")
+    if args.hop_ms is not None and not (math.isfinite(args.hop_ms) and args.hop_ms > 0):
+        raise ValueError(f"--hop-ms must be a number > 0, got {args.hop_ms}")
+    if args.out is not None and args.transcripts is None:
+        raise ValueError("--out needs --transcripts (it writes the scores)")
+    model_path = Path(args.model)
+    if args.checkpoint is not None and not (model_path / SPEC_FILE).is_file():
+        raise ValueError(f"--checkpoint needs a run folder (with {SPEC_FILE}), got {model_path}")
+    model, spec = load_asr_model(model_path, checkpoint=args.checkpoint or "best", device=args.device)
+    feat = spec["features"]
+    if args.transcripts is None:
+        for file in _audio_files(args.audio):
+            wave = load_audio(file, feat["sample_rate"], win_ms=feat["win_ms"])
+            text = transcribe(model, spec, [wave], hop_ms=args.hop_ms, beam=args.beam)[0]
+            print(f"{file}\t{text}", flush=True)  # as it goes: long lists show progress
+        return 0
+    if len(args.audio) != 1 or not Path(args.audio[0]).is_dir():
+        raise ValueError(f"with --transcripts, audio must be one folder, got {args.audio}")
+    result = evaluate_folder(
+        model, spec, args.audio[0], args.transcripts, hop_ms=args.hop_ms, beam=args.beam
+    )
+    print(_table(result))
+    if result["unlisted"]:
+        print(f"({result['unlisted']} WAV file(s) in {args.audio[0]} not in {args.transcripts}: ignored)")
+    if args.out is not None:
+        settings = {"model": str(model_path), "checkpoint": spec["checkpoint"],
+                    "hop_ms": args.hop_ms or feat["hop_ms"], "beam": args.beam}
+        text = json.dumps(_json_safe({"settings": settings, **result}), indent=2) + "\n"
+        atomic_write(args.out, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+        print(f"scores -> {args.out}")
+    return 0

@@ -1,0 +1,209 @@
+"""`cape bench encodings`: fwd+bwd cost and memory of every encoding against adding a table.
+
+For each shape family (text `[32, 1000, 512]` and `[32, 100, 512]`, audio `[16, 333, 768]` at a
+30 ms frame hop, ViT `[64, 14, 14, 768]`) and each encoding, one process times round-robin
+(`time_interleaved`): the baseline `x + table` (a precomputed buffer) then backward, the
+encoding's `x + enc(x)` then backward, and its `enc.add_to(x)` then backward, so the printed
+ratios are comparable on a noisy machine. Rotary has no embedding to add: it rotates q and k
+(x viewed as `[B, H, T, d]` for both), twice the data of one table add. Memory: the bytes the
+encoded step keeps for its backward beyond the input and the parameters (`saved_bytes`), and
+on CUDA the allocator's peak above the step's input.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from cape.build import build
+from cape.lab.bench.memory import cuda_peak_bytes, saved_bytes
+from cape.lab.bench.results import machine, write_results
+from cape.lab.bench.timing import time_interleaved
+from cape.positions import grid_positions, timestamps, token_positions
+
+__all__ = ["Case", "CASES", "run_case", "main"]
+
+_HEAD_DIM = 64
+_AUDIO_HOP = 0.03  # seconds per frame: a 10 ms STFT hop after the stride-3 convolution
+_CAPE_AUDIO = dict(preset="audio", max_global_scaling=1.1)
+_CAPE_TEXT = dict(preset="text", max_global_scaling=1.1, normalize=True)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One measurement: `make(D)` builds the module, `inputs(x)` gives (content, keywords)."""
+
+    family: str
+    name: str
+    shape: tuple[int, ...]  # x: [B, T, D] or [B, H, W, D]
+    make: Callable[[int], nn.Module]
+    inputs: Callable[[torch.Tensor], tuple[torch.Tensor, dict[str, Any]]] = lambda x: (x, {})
+    train: bool = True
+    target: float | None = None  # the ratio the core issue asks for
+    rotary: bool = False  # rotates q, k instead of adding an embedding
+
+    def outputs(self, enc: nn.Module, x: torch.Tensor, fused: bool = False) -> list[torch.Tensor]:
+        """The encoded step's outputs: [x + enc(x)], [enc.add_to(x)], or rotary's (q, k)."""
+        content, kw = self.inputs(x)
+        if self.rotary:
+            b, t, d = content.shape
+            qk = content.view(b, t, d // _HEAD_DIM, _HEAD_DIM).transpose(1, 2)  # [B, H, T, hd]
+            return list(enc(qk, qk, **kw))
+        return [enc.add_to(content, **kw) if fused else content + enc(content, **kw)]
+
+
+def _with(**kw: Any) -> Callable[[torch.Tensor], tuple[torch.Tensor, dict[str, Any]]]:
+    return lambda x: (x, kw)
+
+
+def _with_positions(
+    positions: Callable[[torch.Tensor], torch.Tensor],
+) -> Callable[[torch.Tensor], tuple[torch.Tensor, dict[str, Any]]]:
+    """4-D x is flattened to [B, H*W, D]: LFF and rotary read T positions."""
+    return lambda x: (x.flatten(1, 2) if x.dim() == 4 else x, {"positions": positions(x)})
+
+
+def _tokens(x: torch.Tensor) -> torch.Tensor:
+    return token_positions(x.shape[0], x.shape[1], device=x.device)
+
+
+def _seconds(x: torch.Tensor) -> torch.Tensor:
+    return timestamps(x.shape[0], x.shape[1], _AUDIO_HOP, device=x.device)
+
+
+def _grid(x: torch.Tensor) -> torch.Tensor:
+    return grid_positions(x.shape[1], x.shape[2], batch=x.shape[0], device=x.device)
+
+
+def _sequence_cases(family: str, shape: tuple[int, ...], audio: bool) -> list[Case]:
+    given = _with(hop=_AUDIO_HOP) if audio else _with()
+    pos = _with_positions(_seconds if audio else _tokens)
+    cape = _CAPE_AUDIO if audio else _CAPE_TEXT
+    freq = {"freq_scale": 30.0} if audio else {}  # seconds: CAPE's audio frequencies
+    long = shape[1] >= 1000
+    text_target = None if audio else (2.0 if long else 4.0)
+    return [
+        Case(family, "cape1d train, all aug", shape, lambda d: build("cape1d", d, **cape), given,
+             True, text_target),
+        Case(family, "cape1d eval", shape, lambda d: build("cape1d", d, **cape), given, False,
+             1.3 if long and not audio else None),
+        Case(family, "sinpos", shape, lambda d: build("sinpos", d, **freq), given),
+        Case(family, "abspos", shape, lambda d: build("abspos", d, num_positions=shape[1])),
+        Case(family, "lff + mlp", shape, lambda d: build("lff", d, pos_dim=1), pos),
+        Case(family, "rotary", shape, lambda d: build("rotary", _HEAD_DIM, **freq),
+             pos if audio else _with(), rotary=True),
+    ]
+
+
+def _vit_cases(shape: tuple[int, ...]) -> list[Case]:
+    grid = tuple(shape[1:3])
+    half = (grid[0] // 2, grid[1] // 2)
+    pos = _with_positions(_grid)
+    return [
+        Case("vit", "cape2d train, all aug", shape, lambda d: build("cape2d", d, preset="image"),
+             train=True, target=2.5),
+        Case("vit", "cape2d eval", shape, lambda d: build("cape2d", d, preset="image"),
+             train=False, target=1.3),
+        Case("vit", "sinpos2d", shape, lambda d: build("sinpos2d", d)),
+        Case("vit", "abspos2d", shape, lambda d: build("abspos2d", d, grid=grid)),
+        Case("vit", f"abspos2d resampled from {half[0]}x{half[1]}", shape,
+             lambda d: build("abspos2d", d, grid=half)),
+        Case("vit", "lff + mlp (2d)", shape, lambda d: build("lff", d, pos_dim=2), pos),
+        Case("vit", "rotary (2d)", shape, lambda d: build("rotary", _HEAD_DIM, pos_dim=2), pos,
+             rotary=True),
+    ]
+
+
+CASES: list[Case] = [
+    *_sequence_cases("text", (32, 1000, 512), audio=False),
+    *_sequence_cases("text", (32, 100, 512), audio=False),
+    *_sequence_cases("audio", (16, 333, 768), audio=True),
+    *_vit_cases((64, 14, 14, 768)),
+]
+
+
+def _backward(outs: list[torch.Tensor]) -> None:
+    torch.autograd.backward(outs, [torch.ones_like(o) for o in outs])
+
+
+def run_case(case: Case, *, runs: int = 20, device: str = "cpu", dtype: torch.dtype = torch.float32,
+             scale: float = 1.0) -> dict[str, Any]:
+    """Time and measure one case. scale: shrinks B (tests); shapes keep T, H, W and D."""
+    dev = torch.device(device)
+    shape = (max(1, int(case.shape[0] * scale)), *case.shape[1:])
+    torch.manual_seed(0)
+    x = torch.randn(shape, device=dev, dtype=dtype, requires_grad=True)
+    table = torch.randn(shape[1:], device=dev, dtype=dtype)
+    enc = case.make(shape[-1]).to(dev).train(case.train)
+    params = list(enc.parameters())
+
+    def baseline() -> None:
+        _backward([x + table])
+
+    def encoded() -> None:
+        _backward(case.outputs(enc, x))
+
+    def fused() -> None:
+        _backward(case.outputs(enc, x, fused=True))
+
+    has_fused = not case.rotary
+    fns = [baseline, encoded] + ([fused] if has_fused else [])
+    timings = time_interleaved(fns, runs=runs, device=dev)
+    base = timings[0].median_ms
+    saved = saved_bytes(lambda: case.outputs(enc, x), exclude=[x, *params])
+    peak = cuda_peak_bytes(encoded, dev)
+    row: dict[str, Any] = dict(
+        family=case.family, case=case.name, shape="x".join(map(str, shape)),
+        table_ms=base, table_iqr_ms=timings[0].iqr_ms,
+        encoding_ms=timings[1].median_ms, encoding_iqr_ms=timings[1].iqr_ms,
+        ratio=timings[1].median_ms / base,
+        fused_ms=timings[2].median_ms if has_fused else float("nan"),
+        fused_ratio=timings[2].median_ms / base if has_fused else float("nan"),
+        saved_mib=saved / 2**20, peak_mib=float("nan") if peak is None else peak / 2**20,
+        target="" if case.target is None else f"<= {case.target}",
+    )
+    if case.target is not None:
+        best = min(row["ratio"], row["fused_ratio"]) if has_fused else row["ratio"]
+        row["target"] += " ok" if best <= case.target else " MISSED"
+    return row
+
+
+COLUMNS = ["family", "case", "shape", "table_ms", "encoding_ms", "encoding_iqr_ms", "ratio",
+           "fused_ms", "fused_ratio", "saved_mib", "peak_mib", "target"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="cape bench encodings", description=__doc__)
+    p.add_argument("--runs", type=int, default=20, help="timed runs per measurement (>= 1)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
+    p.add_argument("--families", default="text,audio,vit", help="comma list of text, audio, vit")
+    p.add_argument("--scale", type=float, default=1.0, help="fraction of each batch size (tests)")
+    p.add_argument("--out", default=None, help="folder for encodings.md / encodings.csv")
+    args = p.parse_args(argv)
+    families = [f for f in args.families.split(",") if f]
+    unknown = sorted(set(families) - {c.family for c in CASES})
+    if unknown or not families:
+        p.error(f"--families must be a comma list of text, audio, vit; got {args.families!r}")
+    if args.runs < 1:
+        p.error(f"--runs must be >= 1, got {args.runs}")
+    if not 0 < args.scale <= 1:
+        p.error(f"--scale must lie in (0, 1], got {args.scale}")
+    rows = [run_case(c, runs=args.runs, device=args.device, scale=args.scale)
+            for c in CASES if c.family in families]
+    meta = {**machine(args.device), "dtype": "fp32", "runs": args.runs,
+            "times": "median ms of fwd+bwd; IQR = inter-quartile range; ratio = / table add, same run"}
+    notes = ("`encoding_ms`: x + enc(x); `fused_ms`: enc.add_to(x) (no second output buffer). "
+             "`saved_mib`: memory kept for the backward beyond x and the parameters; `peak_mib`: "
+             "CUDA allocator peak above the input (NaN on CPU). Rotary rotates q and k: 2x the data.")
+    write_results(args.out, "encodings", rows, title="Cost of each encoding against adding a table",
+                  columns=COLUMNS, meta=meta, notes=notes)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

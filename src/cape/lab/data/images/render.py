@@ -1,0 +1,349 @@
+"""Offline character images (0-9 A-Z) rendered with Pillow from Debian fonts.
+
+Every sample is a function of one integer seed: the seed picks the class (``seed % 36``), the font,
+and, through its own random stream, the font size, rotation, offset, colours and noise. The
+character is drawn on a large canvas (`CANVAS` px) with its noise, and only then shrunk to the
+requested size with Pillow's LANCZOS filter, so one seed is the same object at every resolution.
+
+Caches are compressed ``.npz`` files (no pickles), written atomically in shards so an interrupted
+run resumes where it stopped:
+
+- ``make_split``: images uint8 ``[N, S, S, 3]``, labels int64 ``[N]``, seeds int64 ``[N]``;
+- ``make_native_sizes``: images of their own random sizes, stored as one flat uint8 buffer
+  ``pixels`` with ``offsets`` int64 ``[N + 1]`` and ``sizes`` int64 ``[N]`` (image i is
+  ``pixels[offsets[i]:offsets[i + 1]].reshape(sizes[i], sizes[i], 3)``).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import multiprocessing
+import os
+import shutil
+import sys
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont
+from tqdm import tqdm
+
+from cape.lab.data.images.fonts import CHARSET, FontSplit, font_split
+from cape.lab.io import atomic_write
+
+__all__ = [
+    "CANVAS",
+    "SPLITS",
+    "load_native_sizes",
+    "load_split",
+    "make_native_sizes",
+    "make_split",
+    "render_char",
+    "render_sample",
+    "sample_spec",
+    "split_seeds",
+]
+
+CANVAS = 256
+"""Side in pixels of the canvas every character is drawn on before it is shrunk."""
+SPLITS = ("train", "val", "test", "test_fonts")
+_SEED_GROUPS = {"train": 0, "val": 1, "test": 2, "test_fonts": 3, "native": 4}
+_SEED_STRIDE = 1 << 40  # seeds of one (split, seed) pair: [base, base + 2**40)
+_MAX_SEED = 1 << 19
+_CACHE_VERSION = 1
+_MIN_CONTRAST = 80.0  # luma difference between foreground and background, of 255
+
+
+# ----------------------------------------------------------------------------------- rendering
+
+
+@functools.lru_cache(maxsize=4096)
+def _font(path: str, px: int) -> ImageFont.FreeTypeFont:
+    return ImageFont.truetype(path, px)
+
+
+def _luma(rgb: np.ndarray) -> float:
+    return float(0.299 * rgb[0] + 0.587 * rgb[1] + 0.114 * rgb[2])
+
+
+def render_char(
+    char: str, font_path: str | Path, seed: int, size: int = 32, canvas: int = CANVAS
+) -> np.ndarray:
+    """Draw `char` with the font at `font_path`: uint8 ``[size, size, 3]``.
+
+    The font size, rotation (+-20 degrees), offset, colours (luma contrast >= 80/255) and pixel
+    noise come from `seed` only; all is drawn on a `canvas` px square and shrunk to `size` at the
+    end (LANCZOS), so one seed gives the same object at every `size`.
+    """
+    if not isinstance(char, str) or len(char) != 1:
+        raise ValueError(f"char must be one character, got {char!r}")
+    if not isinstance(size, int) or not 1 <= size <= canvas:
+        raise ValueError(f"size must be an int in [1, canvas={canvas}], got {size!r}")
+    if not isinstance(seed, int | np.integer) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    rng = np.random.default_rng(int(seed))
+    px = int(rng.uniform(0.45, 0.75) * canvas)
+    angle = float(rng.uniform(-20.0, 20.0))
+    fx, fy = rng.uniform(0.0, 1.0, size=2)
+    bg = rng.integers(0, 256, size=3)
+    fg = rng.integers(0, 256, size=3)
+    for _ in range(64):
+        if abs(_luma(fg) - _luma(bg)) >= _MIN_CONTRAST:
+            break
+        fg = rng.integers(0, 256, size=3)
+    else:
+        fg = np.full(3, 0 if _luma(bg) > 127.5 else 255)
+    amp = int(rng.integers(0, 33))
+
+    # the glyph alone, rotated with its box grown to hold it
+    font = _font(str(font_path), px)
+    x0, y0, x1, y1 = font.getbbox(char)
+    glyph = Image.new("L", (max(x1 - x0, 1) + 4, max(y1 - y0, 1) + 4), 0)
+    ImageDraw.Draw(glyph).text((2 - x0, 2 - y0), char, font=font, fill=255)
+    glyph = glyph.rotate(angle, resample=Image.Resampling.BICUBIC, expand=True)
+    limit = int(canvas * 0.96)
+    if max(glyph.size) > limit:
+        k = limit / max(glyph.size)
+        glyph = glyph.resize(
+            (max(1, int(glyph.width * k)), max(1, int(glyph.height * k))), Image.Resampling.LANCZOS
+        )
+    margin = canvas // 50
+    room_x = max(canvas - 2 * margin - glyph.width, 0)
+    room_y = max(canvas - 2 * margin - glyph.height, 0)
+    mask = Image.new("L", (canvas, canvas), 0)
+    mask.paste(glyph, (margin + int(fx * room_x), margin + int(fy * room_y)))
+
+    img = Image.composite(
+        Image.new("RGB", (canvas, canvas), tuple(int(v) for v in fg)),
+        Image.new("RGB", (canvas, canvas), tuple(int(v) for v in bg)),
+        mask,
+    )
+    arr = np.asarray(img, dtype=np.int16)
+    if amp:
+        arr = arr + rng.integers(-amp, amp + 1, size=arr.shape, dtype=np.int16)
+    arr = np.clip(arr, 0, 255).astype(np.uint8)
+    if size != canvas:
+        arr = np.asarray(Image.fromarray(arr).resize((size, size), Image.Resampling.LANCZOS))
+    return np.ascontiguousarray(arr)
+
+
+def sample_spec(seed: int, fonts: Sequence[str | Path]) -> tuple[int, Path]:
+    """The class (``seed % 36``) and the font (drawn from `seed`) of sample `seed`."""
+    if not fonts:
+        raise ValueError("fonts must not be empty")
+    idx = int(np.random.default_rng([int(seed), 1]).integers(len(fonts)))
+    return int(seed) % len(CHARSET), Path(fonts[idx])
+
+
+def _native_size(seed: int, low: int, high: int) -> int:
+    return int(np.random.default_rng([int(seed), 2]).integers(low, high + 1))
+
+
+def render_sample(seed: int, fonts: Sequence[str | Path], size: int = 32) -> tuple[np.ndarray, int]:
+    """Sample `seed` at `size` px: (uint8 ``[size, size, 3]``, label in [0, 36))."""
+    label, font = sample_spec(seed, fonts)
+    return render_char(CHARSET[label], font, int(seed), size), label
+
+
+def split_seeds(split: str, count: int, seed: int = 0) -> np.ndarray:
+    """The `count` sample seeds of `split`: int64, disjoint between splits and between `seed`s."""
+    if split not in _SEED_GROUPS:
+        raise ValueError(f"split must be one of {sorted(_SEED_GROUPS)}, got {split!r}")
+    if not isinstance(count, int) or not 0 <= count < _SEED_STRIDE:
+        raise ValueError(f"count must be an int in [0, 2**40), got {count!r}")
+    if not isinstance(seed, int) or not 0 <= seed < _MAX_SEED:
+        raise ValueError(f"seed must be an int in [0, 2**19), got {seed!r}")
+    base = (seed * len(_SEED_GROUPS) + _SEED_GROUPS[split]) * _SEED_STRIDE
+    return base + np.arange(count, dtype=np.int64)
+
+
+# ------------------------------------------------------------------------------------- caching
+
+
+def _fonts_for(split: str, fonts: FontSplit | Sequence[str | Path] | None) -> list[Path]:
+    if fonts is None:
+        fonts = font_split()
+    if isinstance(fonts, FontSplit):
+        chosen = fonts.held_out if split == "test_fonts" else fonts.train
+    else:
+        chosen = tuple(fonts)
+    if not chosen:
+        raise ValueError(f"no fonts for split {split!r}")
+    return [Path(p) for p in chosen]
+
+
+def _cache_key(*parts: object) -> str:
+    blob = json.dumps([_CACHE_VERSION, CANVAS, *parts], default=str).encode()
+    return hashlib.sha1(blob).hexdigest()[:10]
+
+
+def _savez(path: Path, **arrays: np.ndarray) -> None:
+    # atomic_write's temporary name keeps the .npz suffix, so numpy writes exactly there
+    atomic_write(path, lambda tmp: np.savez_compressed(tmp, **arrays))
+
+
+def _render_shard(
+    seeds: np.ndarray, fonts: list[str], size: int | None, low: int, high: int, out: str
+) -> int:
+    images, labels = [], []
+    for s in seeds.tolist():
+        label, font = sample_spec(s, fonts)
+        side = size if size is not None else _native_size(s, low, high)
+        images.append(render_char(CHARSET[label], font, s, side))
+        labels.append(label)
+    labels_arr = np.asarray(labels, dtype=np.int64)
+    seeds_arr = np.asarray(seeds, dtype=np.int64)
+    if size is not None:
+        stack = np.stack(images) if images else np.zeros((0, size, size, 3), np.uint8)
+        _savez(Path(out), images=stack, labels=labels_arr, seeds=seeds_arr)
+    else:
+        sizes = np.asarray([im.shape[0] for im in images], dtype=np.int64)
+        pixels = (
+            np.concatenate([im.reshape(-1) for im in images]) if images else np.zeros(0, np.uint8)
+        )
+        _savez(Path(out), pixels=pixels, sizes=sizes, labels=labels_arr, seeds=seeds_arr)
+    return len(seeds)
+
+
+def _pool(workers: int) -> ProcessPoolExecutor:
+    methods = multiprocessing.get_all_start_methods()
+    ctx = multiprocessing.get_context("fork" if "fork" in methods else None)
+    return ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+
+
+def _generate(
+    path: Path,
+    seeds: np.ndarray,
+    fonts: list[Path],
+    size: int | None,
+    low: int,
+    high: int,
+    shard_size: int,
+    workers: int | None,
+    keep_shards: bool,
+    desc: str,
+) -> Path:
+    if path.exists():
+        return path
+    if not isinstance(shard_size, int) or shard_size < 1:
+        raise ValueError(f"shard_size must be a positive int, got {shard_size!r}")
+    workers = min(2, os.cpu_count() or 1) if workers is None else workers
+    if not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a positive int, got {workers!r}")
+    shard_dir = path.with_name(path.stem + ".shards")
+    shard_dir.mkdir(parents=True, exist_ok=True)
+    font_strs = [str(p) for p in fonts]
+    jobs = []  # (shard path, seeds)
+    for k, start in enumerate(range(0, max(len(seeds), 1), shard_size)):
+        jobs.append((shard_dir / f"shard_{k:05d}.npz", seeds[start : start + shard_size]))
+    todo = [(p, s) for p, s in jobs if not p.exists()]
+    bar = tqdm(total=len(seeds), desc=desc, unit="img", disable=not sys.stderr.isatty())
+    bar.update(len(seeds) - sum(len(s) for _, s in todo))
+    with bar:
+        if workers == 1 or len(todo) <= 1:
+            for p, s in todo:
+                bar.update(_render_shard(s, font_strs, size, low, high, str(p)))
+        else:
+            with _pool(min(workers, len(todo))) as ex:
+                futures = [
+                    ex.submit(_render_shard, s, font_strs, size, low, high, str(p)) for p, s in todo
+                ]
+                for f in futures:
+                    bar.update(f.result())
+    parts = []
+    for p, _ in jobs:
+        with np.load(p, allow_pickle=False) as z:
+            parts.append({k: z[k] for k in z.files})
+    merged = {k: np.concatenate([part[k] for part in parts]) for k in parts[0]}
+    if size is None:
+        nbytes = 3 * merged["sizes"] ** 2
+        merged["offsets"] = np.concatenate([[0], np.cumsum(nbytes)]).astype(np.int64)
+    _savez(path, **merged)
+    if not keep_shards:
+        shutil.rmtree(shard_dir, ignore_errors=True)
+    return path
+
+
+def make_split(
+    root: str | Path,
+    split: str,
+    count: int,
+    size: int = 32,
+    seed: int = 0,
+    fonts: FontSplit | Sequence[str | Path] | None = None,
+    *,
+    shard_size: int = 1000,
+    workers: int | None = None,
+    keep_shards: bool = False,
+) -> Path:
+    """Render (or find cached) `count` images of `split` at `size` px; returns the ``.npz`` path.
+
+    `split`: "train", "val", "test" (train fonts) or "test_fonts" (held-out fonts); the splits
+    draw from disjoint seed ranges (`split_seeds`). `fonts`: a `FontSplit` (default
+    `font_split()`) or a list of font files used as given. The file holds images uint8
+    ``[N, S, S, 3]``, labels int64 ``[N]``, seeds int64 ``[N]``; its name carries a hash of
+    everything that determines the pixels, so a changed request never reads a stale cache.
+    Shards of `shard_size` images are written atomically and reused, so a killed run resumes;
+    `workers` processes (default min(2, CPUs)) render shards, with results independent of it.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    if not isinstance(size, int) or not 1 <= size <= CANVAS:
+        raise ValueError(f"size must be an int in [1, {CANVAS}], got {size!r}")
+    seeds = split_seeds(split, count, seed)
+    chosen = _fonts_for(split, fonts)
+    key = _cache_key("split", split, count, seed, [str(p) for p in chosen])
+    path = Path(root) / f"chars_{split}_{size}px_{key}.npz"
+    return _generate(
+        path, seeds, chosen, size, 0, 0, shard_size, workers, keep_shards, f"{split} {size}px"
+    )
+
+
+def load_split(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(images uint8 ``[N, S, S, 3]``, labels int64 ``[N]``, seeds int64 ``[N]``) of a split file."""
+    with np.load(path, allow_pickle=False) as z:
+        return z["images"], z["labels"], z["seeds"]
+
+
+def make_native_sizes(
+    root: str | Path,
+    count: int,
+    seed: int = 0,
+    low: int = 12,
+    high: int = 128,
+    fonts: FontSplit | Sequence[str | Path] | None = None,
+    *,
+    shard_size: int = 1000,
+    workers: int | None = None,
+    keep_shards: bool = False,
+) -> Path:
+    """Render (or find cached) `count` test images, each at its own size in [low, high] px.
+
+    Seeds are disjoint from every split's; fonts are the train fonts of a `FontSplit` (default
+    `font_split()`) or the given list. Stored without pickles as a flat uint8 buffer ``pixels``,
+    ``offsets`` int64 ``[N + 1]``, ``sizes``, ``labels``, ``seeds`` int64 ``[N]``; read it
+    back with `load_native_sizes`.
+    """
+    if not (isinstance(low, int) and isinstance(high, int) and 1 <= low <= high <= CANVAS):
+        raise ValueError(f"need ints 1 <= low <= high <= {CANVAS}, got low={low!r}, high={high!r}")
+    seeds = split_seeds("native", count, seed)
+    chosen = _fonts_for("native", fonts)
+    key = _cache_key("native", count, seed, low, high, [str(p) for p in chosen])
+    path = Path(root) / f"chars_native_{low}-{high}px_{key}.npz"
+    return _generate(
+        path, seeds, chosen, None, low, high, shard_size, workers, keep_shards, "native sizes"
+    )
+
+
+def load_native_sizes(path: str | Path) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+    """(images: list of uint8 ``[s_i, s_i, 3]``, labels int64 ``[N]``, seeds int64 ``[N]``)."""
+    with np.load(path, allow_pickle=False) as z:
+        pixels, offsets, sizes = z["pixels"], z["offsets"], z["sizes"]
+        labels, seeds = z["labels"], z["seeds"]
+    images = [
+        pixels[offsets[i] : offsets[i + 1]].reshape(int(s), int(s), 3) for i, s in enumerate(sizes)
+    ]
+    return images, labels, seeds

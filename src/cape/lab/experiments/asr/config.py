@@ -1,0 +1,256 @@
+"""Configuration of the speech experiment (CAPE sec. 5.2, appendix C) and its presets.
+
+CTC letter recognition on the offline espeak-ng corpus (`cape.lab.data.speech.corpus`): trained on
+utterances <= 6 s, tested on duration bins up to 45 s and on voices never heard in training.
+Every row names an encoding of `cape.models.ASR_POSITIONS` with its options, whether
+SpecAugment is on, and how batches are made ("padded" at 10 ms, or "padding-free": per-sample
+hops and random frame skipping, CAPE app. C.3).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+from cape._checks import check_choice, check_float, check_int
+from cape.lab.data.text.sentences import TEXT_SOURCES
+from cape.lab.experiments.template import check_best_metric, check_runs
+from cape.lab.train.config import TrainConfig
+from cape.models.asr import ASR_POSITIONS
+
+__all__ = ["DataConfig", "FeatureConfig", "ModelConfig", "RowConfig", "EvalConfig", "AsrConfig",
+           "PRESETS", "BATCHING"]
+
+BATCHING = ("padded", "padding-free")
+
+
+@dataclass
+class DataConfig:
+    """The corpus (`cape.lab.data.make_speech_corpus`, made on first use under `root`): training
+    and validation utterances, test utterances per duration bin, seed, additive noise, and
+    `text`: what is said ("wordnet" sentences or "digits" strings)."""
+
+    root: str = "data/speech"
+    text: str = "wordnet"
+    train: int = 4000
+    val: int = 200
+    test_per_bin: int = 24
+    seed: int = 0
+    noise: bool = True
+    workers: int = 2
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.root, str) or not self.root:
+            raise ValueError(f"data.root must be a folder path, got {self.root!r}")
+        for key in ("train", "val", "test_per_bin", "workers"):
+            check_int(f"data.{key}", getattr(self, key))
+        check_int("data.seed", self.seed, minimum=0)
+        check_choice("data.noise", self.noise, (True, False))
+        check_choice("data.text", self.text, TEXT_SOURCES)
+
+
+@dataclass
+class FeatureConfig:
+    """Log-mel front end (80 bands, 25 ms window, 10 ms hop, normalised per utterance) and
+    SpecAugment (2 frequency masks of <= 30 bands, 10 time masks, ratio 0.1, <= 50 frames)."""
+
+    n_mels: int = 80
+    win_ms: float = 25.0
+    hop_ms: float = 10.0
+    freq_masks: int = 2
+    freq_width: int = 30
+    time_masks: int = 10
+    time_ratio: float = 0.1
+    time_width: int = 50
+
+    def __post_init__(self) -> None:
+        check_int("features.n_mels", self.n_mels, minimum=8)
+        check_float("features.win_ms", self.win_ms, strict=True)
+        check_float("features.hop_ms", self.hop_ms, strict=True)
+        for key in ("freq_masks", "freq_width", "time_masks", "time_width"):
+            check_int(f"features.{key}", getattr(self, key), minimum=0)
+        if not 0.0 <= check_float("features.time_ratio", self.time_ratio) <= 1.0:
+            raise ValueError(f"features.time_ratio must lie in [0, 1], got {self.time_ratio}")
+
+
+@dataclass
+class ModelConfig:
+    """`cape.models.CTCModel` sizes: conv (kernel 7, stride 3, GLU), Transformer, dropouts."""
+
+    dim: int = 144
+    depth: int = 4
+    heads: int = 4
+    ffn_dim: int = 576
+    kernel: int = 7
+    stride: int = 3
+    conv_dropout: float = 0.1
+    dropout: float = 0.1
+    layer_drop: float = 0.0
+
+    def __post_init__(self) -> None:
+        for key in ("dim", "depth", "heads", "ffn_dim", "kernel", "stride"):
+            check_int(f"model.{key}", getattr(self, key))
+        if self.dim % self.heads or (self.dim // self.heads) % 2:
+            raise ValueError(f"model.dim / model.heads must be an even integer, got "
+                             f"dim={self.dim}, heads={self.heads}")
+        for key in ("conv_dropout", "dropout", "layer_drop"):
+            if not 0.0 <= check_float(f"model.{key}", getattr(self, key)) < 1.0:
+                raise ValueError(f"model.{key} must lie in [0, 1), got {getattr(self, key)}")
+
+
+@dataclass
+class RowConfig:
+    """One model: `position` (one of `ASR_POSITIONS`), its `cape.build` options over
+    CTCModel's defaults, relpos/rotary in "all" layers or the "first" only, SpecAugment on or
+    off, and the batching of training ("padded" or "padding-free")."""
+
+    name: str = ""
+    position: str = ""
+    options: dict[str, Any] = field(default_factory=dict)
+    relative_layers: str = "all"
+    specaugment: bool = True
+    batching: str = "padded"
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("rows[].name must be a non-empty string")
+        check_choice(f"rows[{self.name}].position", self.position, ASR_POSITIONS)
+        check_choice(f"rows[{self.name}].relative_layers", self.relative_layers, ("all", "first"))
+        check_choice(f"rows[{self.name}].specaugment", self.specaugment, (True, False))
+        check_choice(f"rows[{self.name}].batching", self.batching, BATCHING)
+
+
+@dataclass
+class EvalConfig:
+    """Test-time settings. splits: corpus test splits; hops_ms: STFT hops of the WER-vs-hop
+    study (0 Figure 17), run for the rows named in `hop_rows` on `test`; beam: 0 = greedy CTC
+    decoding, else the prefix beam width; val_limit: validation utterances used for the
+    checkpoint choice during training (0 = all)."""
+
+    splits: list[str] = field(default_factory=lambda: ["test", "test_unseen_voices"])
+    hops_ms: list[float] = field(default_factory=lambda: [5.0, 10.0, 15.0, 20.0])
+    hop_rows: list[str] = field(default_factory=list)
+    beam: int = 0
+    val_limit: int = 0
+
+    def __post_init__(self) -> None:
+        for s in self.splits:
+            check_choice("eval.splits[]", s, ("test", "test_unseen_voices"))
+        if not self.splits:
+            raise ValueError("eval.splits must name at least one test split")
+        for h in self.hops_ms:
+            check_float("eval.hops_ms[]", h, strict=True)
+        check_int("eval.beam", self.beam, minimum=0)
+        check_int("eval.val_limit", self.val_limit, minimum=0)
+
+
+@dataclass
+class AsrConfig:
+    name: str = "asr"
+    data: DataConfig = field(default_factory=DataConfig)
+    features: FeatureConfig = field(default_factory=FeatureConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    rows: list[RowConfig] = field(default_factory=list)
+    seeds: list[int] = field(default_factory=lambda: [0])
+
+    def __post_init__(self) -> None:
+        check_runs(self.rows, self.seeds)
+        check_best_metric(self.train, "wer", "min", "the validation WER")
+        names = {r.name for r in self.rows}
+        unknown = [n for n in self.eval.hop_rows if n not in names]
+        if unknown:
+            raise ValueError(f"eval.hop_rows must name rows {sorted(names)}, got {unknown}")
+
+
+def _row(name: str, position: str, **kw: Any) -> dict[str, Any]:
+    return {"name": name, "position": position, **kw}
+
+
+_CAPE = "CAPE"  # the paper's audio preset: global shift 60 s, local shift 15 ms, lambda 1.1
+_MAIN = [
+    _row("nopos", "nopos"),
+    _row("abspos", "abspos"),
+    _row("sinpos", "sinpos"),
+    _row(_CAPE, "cape1d"),
+]
+_ALL = _MAIN + [
+    _row("CAPE λ=2", "cape1d", options={"max_global_scaling": 2.0}),
+    _row("CAPE Δ=15s", "cape1d", options={"max_global_shift": 15.0}),
+    _row("CAPE Δ=30s", "cape1d", options={"max_global_shift": 30.0}),
+    _row("CAPE no local shift", "cape1d", options={"max_local_shift": 0.0}),
+    _row("CAPE no global shift", "cape1d", options={"max_global_shift": 0.0}),
+    _row("CAPE no scaling", "cape1d", options={"max_global_scaling": 1.0}),
+    _row("relpos", "relpos"),
+    _row("relpos 6s", "relpos", options={"max_distance": 6.0}),
+    _row("relpos first layer", "relpos", relative_layers="first"),
+    _row("rotary+CAPE", "rotary", options={"augmentation": {
+        "max_global_shift": 60.0, "max_local_shift": 0.015, "max_global_scaling": 1.1,
+        "normalize": True}}),
+    # augmentation study (Figure 7): the main sinpos/CAPE rows have SpecAugment
+    _row("sinpos no SpecAugment", "sinpos", specaugment=False),
+    _row("CAPE no SpecAugment", "cape1d", specaugment=False),
+    # padded vs padding-free (Figures 15-16): sinpos and CAPE lambda = 1
+    _row("sinpos padding-free", "sinpos", batching="padding-free"),
+    _row("CAPE λ=1", "cape1d", options={"max_global_scaling": 1.0}),
+    _row("CAPE λ=1 padding-free", "cape1d", options={"max_global_scaling": 1.0},
+         batching="padding-free"),
+]
+_TRAIN = {"batch_size": 16, "lr": 2e-3, "weight_decay": 0.01, "warmup_steps": 150,
+          "schedule": "cosine", "clip_norm": 1.0, "eval_every": 250, "checkpoint_every": 250,
+          "best_metric": "wer", "best_mode": "min", "log_every": 10}
+
+# no dropout inside the Transformer on CPU: its Bernoulli draws took a quarter of a training
+# step (profiled), and a 1500-step run sees each training utterance ~6 times (no overfitting yet)
+_CPU_MODEL = {"dropout": 0.0, "conv_dropout": 0.1}
+
+_QUICK = {
+    "name": "asr-quick",
+    "data": {"train": 4000, "val": 200, "test_per_bin": 24},
+    "model": _CPU_MODEL,
+    "train": {**_TRAIN, "steps": 1500},
+    "eval": {"hop_rows": ["sinpos", _CAPE], "val_limit": 100},
+    "rows": _MAIN,
+    "seeds": [0],
+}
+_DIGITS = {**_QUICK, "name": "asr-digits",
+           "data": {**_QUICK["data"], "root": "data/speech-digits", "text": "digits"}}
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # minutes: the four main encodings, one seed
+    "quick": copy.deepcopy(_QUICK),
+    # the quick preset on spoken digit strings (a ten-word vocabulary: most words right in
+    # minutes, where WordNet's open vocabulary leaves WER near 90%)
+    "digits": copy.deepcopy(_DIGITS),
+    # every row, three seeds, on digits with a front end that sees no neighbouring frames
+    # (kernel 3 = stride 3): the Transformer must find context by position, as the paper's
+    # models do; with kernel 7 the CPU-sized models ignore their positions (README)
+    "digits-k3": copy.deepcopy({**_DIGITS, "name": "asr-digits-k3",
+                                "model": {**_CPU_MODEL, "kernel": 3}, "rows": _ALL,
+                                "seeds": [0, 1, 2]}),
+    # hours: every row, three seeds
+    "cpu-full": {
+        "name": "asr-cpu-full",
+        "data": {"train": 10000, "val": 300, "test_per_bin": 40},
+        "model": _CPU_MODEL,
+        "train": {**_TRAIN, "steps": 3000},
+        "eval": {"hop_rows": ["sinpos", _CAPE, "CAPE λ=1 padding-free"], "val_limit": 150},
+        "rows": copy.deepcopy(_ALL),
+        "seeds": [0, 1, 2],
+    },
+    # GPU: the paper's 36-layer D 768 model and its schedule scale (app. C.2)
+    "paper": {
+        "name": "asr-paper",
+        "data": {"train": 100000, "val": 1000, "test_per_bin": 100, "workers": 8},
+        "model": {"dim": 768, "depth": 36, "heads": 4, "ffn_dim": 3072, "conv_dropout": 0.3,
+                  "dropout": 0.3, "layer_drop": 0.3},
+        "train": {**_TRAIN, "steps": 300000, "batch_size": 64, "lr": 2e-4, "warmup_steps": 64000,
+                  "eval_every": 5000, "checkpoint_every": 5000, "precision": "bf16",
+                  "num_workers": 8},
+        "eval": {"hop_rows": ["sinpos", _CAPE, "CAPE λ=1 padding-free"]},
+        "rows": copy.deepcopy(_ALL),
+        "seeds": [0, 1, 2],
+    },
+}

@@ -1,0 +1,144 @@
+"""`cape experiment | train | eval | plot`: the experiments from the command line.
+
+Configs: `--preset NAME` (default: the experiment's quick preset), then each `--config FILE`
+(YAML or TOML) merged on top, then each `--set key.sub=value`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from pathlib import Path
+from typing import Any
+
+from cape.lab.config import from_mapping
+from cape.lab.experiments import EXPERIMENTS, resolve_config
+from cape.lab.experiments.template import archive_runs, finished_rows, read_results
+
+__all__ = ["experiment_main", "train_main", "eval_main", "plot_main"]
+
+
+def _parser(prog: str, *, row: bool) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog)
+    p.add_argument("name", choices=sorted(EXPERIMENTS), help="which experiment")
+    p.add_argument("--preset", default=None, help="a preset of the experiment (quick, cpu-full, paper)")
+    p.add_argument("--config", action="append", default=[], metavar="FILE",
+                   help="YAML/TOML config merged over the preset (repeatable)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                   help="override one value, e.g. --set train.steps=100 (repeatable)")
+    p.add_argument("--out", type=Path, default=None, help="experiment folder (default runs/<name>)")
+    if row:
+        p.add_argument("--row", required=True, help="the row (model) name, as in the config's rows")
+        p.add_argument("--seed", type=int, default=None, help="seed (default: the config's first)")
+    else:
+        p.add_argument("--rows", default=None, metavar="NAME,NAME",
+                       help="run only these rows of the config (comma-separated names)")
+        p.add_argument("--print-config", action="store_true",
+                       help="print the resolved config as YAML and exit")
+        p.add_argument("--finished", action="store_true",
+                       help="train nothing: report the runs of --out that have finished "
+                            "(a study in progress); rows with none are left out")
+    return p
+
+
+def _resolve(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Path]:
+    exp = EXPERIMENTS[args.name]
+    preset = args.preset or (None if args.config else exp.default_preset)
+    cfg, mapping = resolve_config(exp.config_cls, exp.presets, preset, args.config, args.overrides)
+    if getattr(args, "rows", None):
+        names = [n.strip() for n in args.rows.split(",") if n.strip()]
+        known = [r["name"] for r in mapping["rows"]]
+        unknown = [n for n in names if n not in known]
+        if unknown or not names:
+            raise ValueError(f"--rows must name rows of the config {known}, got {unknown or names}")
+        cfg, mapping = _keep_rows(exp, mapping, names)
+    return cfg, mapping, args.out or Path("runs") / cfg.name
+
+
+def _keep_rows(exp: Any, mapping: dict[str, Any], names: list[str]) -> tuple[Any, dict[str, Any]]:
+    """The config and mapping with only the rows `names`."""
+    mapping = {**mapping, "rows": [r for r in mapping["rows"] if r["name"] in names]}
+    ev = mapping.get("eval", {})  # eval lists of row names (e.g. hop_rows) keep the chosen
+    mapping["eval"] = {k: [n for n in v if n in names] if k.endswith("_rows") else v
+                       for k, v in ev.items()}
+    return from_mapping(exp.config_cls, mapping), mapping
+
+
+def _module(args: argparse.Namespace) -> Any:
+    return importlib.import_module(EXPERIMENTS[args.name].module)
+
+
+def _row(cfg: Any, args: argparse.Namespace) -> tuple[Any, int]:
+    rows = {r.name: r for r in cfg.rows}
+    if args.row not in rows:
+        raise ValueError(f"--row must be one of {sorted(rows)}, got {args.row!r}")
+    seed = cfg.seeds[0] if args.seed is None else args.seed
+    return rows[args.row], seed
+
+
+def experiment_main(argv: list[str]) -> int:
+    """Train, evaluate and report every row and seed; resumes what an earlier call left."""
+    args = _parser("cape experiment", row=False).parse_args(argv)
+    cfg, mapping, out = _resolve(args)
+    if args.print_config:
+        import yaml
+
+        print(yaml.safe_dump(mapping, sort_keys=False, allow_unicode=True), end="")
+        return 0
+    if args.finished:
+        names = finished_rows(cfg, out)
+        if not names:
+            raise ValueError(f"--finished: {str(out)!r} holds no finished run of the rows "
+                             f"{[r.name for r in cfg.rows]} (see --out, --preset, --rows)")
+        cfg, mapping = _keep_rows(EXPERIMENTS[args.name], mapping, names)
+    _module(args).run_experiment(cfg, mapping, out, train=not args.finished)
+    print(f"report: {out / 'report.md'}")
+    return 0
+
+
+def train_main(argv: list[str]) -> int:
+    """Train one row and seed of an experiment into <out>/<row>/seed<k> (resumable)."""
+    args = _parser("cape train", row=True).parse_args(argv)
+    cfg, _, out = _resolve(args)
+    mod = _module(args)
+    row, seed = _row(cfg, args)
+    data = mod.make_data(cfg)
+    _, summary = mod.train_run(cfg, row, seed, out, data)
+    for key in sorted(summary):
+        if isinstance(summary[key], (int, float)):
+            print(f"{key:16s} {summary[key]:.4g}")
+    print(f"run: {mod.run_dir(out, row, seed)}")
+    return 0
+
+
+def eval_main(argv: list[str]) -> int:
+    """Evaluate one trained row and seed as the config says; prints and saves eval.json."""
+    args = _parser("cape eval", row=True).parse_args(argv)
+    cfg, _, out = _resolve(args)
+    mod = _module(args)
+    row, seed = _row(cfg, args)
+    data = mod.make_data(cfg)
+    model = mod.load_run(cfg, row, seed, out, data)
+    records = mod.eval_records(cfg, row, seed, model, data, next(model.parameters()).device)
+    print(mod.format_records(records))
+    from cape.lab.report import write_json
+
+    write_json(mod.run_dir(out, row, seed) / "eval_only.json", {"records": records})
+    return 0
+
+
+def plot_main(argv: list[str]) -> int:
+    """Redraw report.md and the plots of an experiment folder from its results.json."""
+    p = argparse.ArgumentParser(prog="cape plot")
+    p.add_argument("folder", type=Path, help="an experiment folder holding results.json")
+    p.add_argument("--archive", type=Path, default=None, metavar="DEST",
+                   help="then copy the report, its plots and each run's eval.json and "
+                        "settings.json to DEST (e.g. docs/NAME), without weights")
+    args = p.parse_args(argv)
+    name = read_results(args.folder).get("experiment")
+    if name not in EXPERIMENTS:
+        raise ValueError(f"results.json names experiment {name!r}; known: {sorted(EXPERIMENTS)}")
+    print(f"report: {importlib.import_module(EXPERIMENTS[name].module).redraw(args.folder)}")
+    if args.archive is not None:
+        print(f"archived {len(archive_runs(args.folder, args.archive))} files to {args.archive}")
+    return 0

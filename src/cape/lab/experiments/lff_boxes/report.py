@@ -1,0 +1,142 @@
+"""The LFF boxes experiment's report: Tables 3-4 analogs with Welch t-tests, and a plot.
+
+`write_report(out, results)` writes `results.json`, `report.md` and `seen_vs_unseen.png`; it is
+a pure function of the results. `redraw(out)` (`cape plot`) re-renders from `results.json`.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from cape.lab.data.boxes import QUESTIONS
+from cape.lab.experiments.template import plot_ok, read_results, train_cost_table
+from cape.lab.report import Report, mean_std, pivot, summarize, write_json
+from cape.lab.stats import welch_t_test
+
+__all__ = ["write_report", "redraw", "main_table"]
+
+SETS = {"test_seen": "seen", "test_unseen": "unseen"}
+
+
+def write_report(out: str | Path, results: dict[str, Any]) -> Path:
+    """results.json, the plot and report.md in `out`; returns report.md's path."""
+    out = Path(out)
+    write_json(out / "results.json", results)
+    return _render(out, results)
+
+
+def redraw(out: str | Path) -> Path:
+    """Re-render report.md and the plot of a finished experiment folder (`cape plot`)."""
+    return _render(Path(out), read_results(out))
+
+
+def _cell(cell: dict[str, Any] | None) -> str:
+    if cell is None or not cell["n"]:
+        return "–"
+    return mean_std(cell)
+
+
+def _p(values: list[float], ref: list[float]) -> str:
+    values = [v for v in values if v is not None and not math.isnan(v)]
+    ref = [v for v in ref if v is not None and not math.isnan(v)]
+    p = welch_t_test(values, ref)[2]
+    return "–" if math.isnan(p) else f"{p:.3f}"
+
+
+def main_table(results: dict[str, Any]) -> str:
+    """Markdown: per row, encoding parameters, mean ± std accuracy on seen / unseen screens,
+    the drop, and Welch t-test p-values against the reference row (eval.reference)."""
+    rows = [r["name"] for r in results["config"]["rows"]]
+    ref = results["config"]["eval"]["reference"]
+    recs = [r for r in results["records"] if r["question"] == "all"]
+    cells = {(c["row"], c["set"]): c for c in summarize(recs, ["row", "set"], "acc")}
+    best = {s: max((c["mean"] for (_, s2), c in cells.items() if s2 == s and c["n"]),
+                   default=math.nan) for s in SETS}
+    has_ref = any(row == ref for row, _ in cells)
+    head = ["row", "encoding params", "seen %", "unseen %", "unseen − seen"]
+    if has_ref:
+        head += [f"p seen vs {ref}", f"p unseen vs {ref}"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        seen, unseen = cells.get((row, "test_seen")), cells.get((row, "test_unseen"))
+        params = results.get("params", {}).get(row, {}).get("position")
+        line = [row, "–" if params is None else f"{params:,}"]
+        for s, c in (("test_seen", seen), ("test_unseen", unseen)):
+            text = _cell(c)
+            line.append(f"**{text}**" if c is not None and c["n"] and c["mean"] == best[s] else text)
+        gap = unseen["mean"] - seen["mean"] if seen and unseen and seen["n"] and unseen["n"] else None
+        line.append("–" if gap is None else f"{gap:+.1f}")
+        if has_ref:
+            for s in SETS:
+                c, r = cells.get((row, s)), cells.get((ref, s))
+                if row == ref:
+                    line.append("ref")
+                else:
+                    line.append("–" if c is None or r is None else _p(c["values"], r["values"]))
+        lines.append("| " + " | ".join(line) + " |")
+    return "\n".join(lines)
+
+
+def _render(out: Path, results: dict[str, Any]) -> Path:
+    cfg = results["config"]
+    rows = [r["name"] for r in cfg["rows"]]
+    d, m, t = cfg["data"], cfg["model"], cfg["train"]
+    rep = Report(f"LFF boxes experiment `{results['name']}`")
+    rep.paragraph(
+        f"LFF paper sec. 4.4 (Tables 3-4) on procedural screens: {d['min_boxes']}-{d['max_boxes']} "
+        f"boxes on a {d['canvas']} x {d['canvas']} canvas, each with one of 8 widget types; "
+        f"questions ({', '.join(QUESTIONS)}) ask for the widget type of the box in that "
+        f"relation to the query box, or none. Train "
+        f"and val screens and test_seen use even coordinates only; test_unseen is test_seen "
+        f"moved by one cell (odd coordinates only, never seen in training; same questions and "
+        f"answers). Transformer encoder d={m['dim']}, depth {m['depth']}, {m['heads']} heads, "
+        f"FFN {m['ffn_dim']}; {t['steps']} steps of batch {t['batch_size']} ({t['optimizer']}, "
+        f"lr {t['lr']}, {t['schedule']}) on {d['train']} screens; {d['test']} test screens per "
+        f"set; seeds {cfg['seeds']} (mean ± std over seeds; p: Welch's t-test over seeds, "
+        f"two-sided, needs >= 2 seeds). Positions: box edges / (canvas - 1) in [0, 1]; LFF "
+        f"|F|={m['fourier_dim']}, |H|={m['hidden_dim']}, gamma = {m['gamma_cells']} cells, "
+        f"Embed-4D init std {m.get('embed_init_std', 0.02)} unless a row says otherwise. Produced by `cape experiment lff-boxes`; `cape plot` "
+        f"redraws this page from results.json."
+    )
+    base = results.get("baselines", {})
+    if base:
+        parts = [f"{name.replace('_', '-')}: {v['test_seen']:.1f}% seen, {v['test_unseen']:.1f}% unseen"
+                 for name, v in base.items()]
+        rep.paragraph("Baselines without training (answers need positions): " + "; ".join(parts)
+                      + ". Majority: the commonest train answer per question type; content-only: "
+                      "the Bayes-optimal guess from the widget types and the number of boxes.")
+    augmented = [f"{r['name']}: {r['augment']}" for r in cfg["rows"] if r.get("augment")]
+    if augmented:
+        rep.paragraph("CAPE augmentation of the box corners in training (one shift per axis "
+                      "and one scale per screen, shared by all corners): " + "; ".join(augmented))
+    rep.table(main_table(results), caption="Answer accuracy (%) on screens with seen and unseen "
+              "coordinate values (Tables 3-4 analog); encoding params: trainable parameters of "
+              "the position encoding.")
+    for split, label in SETS.items():
+        recs = [r for r in results["records"] if r["set"] == split]
+        if recs:
+            rep.table(pivot(summarize(recs, ["row", "question"], "acc"), rows="row",
+                            cols="question", row_order=rows, col_order=["all", *QUESTIONS]),
+                      caption=f"Accuracy (%) per question type, {label} coordinates.")
+    _plot(rep, out, results)
+    train_cost_table(rep, results)
+    return rep.write(out / "report.md")
+
+
+def _plot(rep: Report, out: Path, results: dict[str, Any]) -> None:
+    recs = [r for r in results["records"] if r["question"] == "all"]
+    seen = summarize([r for r in recs if r["set"] == "test_seen"], ["row", "question"], "acc")
+    unseen = summarize([r for r in recs if r["set"] == "test_unseen"], ["row", "question"], "acc")
+    if not (seen and unseen and plot_ok()):
+        return
+    from cape.lab.viz import plot_tradeoff
+
+    plot_tradeoff(seen, unseen, out / "seen_vs_unseen.png", key="question", series="row",
+                  x_label="accuracy on seen coordinates (%)",
+                  y_label="accuracy on unseen coordinates (%)",
+                  title="Generalisation to unseen box coordinates", logx=False, annotate="row")
+    rep.image("seen_vs_unseen.png", "Accuracy on unseen vs seen coordinates per encoding (one "
+              "point per row, error bars: std over seeds); the distance below the diagonal is "
+              "the loss on unseen positions.")

@@ -1,0 +1,1 @@
+"""cape/lab/experiments/vision."""

@@ -1,0 +1,278 @@
+"""The vision experiment's report: tables (mean +- std over seeds), plots, `results.json`.
+
+`write_report(out, results, maps)` is a pure function of what the runs produced; `redraw(out)`
+(`cape plot`) re-renders report.md and the PNGs from `results.json` and `maps.npz`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from cape.lab.experiments.template import plot_ok, read_results, train_cost_table
+from cape.lab.experiments.vision.config import RowConfig
+from cape.lab.io import atomic_write
+from cape.lab.report import Report, claims_table, mean_std, pivot, summarize, write_json
+from cape.models.vit import ViT
+
+__all__ = ["position_maps", "saved_maps", "row_maps", "write_report", "redraw", "paper_claims"]
+
+FIGURE13 = ("abspos2d", "sinpos2d", "cape2d")
+
+
+@torch.no_grad()
+def patch_embedding(model: ViT, size: int) -> torch.Tensor | None:
+    """The additive patch positions of `model` (eval mode) for size x size images:
+    [H', W', D] float32, or None for encodings that add nothing (nopos, rotary2d)."""
+    model.eval()
+    g = size // model.patch
+    patches = torch.zeros(1, g, g, model.dim, device=next(model.parameters()).device)
+    pe = model.patch_positions(patches)
+    return None if pe is None else pe.detach().reshape(g, g, -1).float().cpu()
+
+
+def similarity_map(pe: torch.Tensor) -> torch.Tensor:
+    """pe [H, W, D] -> [H, W]: dot product of every position with the centre one, divided by the
+    centre's squared norm (1 at the centre; LFF Figure 2)."""
+    h, w, _ = pe.shape
+    centre = pe[h // 2, w // 2]
+    return pe @ centre / centre.dot(centre).clamp_min(1e-12)
+
+
+def position_maps(model: ViT, row: RowConfig, sizes: list[int]) -> dict[str, np.ndarray]:
+    """2D maps of one trained model, keyed "sim|<row>" (similarity at the training size) and,
+    for abspos/sinpos/CAPE, "embed|<row>|<size> px ch <c>" (Figure 13's components)."""
+    out: dict[str, np.ndarray] = {}
+    pe = patch_embedding(model, row.train_size)
+    if pe is None:
+        return out
+    out[f"sim|{row.name}"] = similarity_map(pe).numpy()
+    if row.position in FIGURE13 and not row.univit_sizes:
+        channels = (1, model.dim // 2 + 1)
+        for size in sorted({min(sizes), row.train_size, max(sizes)}):
+            emb = patch_embedding(model, size)
+            for c in channels:
+                out[f"embed|{row.name}|{size} px ch {c}"] = emb[..., c].numpy()
+    return out
+
+
+def _records(results: dict[str, Any], **match: Any) -> list[dict[str, Any]]:
+    return [r for r in results["records"] if all(r.get(k) == v for k, v in match.items())]
+
+
+def _rows(results: dict[str, Any]) -> list[str]:
+    return [r["name"] for r in results["config"]["rows"]]
+
+
+def write_report(out: str | Path, results: dict[str, Any], maps: dict[str, np.ndarray]) -> Path:
+    """results.json, maps.npz, the PNGs and report.md in `out`; returns report.md's path."""
+    out = Path(out)
+    write_json(out / "results.json", results)
+    if maps:
+        atomic_write(out / "maps.npz", lambda tmp: np.savez(open(tmp, "wb"), **maps))
+    return _render(out, results, maps)
+
+
+def redraw(out: str | Path) -> Path:
+    """Re-render report.md and the plots of a finished experiment folder (`cape plot`)."""
+    out = Path(out)
+    return _render(out, read_results(out), saved_maps(out))
+
+
+def saved_maps(out: str | Path) -> dict[str, np.ndarray]:
+    """The maps in `out/maps.npz` (none if absent). A run restored from its archive has no
+    weights, so its maps can only come from here (`row_maps` picks one row's)."""
+    path = Path(out) / "maps.npz"
+    if not path.is_file():
+        return {}
+    with np.load(path, allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
+def row_maps(maps: dict[str, np.ndarray], row: str) -> dict[str, np.ndarray]:
+    """The maps of one row (keys "<kind>|<row>|..." as `position_maps` names them)."""
+    return {k: v for k, v in maps.items() if k.split("|")[1] == row}
+
+
+def _render(out: Path, results: dict[str, Any], maps: dict[str, np.ndarray]) -> Path:
+    cfg = results["config"]
+    rows, seeds = _rows(results), cfg["seeds"]
+    sizes_of_rows = [r.get("train_size", 32) for r in cfg["rows"]]
+    train_sizes = sorted(set(sizes_of_rows))
+    main_size = max(train_sizes, key=sizes_of_rows.count)  # the size most rows train at
+    rep = Report(f"Vision experiment `{results['name']}`")
+    m, t = cfg["model"], cfg["train"]
+    rep.paragraph(
+        f"ViT d={m['dim']}, depth {m['depth']}, {m['heads']} heads, patch {m['patch']}; "
+        f"{t['steps']} steps of batch {t['batch_size']} ({t['optimizer']}, lr {t['lr']}, "
+        f"{t['schedule']}); {cfg['data']['train']} training images ({cfg['data']['source']}); "
+        f"trained at {', '.join(map(str, train_sizes))} px unless the row says otherwise; "
+        f"seeds {seeds} (mean ± std over {len(seeds)} seed(s)). Produced by `cape experiment "
+        f"vision`; `cape plot` redraws this page from results.json."
+    )
+    opts = dict(rows="row", cols="size", row_order=rows, col_format="{} px")
+    for split, title in (("test", "test images (train fonts)"),
+                         ("test_fonts", "test images of held-out fonts")):
+        recs = _records(results, set=split, method="plain")
+        if recs:
+            rep.table(pivot(summarize(recs, ["row", "size"], "acc"), **opts),
+                      caption=f"Top-1 accuracy (%) on {title}, by test resolution.")
+    plain = summarize(_records(results, set="test", method="plain"), ["row", "size"], "acc")
+    if plain and plot_ok():
+        from cape.lab.viz import plot_curves
+
+        plot_curves(plain, out / "accuracy_vs_resolution.png", x="size", series="row",
+                    series_order=rows, y_label="top-1 accuracy (%)", x_label="test resolution (px)",
+                    title="Accuracy vs test resolution", vline=main_size)
+        rep.image("accuracy_vs_resolution.png", "Accuracy vs test resolution (Figure 2 analog).")
+    _extra_tables(rep, results, rows)
+    claims = paper_claims(results)
+    if claims:
+        ours = (", then ours (a row with scaled frequencies against the same row at the "
+                "paper's)" if _frequency_pairs({r["name"]: r for r in cfg["rows"]}) else "")
+        rep.table(claims_table(claims), caption=f"The paper's findings (sec. 5.1){ours}, checked "
+                  "on the means over seeds (mean ± std); rows of the names the presets use.")
+    # timed together after training; older results.json only have each run's own timing
+    together = results.get("throughput")
+    timed = together or _records(results, set="test", method="plain")
+    speed = summarize(timed, ["row", "size"], "images_per_s")
+    if speed:
+        how = (f"every row timed round-robin in one process after training, batch "
+               f"{together[0]['batch_size']}" if together else "timed during each run's evaluation")
+        rep.table(pivot(speed, **opts, fmt="{mean:.0f}", fmt_single="{mean:.0f}", best=None),
+                  caption=f"Evaluation throughput (images/s; {how}) by resolution (Figure 4).")
+        if plot_ok():
+            from cape.lab.viz import plot_tradeoff
+
+            plot_tradeoff(speed, plain, out / "throughput.png", key="size", series="row",
+                          x_label="images/s", y_label="top-1 accuracy (%)",
+                          title="Accuracy vs throughput per test resolution", annotate="size")
+            rep.image("throughput.png", "Accuracy vs throughput (Figure 4 analog).")
+    train_cost_table(rep, results)
+    _figures(rep, out, maps)
+    return rep.write(out / "report.md")
+
+
+def _extra_tables(rep: Report, results: dict[str, Any], rows: list[str]) -> None:
+    recs = [dict(r, label=f"{r['row']} ({r['method']})")
+            for r in _records(results, set="test") if r["method"].startswith("extent")]
+    if recs:
+        rep.table(pivot(summarize(recs, ["label", "size"], "acc"), rows="label", cols="size",
+                        col_format="{} px", best=None),
+                  caption="Positions rescaled to [-γ, γ] at evaluation (Table 6): γ = 1, "
+                          "r/r_train ('ratio'), sqrt(r/r_train) ('sqrt').")
+    tta = [dict(r, label=f"{r['row']} ({r['method']})")
+           for r in _records(results, set="test") if r["method"] in ("plain", "tta")]
+    if any(r["method"] == "tta" for r in tta):
+        sizes = sorted({r["size"] for r in tta if r["method"] == "tta"})
+        tta = [r for r in tta if r["size"] in sizes]
+        order = [f"{n} ({m})" for n in rows for m in ("plain", "tta")]
+        rep.table(pivot(summarize(tta, ["label", "size"], "acc"), rows="label", cols="size",
+                        row_order=order, col_format="{} px", best=None),
+                  caption="Test-time augmentation: class probabilities averaged over r - patch, "
+                          "r, r + patch (Table 1).")
+    native = [dict(r, label=f"{r['row']} ({r['method']})") for r in _records(results, set="native")]
+    if native:
+        rep.table(pivot(summarize(native, ["label", "bin"], "acc"), rows="label", cols="bin",
+                        col_format="{} px", best=None),
+                  caption="Accuracy (%) per native-size bin and resize strategy (Table 5).")
+
+
+def paper_claims(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
+    """CAPE sec. 5.1's findings, each (claim, measured, holds) from the test-set accuracies of
+    the rows named "CAPE", "sinpos", "abspos" and "UniViT ..." (those present): CAPE at least as
+    good as sinpos and abspos at the training size and better than sinpos at the smallest and
+    largest test sizes; abspos losing more than CAPE from the training size to the largest;
+    each UniViT within 1 point of the best single-resolution row at every size; TTA above the
+    plain accuracy for sinpos and CAPE at every size."""
+    cfg_rows = {r["name"]: r for r in results["config"]["rows"]}
+    acc = {(c["row"], c["size"]): c for c in summarize(
+        _records(results, set="test", method="plain"), ["row", "size"], "acc")}
+    tta = {(c["row"], c["size"]): c for c in summarize(
+        _records(results, set="test", method="tta"), ["row", "size"], "acc")}
+    sizes = sorted(results["config"]["eval"]["sizes"])
+    if "CAPE" not in cfg_rows or not sizes:
+        return []
+    train = cfg_rows["CAPE"].get("train_size", 32)
+    out: list[tuple[str, str, bool | None]] = []
+
+    def versus(a: str, b: str, size: int, strict: bool) -> None:
+        if (a, size) in acc and (b, size) in acc:
+            ca, cb = acc[(a, size)], acc[(b, size)]
+            holds = ca["mean"] > cb["mean"] if strict else ca["mean"] >= cb["mean"]
+            out.append((f"{a} {'>' if strict else '≥'} {b} at {size} px",
+                        f"{mean_std(ca)} vs {mean_std(cb)}", holds))
+
+    versus("CAPE", "sinpos", train, False)
+    versus("CAPE", "abspos", train, False)
+    versus("CAPE", "sinpos", sizes[0], True)
+    versus("CAPE", "sinpos", sizes[-1], True)
+    big = sizes[-1]
+    if all((r, s) in acc for r in ("abspos", "CAPE") for s in (train, big)):
+        drop = {r: acc[(r, train)]["mean"] - acc[(r, big)]["mean"] for r in ("abspos", "CAPE")}
+        out.append((f"abspos loses more than CAPE from {train} to {big} px",
+                    f"abspos -{drop['abspos']:.1f}, CAPE -{drop['CAPE']:.1f} points",
+                    drop["abspos"] > drop["CAPE"]))
+    single = [n for n, r in cfg_rows.items() if not r.get("univit_sizes")]
+    for uni in (n for n, r in cfg_rows.items() if r.get("univit_sizes")):
+        gaps = []
+        for size in sizes:
+            best = max((acc[(n, size)]["mean"] for n in single if (n, size) in acc), default=None)
+            if best is not None and (uni, size) in acc:
+                gaps.append((size, acc[(uni, size)]["mean"] - best))
+        if gaps:
+            out.append((f"{uni} within 1 point of the best single-resolution row at each size",
+                        ", ".join(f"{s} px {g:+.1f}" for s, g in gaps), min(g for _, g in gaps) >= -1))
+    for row in ("sinpos", "CAPE"):
+        gains = [(s, tta[(row, s)]["mean"] - acc[(row, s)]["mean"]) for s in sizes
+                 if (row, s) in tta and (row, s) in acc]
+        if gains:
+            out.append((f"TTA helps {row} at every size",
+                        ", ".join(f"{s} px {g:+.1f}" for s, g in gains), min(g for _, g in gains) > 0))
+    # ours, not the paper's: frequencies under the grid's Nyquist limit help at the training size
+    for name, base in _frequency_pairs(cfg_rows):
+        versus(name, base, train, True)
+    return out
+
+
+def _frequency_pairs(cfg_rows: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
+    """(row, base): rows whose options set freq_scale != 1, each with the row that is the same
+    in every other field (the same encoding at the paper's frequencies)."""
+
+    def key(row: dict[str, Any]) -> str:
+        options = {k: v for k, v in row.get("options", {}).items() if k != "freq_scale"}
+        return repr(sorted({**row, "name": "", "options": sorted(options.items())}.items()))
+
+    def scale(row: dict[str, Any]) -> float:
+        return row.get("options", {}).get("freq_scale", 1.0)
+
+    # reversed: where several unscaled rows match, the first one is the base
+    plain = {key(r): n for n, r in reversed(cfg_rows.items()) if scale(r) == 1.0}
+    return [(n, plain[key(r)]) for n, r in cfg_rows.items() if scale(r) != 1.0 and key(r) in plain]
+
+
+def _figures(rep: Report, out: Path, maps: dict[str, np.ndarray]) -> None:
+    if not maps or not plot_ok():
+        return
+    from cape.lab.viz import plot_maps
+
+    sim = {k.split("|")[1]: {"similarity": v} for k, v in maps.items() if k.startswith("sim|")}
+    if sim:
+        grid = {"": {row: v["similarity"] for row, v in sim.items()}}
+        plot_maps(grid, out / "similarity.png",
+                  title="Position similarity to the centre patch (training size)")
+        rep.image("similarity.png", "Dot product of each patch position with the centre one "
+                  "(LFF Figure 2 analog).")
+    emb: dict[str, dict[str, np.ndarray]] = {}
+    for k, v in maps.items():
+        if k.startswith("embed|"):
+            _, row, col = k.split("|")
+            emb.setdefault(row, {})[col] = v
+    if emb:
+        plot_maps(emb, out / "embeddings.png", title="Position embedding components at three "
+                  "resolutions")
+        rep.image("embeddings.png", "Embedding components at three test resolutions "
+                  "(Figure 13 analog).")

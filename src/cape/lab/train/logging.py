@@ -1,0 +1,211 @@
+"""What a run leaves behind: metrics (JSONL, CSV, TensorBoard when installed), config and
+environment records; and progress bars that stay quiet off a terminal."""
+
+from __future__ import annotations
+
+import csv
+import importlib.metadata
+import json
+import platform
+import subprocess
+import sys
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+from tqdm.auto import tqdm
+
+from cape.lab.io import atomic_write
+from cape.lab.train.distributed import get_world_size, is_main
+
+__all__ = ["MetricsLogger", "git_state", "progress", "run_info", "write_json", "write_run_record"]
+
+T = TypeVar("T")
+
+
+def progress(
+    iterable: Iterable[T], total: int | None = None, desc: str | None = None, **kwargs: Any
+) -> Iterator[T]:
+    """tqdm that stays silent off a terminal (CI, log files) and on ranks other than 0."""
+    disable = not (is_main() and sys.stderr.isatty())
+    return iter(
+        tqdm(iterable, total=total, desc=desc, disable=disable, dynamic_ncols=True, **kwargs)
+    )
+
+
+class MetricsLogger:
+    """Appends one row per `log()` to `metrics.jsonl` and `metrics_<split>.csv` in `run_dir`,
+    and scalars `<split>/<name>` to TensorBoard events in `run_dir/tensorboard` when the
+    `tensorboard` package is installed (`tensorboard=False` turns that off).
+
+    Every line is flushed, so a killed run keeps what it logged (TensorBoard events are flushed
+    every 2 minutes and by `close()`). CSV columns are fixed by the first row of each split
+    (later new keys go to JSONL only, which is the complete record).
+    Only rank 0 writes; elsewhere every method is a no-op.
+    """
+
+    def __init__(
+        self, run_dir: str | Path, *, enabled: bool | None = None, tensorboard: bool = True
+    ) -> None:
+        self.run_dir = Path(run_dir)
+        self.enabled = is_main() if enabled is None else enabled
+        self._jsonl: Any = None
+        self._csv: dict[str, tuple[Any, csv.DictWriter]] = {}
+        self._tb: Any = None
+        self._tb_class: Any = None
+        self._purge_step: int | None = None
+        if not self.enabled:
+            return
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if tensorboard:
+            try:  # optional: torch's writer imports the tensorboard package
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._tb_class = SummaryWriter
+            except ImportError:
+                self._tb_class = None
+
+    @property
+    def tensorboard_dir(self) -> Path:
+        return self.run_dir / "tensorboard"
+
+    def _tb_writer(self) -> Any:
+        """The SummaryWriter (None without tensorboard), opened at the first `log()` and again
+        after `close()`. After `truncate(step)` it purges the events of steps > `step` that an
+        earlier run wrote, as the JSONL and CSV rows are dropped."""
+        if self._tb is None and self._tb_class is not None:
+            self._tb = self._tb_class(str(self.tensorboard_dir), purge_step=self._purge_step)
+            self._purge_step = None
+        return self._tb
+
+    @property
+    def jsonl_path(self) -> Path:
+        return self.run_dir / "metrics.jsonl"
+
+    def csv_path(self, split: str) -> Path:
+        return self.run_dir / f"metrics_{split}.csv"
+
+    def log(self, step: int, metrics: dict[str, float], split: str = "train") -> None:
+        if not self.enabled:
+            return
+        row = {"step": step, "split": split, **{k: float(v) for k, v in metrics.items()}}
+        if self._jsonl is None:
+            self._jsonl = open(self.jsonl_path, "a", encoding="utf-8")  # noqa: SIM115
+        self._jsonl.write(json.dumps(row) + "\n")
+        self._jsonl.flush()
+        self._csv_writer(split, list(row)).writerow(row)
+        self._csv[split][0].flush()
+        tb = self._tb_writer()
+        if tb is not None:
+            for k, v in metrics.items():
+                tb.add_scalar(f"{split}/{k}", float(v), step)
+
+    def _csv_writer(self, split: str, keys: list[str]) -> csv.DictWriter:
+        if split not in self._csv:
+            path = self.csv_path(split)
+            header = None
+            if path.exists() and path.stat().st_size > 0:  # resumed run: keep its columns
+                with open(path, encoding="utf-8", newline="") as f:
+                    header = next(csv.reader(f), None)
+            fh = open(path, "a", encoding="utf-8", newline="")  # noqa: SIM115
+            writer = csv.DictWriter(fh, fieldnames=header or keys, extrasaction="ignore")
+            if header is None:
+                writer.writeheader()
+            self._csv[split] = (fh, writer)
+        return self._csv[split][1]
+
+    def truncate(self, step: int) -> None:
+        """Drop rows logged after `step`: a resumed run re-logs the steps it repeats."""
+        if not self.enabled:
+            return
+        self.close()
+        self._purge_step = step + 1
+        paths = [self.jsonl_path, *self.run_dir.glob("metrics_*.csv")]
+        for path in paths:
+            if not path.exists():
+                continue
+            lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+            if path.suffix == ".jsonl":
+                kept = [ln for ln in lines if ln.strip() and json.loads(ln)["step"] <= step]
+            else:
+                kept = lines[:1] + [
+                    ln for ln in lines[1:] if ln.strip() and int(ln.split(",", 1)[0]) <= step
+                ]
+            text = "".join(kept)
+            atomic_write(path, lambda tmp, text=text: Path(tmp).write_text(text, encoding="utf-8"))
+
+    def close(self) -> None:
+        """Flush and close every file (TensorBoard events included); a later `log()` reopens."""
+        if self._jsonl is not None:
+            self._jsonl.close()
+            self._jsonl = None
+        for fh, _ in self._csv.values():
+            fh.close()
+        self._csv = {}
+        if self._tb is not None:
+            self._tb.close()  # flushes the pending events and ends the writer thread
+            self._tb = None
+
+
+def _git(args: list[str], cwd: Path) -> str:
+    out = subprocess.run(
+        ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=5, check=True
+    )
+    return out.stdout
+
+
+def git_state(path: Path) -> dict[str, Any] | None:
+    """The checkout holding `path`: its commit and the tracked files that differ from it
+    (`changed`, at most 50 listed, `changed_count` all of them). None outside a checkout or
+    without git. A run trained from uncommitted code says so here, since its commit alone
+    would not reproduce it."""
+    try:
+        commit = _git(["rev-parse", "HEAD"], path).strip()
+        status = _git(["status", "--porcelain", "--untracked-files=no"], path)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    changed = [line[3:] for line in status.splitlines() if line.strip()]
+    return {"commit": commit or None, "changed": changed[:50], "changed_count": len(changed)}
+
+
+def _code_state() -> dict[str, Any] | None:
+    # the package's own checkout first (an editable install), then the working directory
+    for cwd in (Path(__file__).resolve().parent, Path.cwd()):
+        state = git_state(cwd)
+        if state is not None:
+            return state
+    return None
+
+
+def run_info() -> dict[str, Any]:
+    """Python and package versions, git commit and uncommitted changes (`git_changed`,
+    `git_changed_count`; None outside a checkout), command line."""
+    versions: dict[str, str | None] = {}
+    for pkg in ("cape", "torch", "numpy", "safetensors", "tqdm", "tensorboard"):
+        try:
+            versions[pkg] = importlib.metadata.version(pkg)
+        except importlib.metadata.PackageNotFoundError:
+            versions[pkg] = None
+    code = _code_state()
+    return {
+        "python": sys.version,
+        "platform": platform.platform(),
+        "packages": versions,
+        "git_commit": code["commit"] if code else None,
+        "git_changed": code["changed"] if code else None,
+        "git_changed_count": code["changed_count"] if code else None,  # the list stops at 50
+        "argv": list(sys.argv),
+        "world_size": get_world_size(),
+    }
+
+
+def write_json(path: Path, data: Any) -> None:
+    text = json.dumps(data, indent=2, default=str)
+    atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+
+
+def write_run_record(run_dir: Path, config: dict[str, Any]) -> None:
+    """`config.json` (the full config) and `env.json` (`run_info()`), written atomically."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_json(run_dir / "config.json", config)
+    write_json(run_dir / "env.json", run_info())
