@@ -202,7 +202,7 @@ def test_tiny_experiment_writes_report_and_resumes(tiny_run) -> None:
 
 
 def test_archived_run_of_a_row_without_positions_needs_no_weights(tiny_run, tmp_path) -> None:
-    # a run restored from docs/ (eval.json + settings.json, no checkpoints) of a row with no
+    # a run restored from results/ (eval.json + settings.json, no checkpoints) of a row with no
     # absolute encoding has no "positions removed" records, and must not need any
     import dataclasses
 

@@ -72,7 +72,7 @@ def test_report_viz_experiments_names_have_examples(name: str) -> None:
     assert re.search(rf"\b{re.escape(short)}\b", "\n".join(BLOCKS)), f"cape.{name} has no example"
 
 
-# A results table in the README is marked `<!-- from docs/<run>/report.md -->` on the line
+# A results table in the README is marked `<!-- from results/<run>/report.md -->` on the line
 # before it: every one of its rows must be a row of that generated report, so no figure in the
 # README is typed in by hand.
 _ROOT = Path(__file__).resolve().parents[1]

@@ -272,7 +272,7 @@ def test_rerun_with_other_settings_reevaluates_or_refuses(tiny_run, tmp_path, ca
 
 
 def test_runs_restored_from_eval_json_alone(tiny_run, tmp_path, monkeypatch, capsys):
-    """eval.json + settings.json of each run (what docs/ keeps of a long experiment) are enough
+    """eval.json + settings.json of each run (what results/ keeps of a long experiment) are enough
     for a later session to report them and add rows or seeds without training them again."""
     import shutil
 

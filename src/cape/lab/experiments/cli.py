@@ -133,7 +133,7 @@ def plot_main(argv: list[str]) -> int:
     p.add_argument("folder", type=Path, help="an experiment folder holding results.json")
     p.add_argument("--archive", type=Path, default=None, metavar="DEST",
                    help="then copy the report, its plots and each run's eval.json and "
-                        "settings.json to DEST (e.g. docs/NAME), without weights")
+                        "settings.json to DEST (e.g. results/NAME), without weights")
     args = p.parse_args(argv)
     name = read_results(args.folder).get("experiment")
     if name not in EXPERIMENTS:
