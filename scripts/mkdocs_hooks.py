@@ -1,0 +1,139 @@
+"""mkdocs hooks of the documentation site (mkdocs.yml `hooks:`).
+
+- The archived results (results/<run>/: reports, plots, benchmark tables) live outside docs/ so
+  that `cape plot --archive` writes them where the tests read them; they are mounted into the
+  site at results/, and links that leave docs/ for them (or for CHANGELOG.md) are rewritten to
+  their place in the site, so a page reads the same on GitHub and on the site.
+- CHANGELOG.md becomes the page changelog.md.
+- The page holding `CLI_MARKER` gets, in its place, the `--help` of `cape` and of every
+  subcommand, captured from the parser (`cape.lab.cli.main`), never retyped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import posixpath
+import re
+from pathlib import Path
+
+from mkdocs.structure.files import File, Files, InclusionLevel
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "results"
+MOUNTED_SUFFIXES = (".md", ".png", ".csv")  # reports, plots, benchmark tables; not run records
+CHANGELOG = ROOT / "CHANGELOG.md"
+CLI_MARKER = "<!-- generated: cape --help of every command -->"
+HELP_COLUMNS = "100"  # argparse wraps to $COLUMNS: fix it so the page does not depend on a terminal
+
+_LINK = re.compile(r"(\]\()(<?)([^)\s>]+)(>?(?:\s+\"[^\"]*\")?\))")
+
+
+def on_files(files: Files, config) -> Files:
+    for path in sorted(RESULTS.rglob("*")):
+        if path.is_file() and path.suffix in MOUNTED_SUFFIXES:
+            uri = path.relative_to(ROOT).as_posix()  # results/<run>/...
+            files.append(
+                File.generated(
+                    config, uri, abs_src_path=str(path), inclusion=InclusionLevel.NOT_IN_NAV
+                )
+            )
+    files.append(File.generated(config, "changelog.md", abs_src_path=str(CHANGELOG)))
+    return files
+
+
+def _site_uri(target: Path) -> str | None:
+    """Where a repository file outside docs/ is in the site, or None if it is not mounted."""
+    if target == CHANGELOG:
+        return "changelog.md"
+    if target.is_relative_to(RESULTS):
+        return target.relative_to(ROOT).as_posix()
+    return None
+
+
+def rewrite_links(markdown: str, source: Path, src_uri: str, docs_dir: Path) -> str:
+    """Rewrite relative links of the page at `source` (its real file) that leave docs_dir for a
+    mounted file into links to that file's place in the site, relative to the page's `src_uri`."""
+    page_dir = posixpath.dirname(src_uri)
+
+    def fix(m: re.Match) -> str:
+        target = m.group(3)
+        if re.match(r"^[a-z][a-z0-9+.-]*:|^#|^/", target):  # URL, anchor or site-absolute
+            return m.group(0)
+        path, _, anchor = target.partition("#")
+        real = Path(os.path.normpath(source.parent / path))
+        if real.is_relative_to(docs_dir):
+            return m.group(0)
+        uri = _site_uri(real)
+        if uri is None:
+            return m.group(0)  # mkdocs --strict names it
+        new = posixpath.relpath(uri, page_dir or ".") + (f"#{anchor}" if anchor else "")
+        return f"{m.group(1)}{m.group(2)}{new}{m.group(4)}"
+
+    return _LINK.sub(fix, markdown)
+
+
+def _capture(argv: list[str]) -> tuple[int, str]:
+    """Run `cape ARGV` in this process: (exit code, stdout + stderr)."""
+    from cape.lab.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        try:
+            code = main(argv)
+        except SystemExit as stop:  # argparse's --help exits 0, a usage error 2
+            code = stop.code if isinstance(stop.code, int) else 1
+    return code, out.getvalue()
+
+
+def _subcommands(top_help: str) -> list[str]:
+    """The subcommand names listed under COMMAND in `cape --help`."""
+    section = top_help.split("COMMAND\n", 1)[1].split("\n\n", 1)[0]
+    return re.findall(r"^    (\S+)", section, flags=re.M)
+
+
+def cli_help_pages() -> list[tuple[str, str]]:
+    """(command, its --help text) for `cape` and every subcommand; a subcommand that takes a
+    choice first (`cape bench WHAT`) is expanded into one entry per choice."""
+    saved = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = HELP_COLUMNS
+    try:
+        code, top = _capture(["--help"])
+        if code != 0:
+            raise RuntimeError(f"`cape --help` exited {code}:\n{top}")
+        pages = [("cape", top)]
+        for name in _subcommands(top):
+            code, text = _capture([name, "--help"])
+            if code == 0:
+                pages.append((f"cape {name}", text))
+                continue
+            # no --help of its own: its usage names the choices of its first argument
+            choice = re.search(rf"usage: cape {name} \{{([^}}]+)\}}", text)
+            if choice is None:
+                raise RuntimeError(f"`cape {name} --help` exited {code}:\n{text}")
+            for what in choice.group(1).split(","):
+                code, text = _capture([name, what, "--help"])
+                if code != 0:
+                    raise RuntimeError(f"`cape {name} {what} --help` exited {code}:\n{text}")
+                pages.append((f"cape {name} {what}", text))
+        return pages
+    finally:
+        if saved is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = saved
+
+
+def cli_reference() -> str:
+    parts = []
+    for command, text in cli_help_pages():
+        parts.append(f"### `{command}`\n\n```text\n{text.rstrip()}\n```\n")
+    return "\n".join(parts)
+
+
+def on_page_markdown(markdown: str, page, config, files: Files) -> str:
+    if CLI_MARKER in markdown:
+        markdown = markdown.replace(CLI_MARKER, cli_reference())
+    source = Path(page.file.abs_src_path)
+    return rewrite_links(markdown, source, page.file.src_uri, Path(config["docs_dir"]).resolve())
