@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # Set up cape from scratch in ./.venv: torch's CPU wheel first (any other torch requirement
-# would pull gigabytes of CUDA packages), then the package with its test and plot extras.
+# would pull gigabytes of CUDA packages), then the library with every extra: the lab, speech,
+# translation, plots, the documentation site and the tests. It can be run again at any time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 # Debian packages, installed only if missing: fonts for the rendered-character images
-# (cape.data.images); espeak-ng, WordNet, sox and libsndfile for the speech corpus (cape.data.speech).
-DEB_PACKAGES="fonts-dejavu-core fonts-dejavu-extra fonts-liberation2 fonts-freefont-ttf fonts-urw-base35"
+# (cape.lab.data.images); espeak-ng, WordNet, sox and libsndfile for the speech corpus
+# (cape.lab.data.speech).
+DEB_PACKAGES="fonts-dejavu-core fonts-dejavu-extra fonts-liberation2 fonts-freefont-ttf"
+DEB_PACKAGES="$DEB_PACKAGES fonts-urw-base35"
 DEB_PACKAGES="$DEB_PACKAGES espeak-ng libespeak-ng1 wordnet-base sox libsndfile1"
-# Apertium English->Spanish and fortune cookies for the translation corpus (cape.data.translation).
+# Apertium English->Spanish and fortune cookies for the translation corpus
+# (cape.lab.data.translation).
 DEB_PACKAGES="$DEB_PACKAGES apertium apertium-eng-spa fortunes-min fortunes"
 missing=$(for p in $DEB_PACKAGES; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done)
 if [ -n "$missing" ]; then
@@ -18,5 +22,6 @@ if [ -n "$missing" ]; then
 fi
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check "torch==2.13.0"
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test,plot,speech,translation]"
+EXTRAS="lab,speech,translation,plot,docs,test"
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[$EXTRAS]"
 echo "cape is installed in $(pwd)/.venv"
