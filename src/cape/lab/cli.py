@@ -11,6 +11,18 @@ __all__ = ["main"]
 
 _BENCHES = ("encodings", "slowdown", "throughput", "train", "gpu")
 
+# The lab's third-party modules and the extra of pyproject.toml that installs each: a user who
+# installed only the library gets one line that names what to install instead of a traceback.
+_EXTRA_OF_MODULE = {
+    **dict.fromkeys(("numpy", "yaml", "PIL", "tqdm", "safetensors", "scipy", "filelock"), "lab"),
+    "tomli": "lab",  # TOML configs before Python 3.11
+    "jiwer": "speech",
+    "soundfile": "speech",
+    "sentencepiece": "translation",
+    "sacrebleu": "translation",
+    "matplotlib": "plot",
+}
+
 
 def _bench(args: argparse.Namespace, rest: list[str]) -> int:
     import importlib
@@ -127,6 +139,13 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `cape ... | head` ends quietly
     try:
         return args.run(args, rest)
+    except ModuleNotFoundError as err:
+        extra = _EXTRA_OF_MODULE.get((err.name or "").partition(".")[0])
+        if extra is None:  # not a dependency of an extra: a real bug, keep its traceback
+            raise
+        print(f"cape {args.command}: error: the module {err.name!r} is not installed; "
+              f'install it with: pip install "cape[{extra}]"', file=sys.stderr)
+        return 1
     except (ValueError, TypeError) as err:  # bad arguments or config
         print(f"cape {args.command}: error: {err}", file=sys.stderr)
         return 2
