@@ -1,4 +1,5 @@
-"""`cape.lab.report`: summaries against NumPy, markdown tables, JSON and report.md written atomically."""
+"""`cape.lab.report`: summaries against NumPy, markdown tables, JSON (`cape.lab.io`) and report.md
+written atomically."""
 
 from __future__ import annotations
 
@@ -10,7 +11,11 @@ import numpy as np
 import pytest
 import torch
 
+import cape.lab.io as lab_io
 import cape.lab.report as report
+import cape.lab.train.logging as train_logging
+from cape.lab.data.speech import corpus as speech_corpus
+from cape.lab.data.translation import corpus as translation_corpus
 from cape.lab.report import Report, pivot, summarize, write_json, write_text
 
 
@@ -48,13 +53,15 @@ def test_summarize_order_is_first_appearance_and_single_std_is_zero() -> None:
     assert out[0]["std"] == pytest.approx(math.sqrt(2.0))
     assert summarize([], ["a"]) == []
     # numpy / torch scalars are values too
-    out = summarize([{"a": 1, "value": np.float32(1.5)}, {"a": 1, "value": torch.tensor(2.5)}], ["a"])
+    recs = [{"a": 1, "value": np.float32(1.5)}, {"a": 1, "value": torch.tensor(2.5)}]
+    out = summarize(recs, ["a"])
     assert out[0]["mean"] == pytest.approx(2.0)
 
 
 def test_summarize_nan_and_none_are_counted_not_averaged() -> None:
     recs = [{"k": 1, "value": v} for v in (1.0, float("nan"), 3.0, None)]
-    recs += [{"k": 2, "value": float("nan")}, {"k": 3, "value": float("nan")}, {"k": 3, "value": 5.0}]
+    recs += [{"k": 2, "value": float("nan")}, {"k": 3, "value": float("nan")},
+             {"k": 3, "value": 5.0}]
     a, b, c = summarize(recs, ["k"])
     assert (a["mean"], a["std"], a["n"], a["nan"]) == (2.0, pytest.approx(math.sqrt(2)), 2, 2)
     assert len(a["values"]) == 4
@@ -101,7 +108,8 @@ def test_pivot_layout_bold_and_missing() -> None:
     assert g[0][0] == "encoding"
     assert g[2][1:] == ["71.0 ± 1.4", "**80.0**", "–"]
     assert g[3][1:] == ["**60.5 ± 0.7**", "–", "**50.0**"]
-    g = _grid(pivot(cells, "row", "size", best=None, fmt="{mean:.2f} (n={n})", fmt_single="{mean:.0f}"))
+    g = _grid(pivot(cells, "row", "size", best=None, fmt="{mean:.2f} (n={n})",
+                    fmt_single="{mean:.0f}"))
     assert g[2][1:] == ["71.00 (n=2)", "80", "–"]
     assert not any("**" in c for row in g for c in row)
 
@@ -157,9 +165,22 @@ def test_write_json_round_trip(tmp_path: Path) -> None:
     write_json(tmp_path / "r.json", recs)
     again = summarize(json.loads((tmp_path / "r.json").read_text()), ["k"])
     assert (again[0]["mean"], again[0]["nan"]) == (1.0, 1)
-    with pytest.raises(ValueError, match="obj must hold only JSON values"):
-        write_json(tmp_path / "bad.json", {"a": object()})
+    with pytest.raises(ValueError, match=r"obj\['a'\]\[1\] must be a JSON value.*got object"):
+        write_json(tmp_path / "bad.json", {"a": [1, object()]})
     assert not (tmp_path / "bad.json").exists()
+
+
+def test_write_json_is_the_one_writer(tmp_path: Path) -> None:
+    """report, the engine's run records and the data modules share cape.lab.io.write_json."""
+    assert report.write_json is train_logging.write_json is lab_io.write_json
+    assert speech_corpus.write_json is translation_corpus.write_json is lab_io.write_json
+    # the engine's run record: standard JSON (no NaN token), UTF-8, a final newline
+    train_logging.write_run_record(tmp_path, {"lr": float("nan"), "name": "résumé", "t": (1, 2)})
+    text = (tmp_path / "config.json").read_text(encoding="utf-8")
+    assert "NaN" not in text and "résumé" in text and text.endswith("}\n")
+    assert json.loads(text) == {"lr": None, "name": "résumé", "t": [1, 2]}
+    env = json.loads((tmp_path / "env.json").read_text(encoding="utf-8"))
+    assert env["argv"] and env["world_size"] == 1
 
 
 def test_report_markdown_and_write(tmp_path: Path) -> None:
@@ -206,7 +227,7 @@ def test_failed_write_keeps_the_old_file(tmp_path: Path, monkeypatch: pytest.Mon
             f.write(text[: len(text) // 2])
         raise OSError("disk full")
 
-    monkeypatch.setattr(report, "_write_str", half_then_fail)
+    monkeypatch.setattr(lab_io, "_write_str", half_then_fail)
     with pytest.raises(OSError, match="disk full"):
         if writer == "json":
             write_json(path, {"new": list(range(100))})

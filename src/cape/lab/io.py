@@ -1,13 +1,22 @@
-"""Atomic file writes: a reader never sees a half-written report, plot or checkpoint."""
+"""Atomic file writes: a reader never sees a half-written report, plot or checkpoint.
+
+`write_json` is the lab's one JSON writer (results, evaluations, run records, corpus manifests).
+Its NaN rule: NaN and +-inf are written as `null`, so every file is standard JSON that any
+reader (`json.load`, jq, a browser) accepts; the report code reads `null` back as NaN.
+"""
 
 from __future__ import annotations
 
+import json
+import math
+import numbers
 import os
 import tempfile
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Mapping
+from pathlib import Path, PurePath
+from typing import Any
 
-__all__ = ["atomic_write"]
+__all__ = ["atomic_write", "write_text", "write_json"]
 
 
 def _read_umask() -> int:
@@ -33,3 +42,48 @@ def atomic_write(path: str | Path, write: Callable[[str], None]) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """Write `text` to `path` atomically (UTF-8, "\\n" line ends), creating parent folders;
+    returns the path."""
+    if not isinstance(text, str):
+        raise ValueError(f"text must be a str, got {type(text).__name__}")
+    return atomic_write(path, lambda tmp: _write_str(tmp, text))
+
+
+def _write_str(tmp: str, text: str) -> None:
+    with open(tmp, "w", encoding="utf-8", newline="\n") as f:
+        f.write(text)
+
+
+def _jsonable(obj: Any, where: str) -> Any:
+    """`obj` with NaN / inf floats as None, tuples as lists, paths as str, numpy / torch values
+    as Python ones. `where` names the value (e.g. `obj["records"][3]["acc"]`) in errors."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if obj is None or isinstance(obj, (str, bool, int)):
+        return obj
+    if isinstance(obj, Mapping):
+        # json turns int / float / bool / None keys into strings itself; other keys would fail
+        return {k if isinstance(k, (str, int, float, bool)) or k is None else str(k):
+                _jsonable(v, f"{where}[{k!r}]") for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v, f"{where}[{i}]") for i, v in enumerate(obj)]
+    if isinstance(obj, PurePath):
+        return str(obj)
+    if hasattr(obj, "tolist"):  # numpy arrays and scalars, torch tensors
+        value = obj.detach().cpu().tolist() if hasattr(obj, "detach") else obj.tolist()
+        return _jsonable(value, where)
+    if isinstance(obj, numbers.Real):
+        return _jsonable(float(obj), where)
+    raise ValueError(f"{where} must be a JSON value, list, dict, path, number or array; "
+                     f"got {type(obj).__name__} {obj!r}")
+
+
+def write_json(path: str | Path, obj: Any) -> Path:
+    """Write `obj` as JSON atomically: indent 2, key order kept, UTF-8, NaN / inf as null (see
+    the module's note), one "\\n" at the end. Raises ValueError naming the first value that is
+    not JSON-like (e.g. `obj['config']['fn']`). Returns the path."""
+    text = json.dumps(_jsonable(obj, "obj"), indent=2, allow_nan=False, ensure_ascii=False)
+    return write_text(path, text + "\n")

@@ -1,33 +1,27 @@
-"""The one report writer of every experiment: summaries over seeds, markdown tables, JSON, report.md.
+"""The one report writer of every experiment: summaries over seeds, markdown tables, JSON,
+report.md.
 
 Data flow: an experiment produces flat records (one dict per run and measurement, e.g.
 `{"row": "cape2d", "size": 32, "seed": 0, "acc": 71.3}`); `summarize` groups them into cells
 (mean, sample std, n over seeds); `pivot` lays the cells out as a GitHub markdown table;
-`Report` assembles report.md. Every file is written atomically (`cape.lab.io.atomic_write`), so a
-reader never sees half a report.
+`Report` assembles report.md. Every file is written atomically (`cape.lab.io.write_text`,
+`cape.lab.io.write_json`: NaN / inf as null), so a reader never sees half a report.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import numbers
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePath
 from typing import Any
 
-from cape.lab.io import atomic_write
+from cape.lab.io import write_json, write_text  # re-exported: the one JSON writer
 
 __all__ = ["summarize", "pivot", "mean_std", "claims_table", "write_json", "write_text", "Report"]
 
 MISSING = "–"
 _BEST = ("max", "min", None)
-
-
-def _write_str(tmp: str, text: str) -> None:
-    """Write `text` to the temporary file `tmp` (UTF-8, "\\n" line ends)."""
-    with open(tmp, "w", encoding="utf-8", newline="\n") as f:
-        f.write(text)
 
 
 def _as_float(value: object, key: str) -> float:
@@ -38,7 +32,9 @@ def _as_float(value: object, key: str) -> float:
         return float(value)
     if hasattr(value, "item") and getattr(value, "shape", None) in ((), [1], (1,)):
         return float(value.item())  # 0-d numpy arrays and torch tensors
-    raise ValueError(f"value {key!r} must be a real number or None, got {type(value).__name__} {value!r}")
+    raise ValueError(
+        f"value {key!r} must be a real number or None, got {type(value).__name__} {value!r}"
+    )
 
 
 def summarize(
@@ -52,7 +48,9 @@ def summarize(
     NaN has mean and std NaN and n == 0. No records give an empty list.
     """
     if isinstance(by, str):
-        raise ValueError(f"by must be a sequence of key names such as [{by!r}], got the string {by!r}")
+        raise ValueError(
+            f"by must be a sequence of key names such as [{by!r}], got the string {by!r}"
+        )
     by = list(by)
     groups: dict[tuple[Any, ...], list[float]] = {}
     for i, rec in enumerate(records):
@@ -63,7 +61,9 @@ def summarize(
         try:
             hash(key)
         except TypeError:
-            raise ValueError(f"the by keys {by} of record {i} must be hashable, got {key!r}") from None
+            raise ValueError(
+                f"the by keys {by} of record {i} must be hashable, got {key!r}"
+            ) from None
         groups.setdefault(key, []).append(_as_float(rec[value], value))
     out = []
     for key, values in groups.items():
@@ -144,7 +144,9 @@ def pivot(
     for i, cell in enumerate(summary):
         for k in (rows, cols, "mean", "n"):
             if k not in cell:
-                raise ValueError(f"summary cell {i} has no key {k!r} (keys: {sorted(map(str, cell))})")
+                raise ValueError(
+                    f"summary cell {i} has no key {k!r} (keys: {sorted(map(str, cell))})"
+                )
         r, c = cell[rows], cell[cols]
         if (r, c) in table:
             raise ValueError(
@@ -206,41 +208,6 @@ def claims_table(claims: Sequence[tuple[str, str, bool | None]]) -> str:
     return "\n".join(lines)
 
 
-def _jsonable(obj: Any) -> Any:
-    """`obj` with NaN / inf floats as None, tuples as lists, numpy/torch values as Python ones."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if obj is None or isinstance(obj, (str, bool, int)):
-        return obj
-    if isinstance(obj, Mapping):
-        return {k if isinstance(k, (str, int, float, bool)) or k is None else str(k): _jsonable(v)
-                for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, PurePath):
-        return str(obj)
-    if hasattr(obj, "tolist"):  # numpy arrays and scalars, torch tensors
-        return _jsonable(obj.detach().cpu().tolist() if hasattr(obj, "detach") else obj.tolist())
-    if isinstance(obj, numbers.Real):
-        return _jsonable(float(obj))
-    raise ValueError(f"obj must hold only JSON values, lists, dicts, numbers and arrays; "
-                     f"got {type(obj).__name__} {obj!r}")
-
-
-def write_text(path: str | Path, text: str) -> Path:
-    """Write `text` to `path` atomically (UTF-8), creating parent folders; returns the path."""
-    if not isinstance(text, str):
-        raise ValueError(f"text must be a str, got {type(text).__name__}")
-    return atomic_write(path, lambda tmp: _write_str(tmp, text))
-
-
-def write_json(path: str | Path, obj: Any) -> Path:
-    """Write `obj` as JSON (indent 2, key order kept, NaN / inf as null) atomically."""
-    text = json.dumps(_jsonable(obj), indent=2, sort_keys=False, allow_nan=False,
-                      ensure_ascii=False)
-    return write_text(path, text + "\n")
-
-
 def _fence(text: str) -> str:
     """A backtick fence longer than any backtick run inside `text`."""
     longest, run = 0, 0
@@ -291,7 +258,9 @@ class Report:
         """An image, `path` relative to the report's folder, with a caption under it."""
         p = PurePath(path)
         if p.is_absolute() or str(path) == "":
-            raise ValueError(f"path must be a non-empty path relative to the report, got {str(path)!r}")
+            raise ValueError(
+                f"path must be a non-empty path relative to the report, got {str(path)!r}"
+            )
         alt = " ".join(str(caption).split()).replace("]", ")").replace("[", "(")
         return self._add(f"![{alt}]({p.as_posix()})\n\n*{caption}*")
 

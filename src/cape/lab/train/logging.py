@@ -1,5 +1,6 @@
 """What a run leaves behind: metrics (JSONL, CSV, TensorBoard when installed), config and
-environment records; and progress bars that stay quiet off a terminal."""
+environment records (`cape.lab.io.write_json`). `progress` (from `cape.lab.progress`) and
+`write_json` are re-exported here for the engine's users."""
 
 from __future__ import annotations
 
@@ -9,29 +10,14 @@ import json
 import platform
 import subprocess
 import sys
-from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from tqdm.auto import tqdm
-
-from cape.lab.io import atomic_write
+from cape.lab.io import atomic_write, write_json
+from cape.lab.progress import progress
 from cape.lab.train.distributed import get_world_size, is_main
 
 __all__ = ["MetricsLogger", "git_state", "progress", "run_info", "write_json", "write_run_record"]
-
-T = TypeVar("T")
-
-
-def progress(
-    iterable: Iterable[T], total: int | None = None, desc: str | None = None, **kwargs: Any
-) -> Iterator[T]:
-    """tqdm that stays silent off a terminal (CI, log files) and on ranks other than 0."""
-    disable = not (is_main() and sys.stderr.isatty())
-    return iter(
-        tqdm(iterable, total=total, desc=desc, disable=disable, dynamic_ncols=True, **kwargs)
-    )
-
 
 class MetricsLogger:
     """Appends one row per `log()` to `metrics.jsonl` and `metrics_<split>.csv` in `run_dir`,
@@ -197,11 +183,6 @@ def run_info() -> dict[str, Any]:
         "argv": list(sys.argv),
         "world_size": get_world_size(),
     }
-
-
-def write_json(path: Path, data: Any) -> None:
-    text = json.dumps(data, indent=2, default=str)
-    atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 
 
 def write_run_record(run_dir: Path, config: dict[str, Any]) -> None:

@@ -22,17 +22,16 @@ import json
 import multiprocessing
 import os
 import shutil
-import sys
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
-from tqdm import tqdm
 
 from cape.lab.data.images.fonts import CHARSET, FontSplit, font_split
 from cape.lab.io import atomic_write
+from cape.lab.progress import progress
 
 __all__ = [
     "CANVAS",
@@ -240,7 +239,7 @@ def _generate(
     for k, start in enumerate(range(0, max(len(seeds), 1), shard_size)):
         jobs.append((shard_dir / f"shard_{k:05d}.npz", seeds[start : start + shard_size]))
     todo = [(p, s) for p, s in jobs if not p.exists()]
-    bar = tqdm(total=len(seeds), desc=desc, unit="img", disable=not sys.stderr.isatty())
+    bar = progress(total=len(seeds), desc=desc, unit="img")
     bar.update(len(seeds) - sum(len(s) for _, s in todo))
     with bar:
         if workers == 1 or len(todo) <= 1:

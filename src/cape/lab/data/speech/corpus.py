@@ -43,7 +43,8 @@ from cape.lab.data.speech.synth import (
     utterance_params,
 )
 from cape.lab.data.text.sentences import TEXT_SOURCES, source_sentences
-from cape.lab.io import atomic_write
+from cape.lab.io import atomic_write, write_json
+from cape.lab.progress import progress as progress_bar  # `progress` names the on/off flag here
 
 __all__ = [
     "CorpusError",
@@ -73,11 +74,6 @@ class CorpusError(RuntimeError):
 
 def _crc32(path: Path) -> int:
     return zlib.crc32(path.read_bytes()) & 0xFFFFFFFF
-
-
-def _write_json(path: Path, obj: object) -> None:
-    text = json.dumps(obj, indent=1, sort_keys=True) + "\n"
-    atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 
 
 def _existing(root: Path, params: UtteranceParams) -> tuple[dict | None, str | None]:
@@ -114,7 +110,7 @@ def _make_one(job: tuple[str, UtteranceParams]) -> tuple[dict, str, str | None]:
     atomic_write(wav, lambda tmp: write_wav(tmp, wave, SAMPLE_RATE))
     record["crc32"] = _crc32(wav)
     record["bytes"] = wav.stat().st_size
-    _write_json(wav.with_suffix(".json"), record)
+    write_json(wav.with_suffix(".json"), record)
     return record, "made", defect
 
 
@@ -151,13 +147,7 @@ def _check_config(root: Path, config: dict) -> None:
                 "pass the same settings or use a new root"
             )
     else:
-        _write_json(path, config)
-
-
-def _progress(total: int, enabled: bool, desc: str):
-    from tqdm import tqdm
-
-    return tqdm(total=total, unit="utt", desc=desc, disable=not enabled, smoothing=0.05)
+        write_json(path, config)
 
 
 def _pool_context():
@@ -239,7 +229,8 @@ def make_speech_corpus(
             summary[params.split]["repaired"] += 1
             _log.warning("remade %s", defect)
 
-    bar = _progress(len(jobs), progress, "speech corpus")
+    bar = progress_bar(total=len(jobs), desc="speech corpus", unit="utt", enabled=progress,
+                       smoothing=0.05)
     try:
         if workers == 1:
             for job in jobs:
@@ -305,7 +296,8 @@ def verify_corpus(
             manifests[split] = load_manifest(root, split)
         except (FileNotFoundError, ValueError) as e:
             problems.append(str(e))
-    bar = _progress(sum(len(m) for m in manifests.values()), progress, "verifying")
+    bar = progress_bar(total=sum(len(m) for m in manifests.values()), desc="verifying",
+                       unit="utt", enabled=progress, smoothing=0.05)
     for split, records in manifests.items():
         seconds = 0.0
         for record in records:

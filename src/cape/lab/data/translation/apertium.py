@@ -20,6 +20,7 @@ from pathlib import Path
 from cape._checks import check_choice, check_int
 from cape.lab.data.speech import corpus as speech
 from cape.lab.data.text.sentences import WORDNET_DIR, split_sentences, wordnet_glosses
+from cape.lab.progress import progress as progress_bar  # `progress` names the on/off flag here
 
 __all__ = [
     "FORTUNES_DIR",
@@ -191,14 +192,11 @@ def _chunks(n: int, chunk: int) -> list[range]:
 
 
 def _run_parallel(jobs: list[Callable[[], None]], workers: int, progress: bool, desc: str) -> None:
-    from cape.lab.train.logging import progress as bar
-
     if not jobs:
         return
     with ThreadPoolExecutor(max(1, min(workers, len(jobs)))) as pool:
         futures = [pool.submit(job) for job in jobs]
-        it = bar(futures, total=len(futures), desc=desc, unit="chunk") if progress else futures
-        for future in it:
+        for future in progress_bar(futures, desc=desc, unit="chunk", enabled=progress):
             future.result()
 
 

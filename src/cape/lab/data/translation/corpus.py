@@ -45,8 +45,7 @@ from cape.lab.data.translation.apertium import (
     english_sentences,
     translate_apertium,
 )
-from cape.lab.io import atomic_write
-from cape.lab.report import write_json
+from cape.lab.io import atomic_write, write_json
 
 __all__ = [
     "CorpusError",

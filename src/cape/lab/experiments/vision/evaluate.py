@@ -15,12 +15,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from cape.lab.bench.timing import time_interleaved
 from cape.lab.experiments.template import summed_accuracy
 from cape.lab.experiments.vision.config import RowConfig, VisionConfig
 from cape.lab.experiments.vision.data import VisionData, resize_images, to_tensors
+from cape.lab.progress import progress
+from cape.lab.timing import time_interleaved
 from cape.lab.train import distributed as D
-from cape.lab.train.logging import progress
 from cape.models.vit import _CONTINUOUS, ViT
 
 __all__ = [
