@@ -1,4 +1,5 @@
-"""Student's t CDF and Welch's t-test against closed forms and an independent integration."""
+"""Student's t CDF and quantiles and Welch's t-test (over scipy) against closed forms, printed
+tables, the Welch-Satterthwaite formula worked out here and an independent integration."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import math
 
 import pytest
 
+from cape.lab.experiments.lff_generation.report import t_quantile_975
 from cape.lab.stats import regularized_incomplete_beta, t_cdf, welch_t_test
 
 TS = [-30.0, -4.0, -1.5, -0.3, 0.0, 0.2, 1.0, 2.5, 7.0, 100.0]
@@ -41,7 +43,8 @@ def test_incomplete_beta_closed_forms():
     for x in (0.0, 0.01, 0.3, 0.5, 0.77, 0.999, 1.0):
         for a in (0.5, 1.0, 2.5, 40.0):
             assert regularized_incomplete_beta(a, 1.0, x) == pytest.approx(x**a, abs=1e-12)
-            assert regularized_incomplete_beta(1.0, a, x) == pytest.approx(1 - (1 - x) ** a, abs=1e-12)
+            assert regularized_incomplete_beta(1.0, a, x) == pytest.approx(
+                1 - (1 - x) ** a, abs=1e-12)
         # symmetry I_x(a, b) = 1 - I_{1-x}(b, a)
         assert regularized_incomplete_beta(2.5, 7.0, x) == pytest.approx(
             1.0 - regularized_incomplete_beta(7.0, 2.5, 1.0 - x), abs=1e-12)
@@ -90,10 +93,46 @@ def test_welch_equal_variances_reduce_to_student():
     assert p < 0.05  # clearly different groups
 
 
+def test_welch_integer_df_closed_forms():
+    # two pairs with equal variances: df = (2 s)^2 / (2 s^2) = 2, where the t CDF has a closed form
+    t, df, p = welch_t_test([0.0, 2.0], [5.0, 7.0])  # means 1 and 6, variances 2: se^2 = 2
+    assert t == pytest.approx(-5.0 / math.sqrt(2.0), rel=1e-12) and df == pytest.approx(2.0)
+    assert p == pytest.approx(1.0 - abs(t) / math.sqrt(2.0 + t * t), rel=1e-10)
+    # one constant group: df = s_a^4 / (s_a^4 / 1) = 1, the Cauchy distribution
+    t, df, p = welch_t_test([0.0, 2.0], [5.0, 5.0])  # se^2 = 2 / 2 = 1
+    assert (t, df) == pytest.approx((-4.0, 1.0), rel=1e-12)
+    assert p == pytest.approx(1.0 - 2.0 * math.atan(4.0) / math.pi, rel=1e-10)
+
+
 def test_welch_degenerate_cases():
     assert all(math.isnan(v) for v in welch_t_test([1.0], [1.0, 2.0]))
     assert welch_t_test([2.0, 2.0], [2.0, 2.0, 2.0]) == (0.0, 3.0, 1.0)
+    # constant groups whose float mean is not exactly their value still have no spread
+    assert welch_t_test([0.1] * 3, [0.1] * 3) == (0.0, 4.0, 1.0)
+    assert welch_t_test([0.1] * 3, [0.7] * 3) == (-math.inf, 4.0, 0.0)
     t, df, p = welch_t_test([1.0, 1.0], [2.0, 2.0])
     assert t == -math.inf and p == 0.0
     with pytest.raises(ValueError, match="b must hold finite"):
         welch_t_test([1.0, 2.0], [1.0, math.nan])
+    with pytest.raises(ValueError, match="a must hold finite"):
+        welch_t_test([math.inf, 2.0], [1.0, 2.0])
+
+
+# t_{0.975, df} for df = 1..30 as printed (3 decimals) in the standard statistics tables
+PRINTED_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+                2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+                2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def test_t_quantile_975_is_the_printed_table():
+    """To 3 decimals, as the tables the archived reports were made with: exactly those values."""
+    assert [t_quantile_975(df) for df in range(1, 31)] == list(PRINTED_T975)
+    assert t_quantile_975(1) == round(math.tan(math.pi * 0.475), 3)  # Cauchy: 12.706
+    # df = 2: t = (2p - 1) sqrt(2 / (4 p (1 - p))) = 4.3027
+    assert t_quantile_975(2) == round(0.95 * math.sqrt(2 / (4 * 0.975 * 0.025)), 3)
+    assert t_quantile_975(10**7) == 1.960  # the normal's 1.95996
+    for df in (31, 120):  # beyond the table: the CDF at the quantile is 0.975 within rounding
+        assert t_cdf(t_quantile_975(df), df) == pytest.approx(0.975, abs=5e-4 * 0.06)
+    for bad in (0, 2.0, True):
+        with pytest.raises(ValueError, match="df must be an int >= 1"):
+            t_quantile_975(bad)

@@ -6,9 +6,9 @@ band over seeds (Figure 3a/3b), the final bpd table (mean ± std, parameters per
 (`cape plot`) re-renders report.md and the PNGs from `results.json`.
 
 Confidence intervals are t-based: mean ± t_{0.975, n-1} · std / sqrt(n) over the n seeds (std
-with ddof=1). scipy is not a dependency, so `t_quantile_975` reads the two-sided 95% quantiles
-of Student's t for df = 1..30 from the standard table (e.g. 4.303 for df = 2, i.e. 3 seeds) and
-uses the Cornish-Fisher expansion of the normal quantile beyond (error < 1e-3 at df = 31).
+with ddof=1). `t_quantile_975` is scipy.stats.t.ppf(0.975, df) to 3 decimals, as statistics
+tables print it (e.g. 4.303 for df = 2, i.e. 3 seeds): the archived reports were made with such
+a table, and a redraw must give their figures again.
 """
 
 from __future__ import annotations
@@ -17,26 +17,19 @@ import math
 from pathlib import Path
 from typing import Any
 
+from scipy import stats
+
 from cape.lab.experiments.template import plot_ok, read_results, train_cost_table
 from cape.lab.report import Report, mean_std, pivot, summarize, write_json
 
-__all__ = ["T975", "t_quantile_975", "confidence_cells", "write_report", "redraw"]
-
-# t_{0.975, df}, df = 1..30 (two-sided 95%), to 3 decimals as printed in statistics tables
-T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-        2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-        2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
-_Z975 = 1.959963984540054
+__all__ = ["t_quantile_975", "confidence_cells", "write_report", "redraw"]
 
 
 def t_quantile_975(df: int) -> float:
-    """The 0.975 quantile of Student's t with `df` >= 1 degrees of freedom."""
+    """The 0.975 quantile of Student's t with `df` >= 1 degrees of freedom, to 3 decimals."""
     if isinstance(df, bool) or not isinstance(df, int) or df < 1:
         raise ValueError(f"df must be an int >= 1, got {df!r}")
-    if df <= len(T975):
-        return T975[df - 1]
-    z = _Z975
-    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+    return round(float(stats.t.ppf(0.975, df)), 3)
 
 
 def confidence_cells(records: list[dict[str, Any]], by: list[str], value: str) -> list[dict[str, Any]]:
