@@ -2,11 +2,11 @@
 
 Corpus-level rates, as ASR papers report them: WER = (total word edits) / (total reference
 words) over all utterances, edits being the Levenshtein distance (substitutions, deletions and
-insertions, each of cost 1). CER is the same over characters.
+insertions, each of cost 1), counted by `jiwer`. CER is the same over characters.
 
-Text conventions (the same as `jiwer`'s defaults for clean text): words are `text.split()`;
-the characters of an utterance are those of `" ".join(text.split())`, spaces between words
-included. No other normalisation (case, punctuation) is done: normalise before scoring.
+Text conventions (`jiwer`'s defaults for clean text): words are `text.split()`; the characters
+of an utterance are those of `" ".join(text.split())`, spaces between words included. No other
+normalisation (case, punctuation) is done: normalise before scoring.
 
 `wer_by_bin` splits a test set by utterance duration (CAPE's Figures 6-8 plot WER against
 duration bins of the test audio) and scores each bin as a corpus.
@@ -15,37 +15,19 @@ duration bins of the test audio) and scores each bin as a corpus.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 
+import jiwer
 import numpy as np
 
-__all__ = ["DURATION_BINS", "edit_distance", "wer", "cer", "error_counts", "wer_by_bin"]
+__all__ = ["DURATION_BINS", "wer", "cer", "error_counts", "wer_by_bin"]
 
 DURATION_BINS: tuple[tuple[float, float], ...] = (
     (0, 6), (6, 10), (10, 15), (15, 20), (20, 30), (30, 45),
 )
 
 
-def edit_distance(ref: Sequence[Hashable], hyp: Sequence[Hashable]) -> int:
-    """Levenshtein distance between two sequences (unit substitution, deletion, insertion).
-
-    Row-by-row dynamic programme, each row vectorised: with `tmp[j] = min(prev[j] + 1,
-    prev[j - 1] + (ref[i] != hyp[j]))`, the insertion chain is resolved in one pass as
-    `cur[j] = j + cummin(tmp[k] - k, k <= j)`. O(len(ref) * len(hyp)) work, O(len(hyp)) memory.
-    """
-    vocab: dict[Hashable, int] = {}
-    r = np.array([vocab.setdefault(t, len(vocab)) for t in ref], dtype=np.int64)
-    h = np.array([vocab.setdefault(t, len(vocab)) for t in hyp], dtype=np.int64)
-    if r.size == 0 or h.size == 0:
-        return int(r.size + h.size)
-    cols = np.arange(h.size + 1, dtype=np.int64)
-    prev = cols.copy()  # distance from the empty ref prefix: j insertions
-    for i, token in enumerate(r, start=1):
-        tmp = np.empty_like(prev)
-        tmp[0] = i  # i deletions
-        tmp[1:] = np.minimum(prev[1:] + 1, prev[:-1] + (h != token))
-        prev = cols + np.minimum.accumulate(tmp - cols)
-    return int(prev[-1])
+_COUNTS = ("words", "chars", "word_edits", "char_edits")
 
 
 def _texts(name: str, value: str | Sequence[str]) -> list[str]:
@@ -68,12 +50,12 @@ def _pairs(refs: str | Sequence[str], hyps: str | Sequence[str]) -> list[tuple[s
 
 def error_counts(ref: str, hyp: str) -> dict[str, int]:
     """One utterance -> {"word_edits", "words", "char_edits", "chars"} (reference sizes)."""
-    rw, hw = ref.split(), hyp.split()
-    rc, hc = " ".join(rw), " ".join(hw)
+    rc, hc = " ".join(ref.split()), " ".join(hyp.split())
+    words, chars = jiwer.process_words(rc, hc), jiwer.process_characters(rc, hc)
     return {
-        "word_edits": edit_distance(rw, hw),
-        "words": len(rw),
-        "char_edits": edit_distance(rc, hc),
+        "word_edits": words.substitutions + words.deletions + words.insertions,
+        "words": len(ref.split()),
+        "char_edits": chars.substitutions + chars.deletions + chars.insertions,
         "chars": len(rc),
     }
 
@@ -95,7 +77,8 @@ def wer(refs: str | Sequence[str], hyps: str | Sequence[str]) -> float:
 def cer(refs: str | Sequence[str], hyps: str | Sequence[str]) -> float:
     """Corpus character error rate over `" ".join(text.split())` (spaces count as characters)."""
     counts = [error_counts(r, h) for r, h in _pairs(refs, hyps)]
-    return _rate(sum(c["char_edits"] for c in counts), sum(c["chars"] for c in counts), "characters")
+    edits, chars = sum(c["char_edits"] for c in counts), sum(c["chars"] for c in counts)
+    return _rate(edits, chars, "characters")
 
 
 def wer_by_bin(
@@ -115,7 +98,9 @@ def wer_by_bin(
     pairs = _pairs(refs, hyps)
     d = np.asarray(durations, dtype=np.float64).reshape(-1)
     if d.size != len(pairs):
-        raise ValueError(f"durations must have one entry per utterance ({len(pairs)}), got {d.size}")
+        raise ValueError(
+            f"durations must have one entry per utterance ({len(pairs)}), got {d.size}"
+        )
     if not np.all(np.isfinite(d)) or np.any(d < 0):
         raise ValueError("durations must be finite and >= 0 seconds")
     checked = []
@@ -130,12 +115,8 @@ def wer_by_bin(
     out = []
     for lo, hi in checked:
         members = [c for c, t in zip(counts, d, strict=True) if lo <= t < hi]
-        row = {
-            "low": lo,
-            "high": hi,
-            "count": len(members),
-            **{k: sum(c[k] for c in members) for k in ("words", "chars", "word_edits", "char_edits")},
-        }
+        sums = {k: sum(c[k] for c in members) for k in _COUNTS}
+        row = {"low": lo, "high": hi, "count": len(members), **sums}
         row["wer"] = row["word_edits"] / row["words"] if row["words"] else math.nan
         row["cer"] = row["char_edits"] / row["chars"] if row["chars"] else math.nan
         out.append(row)
