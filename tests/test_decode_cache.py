@@ -9,9 +9,11 @@ import torch
 from cape.augment import Augmentation
 from cape.encodings.relative import RelPos
 from cape.encodings.rotary import Rotary
-from cape.models import MT_POSITIONS, MultiheadAttention, Seq2Seq, TransformerDecoder
+from cape.models import MultiheadAttention, Seq2Seq, TransformerDecoder
 from cape.models.decode_cache import AttentionCache, DecoderCache
 from cape.models.search import beam_search, greedy_decode
+
+MT_POSITIONS = ("nopos", "sinpos", "abspos", "relpos", "cape1d", "rotary")  # translation rows
 
 VOCAB, PAD, BOS, EOS = 13, 0, 1, 2
 TINY = dict(dim=32, encoder_layers=2, decoder_layers=2, heads=2, ffn_dim=64)
@@ -145,7 +147,7 @@ def test_attention_without_cache_is_unchanged_and_cache_checks() -> None:
         plain(x, x, cache=AttentionCache())
     with pytest.raises(ValueError, match="needs key_value"):
         plain(x, cache=AttentionCache(static=True))
-    model = _model("cape")
+    model = _model("cape1d")
     state = model.start_decoding(torch.randn(2, 4, 32), _mask([4, 2], 4))
     with pytest.raises(ValueError, match=r"\[B, 1\]"):
         model.decode_step(_tokens(2, 2, 0), state)

@@ -217,7 +217,7 @@ def test_bad_positions_and_functional_arguments():
         enc(positions=torch.zeros(1, 3, 2, 3))  # [B, T, G, M] with the wrong M
     with pytest.raises(ValueError, match="positions"):
         enc(positions=torch.zeros(1, 3, 3))
-    with pytest.raises(ValueError, match="needs explicit positions"):
+    with pytest.raises(ValueError, match="reads 4-D positions"):
         enc(torch.zeros(1, 3, 16))
     with pytest.raises(ValueError, match="gamma"):
         lff_kernel(1.0, -1.0)

@@ -189,13 +189,13 @@ def test_abspos2d_bad_arguments():
     with pytest.raises(TypeError, match=r"grid\[1\]"):
         AbsPos2d(4, (2, 2.5))
     enc = AbsPos2d(4, (2, 3), cls_token=True)
-    with pytest.raises(TypeError, match="positions"):
-        enc(torch.zeros(1, 6, 4), positions=torch.zeros(1, 6, 2))
+    with pytest.raises(ValueError, match="positions"):
+        enc(torch.zeros(1, 6, 4), positions=torch.zeros(1, 6, 3))  # (x, y) needed
     with pytest.raises(ValueError, match="grid"):
         enc(torch.zeros(1, 8, 4))  # 8 tokens fit neither 6 nor 7
     with pytest.raises(ValueError, match="grid"):
         enc(torch.zeros(1, 12, 4), grid=(3, 3))
-    with pytest.raises(ValueError, match="dim"):
+    with pytest.raises(ValueError, match="D = 4"):
         enc(torch.zeros(1, 2, 3, 5))
     with pytest.raises(ValueError, match="grid"):
         enc()
@@ -289,5 +289,5 @@ def test_embednd_bad_arguments():
         enc(positions=torch.zeros(1, 3, 3))
     with pytest.raises(ValueError, match="positions"):
         enc(positions=torch.tensor([[[0.0, float("inf")]]]))
-    with pytest.raises(ValueError, match="needs explicit positions"):
+    with pytest.raises(ValueError, match="reads 2-D positions"):
         enc(torch.zeros(1, 3, 8))

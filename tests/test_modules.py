@@ -82,7 +82,7 @@ def test_build_errors_name_what_is_allowed() -> None:
         cape.build("cape1d", 32, max_global_shft=3)
     with pytest.raises(TypeError, match="max_global_shift.*'sinpos'"):
         cape.build("sinpos", 32, max_global_shift=3)
-    with pytest.raises(ValueError, match="sinpos has no augmentation"):
+    with pytest.raises(TypeError, match="'sinpos' has no augmentation"):
         cape.ENCODINGS["sinpos"](32, max_global_shift=3)
     with pytest.raises(ValueError, match="dim"):
         cape.build("cape2d", 31)

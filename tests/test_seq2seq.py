@@ -12,14 +12,16 @@ import torch
 from cape.augment import augment_pair
 from cape.encodings.relative import RelPos
 from cape.encodings.rotary import Rotary
-from cape.models import MT_POSITIONS, Seq2Seq
+from cape.models import Seq2Seq
 from cape.models.search import beam_search, greedy_decode, max_lengths, sequence_nll
 
 VOCAB, PAD, BOS, EOS = 13, 0, 1, 2
 TINY = dict(dim=32, encoder_layers=2, decoder_layers=2, heads=2, ffn_dim=64)
+# the 1-D `cape.build` names of the translation study
+MT_POSITIONS = ("nopos", "sinpos", "abspos", "relpos", "cape1d", "rotary")
 
 
-def _model(position: str = "cape", seed: int = 0, **kw) -> Seq2Seq:
+def _model(position: str = "cape1d", seed: int = 0, **kw) -> Seq2Seq:
     torch.manual_seed(seed)
     return Seq2Seq(VOCAB, position=position, **{**TINY, **kw})
 
@@ -45,8 +47,9 @@ def _np_sinusoid(pos: np.ndarray, dim: int) -> np.ndarray:
 
 @pytest.mark.parametrize("position", MT_POSITIONS)
 def test_decoder_is_causal_in_training(position: str) -> None:
-    model = _model(position, dropout=0.1, position_options=(
-        {"max_global_shift": 10.0, "alpha": 1.2} if position in ("cape", "rotary") else None)).train()
+    augmented = position in ("cape1d", "rotary")
+    model = _model(position, dropout=0.1, alpha=1.2, position_options=(
+        {"max_global_shift": 10.0} if augmented else None)).train()
     src, tgt = _tokens(3, 9, 1), _tokens(3, 8, 2)
     src_mask, tgt_mask = _mask([9, 6, 4], 9), _mask([8, 8, 5], 8)
     t = 3
@@ -60,13 +63,13 @@ def test_decoder_is_causal_in_training(position: str) -> None:
     a, b = run(tgt), run(changed)
     torch.testing.assert_close(a[:, : t + 1], b[:, : t + 1], rtol=0, atol=1e-6)
     assert (a[:, t + 1:] - b[:, t + 1:]).abs().amax() > 1e-3  # later positions do see the change
-    if position in ("cape", "rotary"):  # the augmentation is live: other draws, other logits
+    if augmented:  # the augmentation is live: other draws, other logits
         assert (run(tgt, seed=8)[:, : t + 1] - a[:, : t + 1]).abs().amax() > 1e-4
 
 
 @pytest.mark.parametrize("position", MT_POSITIONS)
 def test_padding_does_not_change_real_outputs(position: str) -> None:
-    model = _model(position, position_options={"alpha": 1.3} if position in ("cape", "rotary") else None)
+    model = _model(position, alpha=1.3)
     model.eval()
     src, tgt = _tokens(3, 10, 3), _tokens(3, 7, 4)  # padded slots hold random real ids
     src_mask, tgt_mask = _mask([10, 6, 3], 10), _mask([7, 4, 2], 7)
@@ -80,9 +83,9 @@ def test_padding_does_not_change_real_outputs(position: str) -> None:
 # -- positions ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("position", ["cape", "rotary"])
+@pytest.mark.parametrize("position", ["cape1d", "rotary"])
 def test_cape_eval_positions_are_scaled_indices(position: str) -> None:
-    model = _model(position, position_options={"alpha": 1.1632}).eval()
+    model = _model(position, alpha=1.1632).eval()
     src_mask, tgt_mask = _mask([6, 3], 6), _mask([5, 2], 5)
     src_pos, tgt_pos = model.positions(src_mask, tgt_mask)
     assert src_pos.dtype == tgt_pos.dtype == torch.float32
@@ -96,7 +99,7 @@ def test_cape_eval_positions_are_scaled_indices(position: str) -> None:
 
 @pytest.mark.parametrize("position", ["nopos", "sinpos", "abspos", "relpos"])
 def test_other_rows_use_plain_indices_in_training(position: str) -> None:
-    model = _model(position).train()
+    model = _model(position, alpha=1.5).train()  # alpha scales only augmented positions
     src_pos, tgt_pos = model.positions(_mask([5, 2], 5), _mask([4, 4], 4))
     assert torch.equal(src_pos[..., 0], torch.where(_mask([5, 2], 5), torch.arange(5.0), 0.0))
     assert torch.equal(tgt_pos[..., 0], torch.arange(4.0).expand(2, 4))
@@ -104,8 +107,8 @@ def test_other_rows_use_plain_indices_in_training(position: str) -> None:
 
 def test_cape_training_shift_is_shared_local_bounded_unscaled() -> None:
     alpha, dmax, emax = 1.3, 50.0, 0.5
-    model = _model("cape", position_options=dict(alpha=alpha, max_global_shift=dmax,
-                                                 max_local_shift=emax)).train()
+    model = _model("cape1d", alpha=alpha, position_options=dict(max_global_shift=dmax,
+                                                                max_local_shift=emax)).train()
     batch, s, t = 64, 30, 25
     src_mask = _mask(torch.randint(1, s + 1, (batch,), generator=torch.Generator().manual_seed(0)).tolist(), s)
     tgt_mask = _mask(torch.randint(1, t + 1, (batch,), generator=torch.Generator().manual_seed(1)).tolist(), t)
@@ -142,10 +145,9 @@ def _stack_inputs(model: Seq2Seq, *args) -> tuple[torch.Tensor, torch.Tensor]:
     return seen["enc"], seen["dec"]
 
 
-@pytest.mark.parametrize(("position", "alpha"), [("sinpos", 1.0), ("cape", 1.0337), ("cape", 1.0)])
+@pytest.mark.parametrize(("position", "alpha"), [("sinpos", 1.0), ("cape1d", 1.0337), ("cape1d", 1.0)])
 def test_sinusoid_added_at_both_inputs_is_the_transformer_one(position: str, alpha: float) -> None:
-    options = {"alpha": alpha} if position == "cape" else None
-    model = _model(position, position_options=options).eval()
+    model = _model(position, alpha=alpha).eval()
     src, tgt = _tokens(2, 40, 5), _tokens(2, 30, 6)
     src_mask, tgt_mask = _mask([40, 17], 40), _mask([30, 9], 30)
     enc_in, dec_in = _stack_inputs(model, src, src_mask, tgt, tgt_mask)
@@ -225,7 +227,7 @@ def test_rotary_ignores_the_global_shift_but_not_local_shifts() -> None:
     src, tgt = _tokens(2, 8, 1), _tokens(2, 6, 2)
     masks = _mask([8, 5], 8), _mask([6, 4], 6)
     results = {}
-    for row, local in itertools.product(("rotary", "cape"), (0.0, 0.5)):
+    for row, local in itertools.product(("rotary", "cape1d"), (0.0, 0.5)):
         model = _model(row, dropout=0.0, position_options=dict(max_global_shift=5.0, max_local_shift=local))
         with torch.no_grad():
             ref = model.eval()(src, masks[0], tgt, masks[1])
@@ -234,7 +236,7 @@ def test_rotary_ignores_the_global_shift_but_not_local_shifts() -> None:
         results[row, local] = float((train - ref).abs()[valid].max())
     assert results["rotary", 0.0] < 1e-4  # relative positions unchanged by a shared shift
     assert results["rotary", 0.5] > 1e-3
-    assert results["cape", 0.0] > 1e-3  # an absolute sinusoid sees the shift
+    assert results["cape1d", 0.0] > 1e-3  # an absolute sinusoid sees the shift
 
 
 # -- parameters, spec, gradients, errors ----------------------------------------------------
@@ -266,11 +268,12 @@ def test_tied_embeddings_share_storage() -> None:
 
 @pytest.mark.parametrize("position", MT_POSITIONS)
 def test_spec_rebuilds_the_same_model(position: str) -> None:
-    options = {"cape": {"max_global_shift": 10, "alpha": 1.1}, "rotary": {"max_local_shift": 0.25},
+    options = {"cape1d": {"max_global_shift": 10}, "rotary": {"max_local_shift": 0.25},
                "relpos": {"max_distance": 4, "values": True}, "abspos": {"num_positions": 12}}
-    model = _model(position, position_options=options.get(position), tie_embeddings=position != "nopos")
+    model = _model(position, position_options=options.get(position), alpha=1.1,
+                   tie_embeddings=position != "nopos")
     spec = json.loads(json.dumps(model.spec))
-    assert spec["position"] == position
+    assert spec["position"] == position and spec["alpha"] == 1.1
     for key, value in options.get(position, {}).items():
         assert spec["position_options"][key] == value
     rebuilt = Seq2Seq(**spec)
@@ -304,20 +307,20 @@ def test_gradients_reach_every_parameter(position: str) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        (dict(position="sinpos2d"), r"position must be one of \['nopos', 'sinpos'"),
-        (dict(position=3), "position must be one of"),
-        (dict(position="cape", position_options={"max_global_scaling": 2.0}),
-         r"max_global_scaling.*allowed: \['alpha', 'max_global_shift', 'max_local_shift'\]"),
-        (dict(position="nopos", position_options={"alpha": 1.0}), "unknown position_options"),
-        (dict(position="relpos", position_options={"step": 2.0}), r"allowed: \['max_distance', 'values'\]"),
-        (dict(position="cape", position_options={"alpha": 0.0}), "alpha must be"),
-        (dict(position="cape", position_options={"max_global_shift": -1}), "max_global_shift must be"),
+        (dict(position="sinpos2d"), r"position 'sinpos2d' reads 2-D positions; tokens need 1-D"),
+        (dict(position=3), "position must be a cape.build name"),
+        (dict(position="cape1d", position_options={"normalize": True}), r"normalize=True .*causal"),
+        (dict(position="nopos", position_options={"alpha": 1.0}), r"unknown option\(s\) \['alpha'\]"),
+        (dict(position="relpos", position_options={"stride": 2.0}),
+         r"allowed: \['max_distance', 'step', 'values'\]"),
+        (dict(position="cape1d", alpha=0.0), "alpha must be"),
+        (dict(position="cape1d", position_options={"max_global_shift": -1}), "max_global_shift must be"),
         (dict(position="abspos", position_options={"overflow": "wrap"}), "overflow must be one of"),
         (dict(position="abspos", position_options={"num_positions": 0}), "num_positions"),
         (dict(position="relpos", position_options={"max_distance": 0}), "max_distance"),
         (dict(position_options=[("alpha", 1.0)]), "position_options must be a dict"),
         (dict(dim=30, heads=4), r"dim \(30\) must be divisible by heads \(4\)"),
-        (dict(dim=6, heads=2, position="rotary"), "dim / heads must be even for rotary"),
+        (dict(dim=6, heads=2, position="rotary"), "head_dim must be divisible by 2"),
         (dict(dim=7, heads=1, position="sinpos"), "dim must be even"),
         (dict(pad_id=VOCAB), "pad_id must lie in"),
         (dict(dropout=1.0), "dropout"),
@@ -335,7 +338,7 @@ def test_bad_vocab_and_inputs_are_named() -> None:
         Seq2Seq(1)
     with pytest.raises(TypeError, match="vocab_size"):
         Seq2Seq(10.0)
-    model = _model("cape")
+    model = _model("cape1d")
     src, mask = _tokens(2, 5, 0), _mask([5, 3], 5)
     with pytest.raises(TypeError, match="src must be an integer tensor"):
         model.encode(src.float(), mask)
@@ -398,7 +401,7 @@ def test_beam_finds_at_least_greedys_log_prob() -> None:
     fixed seeds: with length_penalty=0 the beam's total log-prob (recomputed by sequence_nll)
     is >= greedy's wherever greedy finished, and strictly better for several sentences."""
     both = better = 0
-    for seed, position in itertools.product(range(4), ("cape", "relpos", "abspos")):
+    for seed, position in itertools.product(range(4), ("cape1d", "relpos", "abspos")):
         model = _searchable(position, seed)
         src, mask = _batch(seed + 10)
         limits = max_lengths(mask, 1.0, 4)
@@ -424,7 +427,7 @@ def test_wide_beam_is_exhaustive_with_length_normalisation() -> None:
     finished = [list(h) for n in range(3) for h in itertools.product((BOS, 3, 4), repeat=n)]
     found = []
     for seed, penalty in itertools.product(range(4), (0.0, 1.0, 2.0)):
-        model = _searchable("cape", seed, vocab=5, eos_bias=0.0)
+        model = _searchable("cape1d", seed, vocab=5, eos_bias=0.0)
         best = beam_search(model, src, mask, bos_id=BOS, eos_id=EOS, beam=40, max_len_a=0.0,
                            max_len_b=3, length_penalty=penalty)[0]
         total = _score(model, src.expand(len(finished), -1), mask.expand(len(finished), -1),
@@ -471,7 +474,7 @@ def test_search_same_alone_and_in_a_padded_batch(search: str) -> None:
 
 
 def test_greedy_matches_teacher_forced_argmax() -> None:
-    for position in ("cape", "relpos", "sinpos"):
+    for position in ("cape1d", "relpos", "sinpos"):
         model = _searchable(position, 4)
         src, mask = _batch(6)
         limits = max_lengths(mask, 1.0, 3).tolist()
@@ -485,7 +488,7 @@ def test_greedy_matches_teacher_forced_argmax() -> None:
 
 
 def test_search_restores_mode_and_checks_arguments() -> None:
-    model = _model("cape").train()
+    model = _model("cape1d").train()
     src, mask = _batch(0)
     out = beam_search(model, src, mask, bos_id=BOS, eos_id=EOS, beam=2)
     assert model.training and len(out) == 4

@@ -60,7 +60,7 @@ def test_a_seed_gives_the_same_initial_weights_to_rows_without_learned_positions
 
 @pytest.mark.parametrize(("override", "key"), [
     ('rows=[{"name": "x", "position": "wavelet"}]', "rows[x].position"),
-    ('rows=[{"name": "x", "position": "cape", "options": {"alpha": -1}}]', "rows[x].options.alpha"),
+    ('rows=[{"name": "x", "position": "cape1d", "options": {"alpha": -1}}]', "rows[x].options.alpha"),
     ("train.best_metric=loss", "train.best_metric"),
     ("model.heads=5", "model.dim"),
     ("model.label_smoothing=1.5", "model.label_smoothing"),
@@ -140,7 +140,7 @@ def tiny_run(tmp_path_factory):
             "data.train=200", "data.val=8", "train.steps=4", "train.batch_size=8",
             "train.eval_every=2", "train.checkpoint_every=2", "train.warmup_steps=1",
             "eval.test=12", "eval.long_per_bucket=3", "eval.stacked=3", "eval.beam=2",
-            'rows=[{"name": "CAPE", "position": "cape"}, {"name": "relpos", "position": "relpos"}]',
+            'rows=[{"name": "CAPE", "position": "cape1d"}, {"name": "relpos", "position": "relpos"}]',
             *(f"model.{k}={v}" for k, v in TINY_MODEL.items())]
     exp = EXPERIMENTS["translation"]
     cfg, mapping = resolve_config(exp.config_cls, exp.presets, "quick", [], sets)
@@ -158,7 +158,7 @@ def test_tiny_experiment_writes_report_and_resumes(tiny_run) -> None:
     assert any(s == "stacked" for _, s, _ in splits)
     alpha = results["data"]["alpha"]
     spec = json.loads((out / "cape" / "seed0" / "model.json").read_text())
-    assert spec["model"]["position_options"]["alpha"] == pytest.approx(alpha)
+    assert spec["model"]["alpha"] == pytest.approx(alpha)
     assert 0.5 < alpha < 2.0  # Spanish has a few more tokens than English
     summary = results["train"]["CAPE/seed0"]
     assert summary["step"] == 4.0 and 0.0 <= summary["eval_bleu"] <= 100.0
@@ -222,7 +222,7 @@ def test_experiment_under_torchrun_two_cpu_ranks(tmp_path) -> None:
             "data.train=64", "data.val=6", "train.steps=2", "train.batch_size=8",
             "train.eval_every=2", "train.checkpoint_every=2", "train.warmup_steps=1",
             "eval.test=10", "eval.long_per_bucket=2", "eval.stacked=2", "eval.beam=2",
-            'rows=[{"name": "CAPE", "position": "cape"}]',
+            'rows=[{"name": "CAPE", "position": "cape1d"}]',
             *(f"model.{k}={v}" for k, v in TINY_MODEL.items())]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
            "-m", "cape.lab", "experiment", "translation", "--out", str(tmp_path / "run")]

@@ -5,7 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cape.models.vit import VIT_POSITIONS, ViT
+from cape.models.vit import ViT
+
+# the 2-D `cape.build` names of the vision study
+VIT_POSITIONS = ("nopos", "abspos2d", "sinpos2d", "cape2d", "lff", "sine-2d", "embed-2d", "rotary2d")
 
 SMALL = dict(image_size=32, patch=4, dim=32, depth=2, heads=2, mlp_ratio=2)
 

@@ -6,7 +6,7 @@ Data flow: positions (`cape.positions`) -> augmentation (`cape.augment`) -> enco
 
 from . import functional, models
 from .augment import Augmentation, augment_pair, augment_positions, mean_normalize
-from .build import ENCODINGS, build
+from .build import ENCODINGS, build, encoding_class, encoding_options
 from .encodings import (
     PRESETS,
     AbsPos1d,
@@ -41,6 +41,8 @@ __all__ = [
     "mean_normalize",
     "ENCODINGS",
     "build",
+    "encoding_class",
+    "encoding_options",
     "CAPE1d",
     "CAPE2d",
     "PRESETS",

@@ -1,9 +1,22 @@
-"""`cape.build(name, dim, **options)`: every encoding by name, for configs and the CLI."""
+"""`cape.build(name, dim, **options)`: every encoding by name, for models, configs and the CLI.
+
+The names here are the project's one vocabulary: the models (`ViT`, `CTCModel`, `Seq2Seq`),
+the experiment configs, the command line and the reports all use them. `dim` is the embedding
+size D of an absolute encoding, or the attention head size of the encodings that act inside
+attention (`relpos`, `rotary`, `rotary2d`: their class says `kind = "attention"`).
+
+Every encoding that can be augmented takes CAPE's augmentation the same two ways: the four
+fields as keywords (`max_global_shift`, `max_local_shift`, `max_global_scaling`, `normalize`)
+or `augmentation=` a `cape.Augmentation` or a mapping of its fields (as config files write it).
+`preset` ("text", "audio", "image") gives the papers' values per modality (`cape.PRESETS`);
+explicit options override them.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
-from collections.abc import Callable
+from collections.abc import Mapping
 from typing import Any
 
 from torch import nn
@@ -14,96 +27,132 @@ from .encodings.learned import AbsPos1d, AbsPos2d, EmbedND
 from .encodings.none import NoPos
 from .encodings.relative import RelPos
 from .encodings.rotary import Rotary
-from .encodings.sinusoidal import CAPE1d, CAPE2d, SineND
+from .encodings.sinusoidal import PRESETS, CAPE1d, CAPE2d, SineND
 
-__all__ = ["build", "ENCODINGS"]
+__all__ = ["build", "ENCODINGS", "encoding_class", "encoding_options"]
 
-_AUGMENTATION = ("max_global_shift", "max_local_shift", "max_global_scaling")
-
-
-def _no_augmentation(cls: type, name: str) -> Callable[..., nn.Module]:
-    def make(dim: int, **options: Any) -> nn.Module:
-        given = [k for k in _AUGMENTATION if k in options]
-        if given:
-            raise ValueError(f"{name} has no augmentation; use 'cape1d'/'cape2d' for {given}")
-        return cls(dim, **options)
-
-    make._target = cls  # type: ignore[attr-defined]  # for the option listing
-    make._fixed = _AUGMENTATION  # type: ignore[attr-defined]
-    return make
+AUGMENTATION_FIELDS = ("max_global_shift", "max_local_shift", "max_global_scaling", "normalize")
+# classes that take the augmentation fields as keywords (the others take `augmentation=`)
+_FLAT = (CAPE1d, CAPE2d, SineND)
 
 
-def _preset(cls: type) -> Callable[..., nn.Module]:
-    def make(dim: int, preset: str | None = None, **options: Any) -> nn.Module:
-        if preset is None:
-            return cls(dim, **options)
-        if cls is CAPE2d:
-            if preset != "image":
-                raise ValueError(f"preset for cape2d must be 'image', got {preset!r}")
-            return cls.preset(dim, **options)
-        return cls.preset(preset, dim, **options)
+class Encoding:
+    """One entry of `ENCODINGS`: callable as `entry(dim, **options)` (what `build` does).
 
-    make._target = cls  # type: ignore[attr-defined]
-    make._takes_preset = True  # type: ignore[attr-defined]
-    return make
+    cls: the module's class. fixed: constructor options set by the name (sine-2d: pos_dim=2).
+    augments: whether the name takes CAPE's augmentation. presets: the modality presets it takes.
+    """
+
+    def __init__(
+        self, cls: type, *, fixed: Mapping[str, Any] | None = None, augments: bool = False,
+        presets: tuple[str, ...] = (),
+    ) -> None:
+        self.cls, self.fixed = cls, dict(fixed or {})
+        self.augments, self.presets = augments, presets
+        self.name = cls.__name__  # set to the registry name below
+
+    def options(self) -> list[str]:
+        """The keywords this name accepts (besides dim), in the constructor's order."""
+        params = list(inspect.signature(self.cls).parameters)[1:]  # [0]: dim / head_dim
+        skip = {*self.fixed, "augmentation", *AUGMENTATION_FIELDS, "cache_size"}
+        names = [p for p in params if p not in skip]
+        if self.augments:
+            names += [*AUGMENTATION_FIELDS, "augmentation"]
+        return names + (["preset"] if self.presets else [])
+
+    def __call__(self, dim: int, **options: Any) -> nn.Module:
+        allowed = self.options()
+        unknown = sorted(set(options) - set(allowed))
+        if unknown:
+            hint = ""
+            if set(unknown) & {*AUGMENTATION_FIELDS, "augmentation"}:
+                hint = f" ({self.name!r} has no augmentation: cape1d, cape2d, rotary... do)"
+            raise TypeError(
+                f"unknown option(s) {unknown} for encoding {self.name!r}; allowed: {allowed}{hint}"
+            )
+        fields = self._augmentation_fields(options)
+        preset = options.pop("preset", None)
+        if preset is not None:
+            if preset not in self.presets:
+                raise ValueError(f"preset must be one of {list(self.presets)}, got {preset!r}")
+            values = dict(PRESETS[preset])
+            fields = {k: values.pop(k) for k in AUGMENTATION_FIELDS if k in values} | fields
+            options = values | options  # the preset's other values (freq_scale), overridable
+        if issubclass(self.cls, _FLAT):
+            options.update(fields)
+        elif self.augments:
+            aug = Augmentation(**fields) if fields else None
+            options["augmentation"] = aug if aug is not None and (aug.random or aug.normalize) else None
+        return self.cls(dim, **self.fixed, **options)
+
+    def _augmentation_fields(self, options: dict[str, Any]) -> dict[str, Any]:
+        """Pop the augmentation (fields or `augmentation=`) from options -> its fields."""
+        flat = {k: options.pop(k) for k in AUGMENTATION_FIELDS if k in options}
+        given = options.pop("augmentation", None)
+        if given is None:
+            return flat
+        if flat:
+            raise ValueError(f"give augmentation or its fields {sorted(flat)}, not both")
+        if isinstance(given, Augmentation):
+            return dataclasses.asdict(given)
+        if isinstance(given, Mapping):
+            unknown = sorted(set(given) - set(AUGMENTATION_FIELDS))
+            if unknown:
+                raise TypeError(f"unknown augmentation field(s) {unknown}; allowed: {list(AUGMENTATION_FIELDS)}")
+            return dict(given)
+        raise TypeError(f"augmentation must be a cape.Augmentation or a mapping, got {given!r}")
 
 
-def _fixed(cls: type, **fixed: Any) -> Callable[..., nn.Module]:
-    def make(dim: int, **options: Any) -> nn.Module:
-        clash = sorted(set(fixed) & set(options))
-        if clash:
-            raise ValueError(f"options {clash} are fixed by this encoding's name")
-        return cls(dim, **fixed, **options)
-
-    make._target = cls  # type: ignore[attr-defined]
-    make._fixed = tuple(fixed)  # type: ignore[attr-defined]
-    return make
-
-
-# name -> constructor(dim, **options). `dim` is the embedding size, or the attention head
-# size for the encodings that act inside attention (relpos, rotary).
-ENCODINGS: dict[str, Callable[..., nn.Module]] = {
-    "nopos": NoPos,
-    "sinpos": _no_augmentation(CAPE1d, "sinpos"),
-    "cape1d": _preset(CAPE1d),
-    "sinpos2d": _no_augmentation(CAPE2d, "sinpos2d"),
-    "cape2d": _preset(CAPE2d),
-    "abspos": AbsPos1d,
-    "abspos2d": AbsPos2d,
-    "relpos": RelPos,
-    "rotary": Rotary,
-    "lff": LearnableFourierFeatures,
+ENCODINGS: dict[str, Encoding] = {
+    "nopos": Encoding(NoPos),
+    "sinpos": Encoding(CAPE1d),
+    "cape1d": Encoding(CAPE1d, augments=True, presets=("text", "audio")),
+    "sinpos2d": Encoding(CAPE2d),
+    "cape2d": Encoding(CAPE2d, augments=True, presets=("image",)),
+    "abspos": Encoding(AbsPos1d, augments=True),
+    "abspos2d": Encoding(AbsPos2d),
+    "relpos": Encoding(RelPos),
+    "rotary": Encoding(Rotary, augments=True, presets=("text", "audio")),
+    "rotary2d": Encoding(Rotary, fixed={"pos_dim": 2}, augments=True),
+    "lff": Encoding(LearnableFourierFeatures, augments=True),
     # the Learnable Fourier Features paper's baselines
-    "sine-1d": _no_augmentation(CAPE1d, "sine-1d"),
-    "sine-2d": _fixed(SineND, pos_dim=2),
-    "sine-4d": _fixed(SineND, pos_dim=4),
-    "embed-1d": AbsPos1d,
-    "embed-2d": EmbedND,
-    "embed-4d": EmbedND,
+    "sine-1d": Encoding(CAPE1d),
+    "sine-2d": Encoding(SineND, fixed={"pos_dim": 2}, augments=True),
+    "sine-4d": Encoding(SineND, fixed={"pos_dim": 4}, augments=True),
+    "embed-1d": Encoding(AbsPos1d, augments=True),
+    "embed-2d": Encoding(EmbedND, augments=True),
+    "embed-4d": Encoding(EmbedND, augments=True),
 }
 
 
-def _options(factory: Callable[..., nn.Module]) -> list[str]:
-    target = getattr(factory, "_target", factory)
-    skip = ("self", "dim", *getattr(factory, "_fixed", ()))
-    names = [p for p in inspect.signature(target).parameters if p not in skip]
-    return names + (["preset"] if getattr(factory, "_takes_preset", False) else [])
+for _name, _encoding in ENCODINGS.items():
+    _encoding.name = _name
+
+
+def _entry(name: object, key: str = "name") -> Encoding:
+    if not isinstance(name, str):
+        raise TypeError(f"{key} must be a cape.build name (str), got {type(name).__name__} {name!r}")
+    if name.lower() not in ENCODINGS:
+        raise ValueError(f"{key} must be one of {sorted(ENCODINGS)}, got {name!r}")
+    return ENCODINGS[name.lower()]
+
+
+def encoding_class(name: str, *, key: str = "name") -> type:
+    """The class `build(name, ...)` makes: its `kind` ("absolute", "attention" or "none"),
+    `units` and docstring say how a model uses it. key: the argument named in errors."""
+    return _entry(name, key).cls
+
+
+def encoding_options(name: str) -> list[str]:
+    """The options `build(name, dim, ...)` accepts (what `cape encodings` lists)."""
+    return _entry(name).options()
 
 
 def build(name: str, dim: int, **options: Any) -> nn.Module:
     """Make an encoding by name: `build("cape2d", 768, preset="image")`.
 
-    Names: see `ENCODINGS`. Options are the class's keyword arguments; unknown names or options
-    raise ValueError/TypeError listing what is allowed. An `augmentation` option (rotary, lff)
-    may be a mapping of `cape.Augmentation`'s fields, as config files write it.
+    Names: see `ENCODINGS`. Options are the class's keyword arguments (`encoding_options`),
+    plus CAPE's augmentation and `preset` where the name takes them (module docstring);
+    unknown names or options raise ValueError/TypeError listing what is allowed.
     """
-    if not isinstance(name, str) or name.lower() not in ENCODINGS:
-        raise ValueError(f"name must be one of {sorted(ENCODINGS)}, got {name!r}")
-    factory = ENCODINGS[name.lower()]
-    allowed = _options(factory)
-    unknown = sorted(set(options) - set(allowed))
-    if unknown:
-        raise TypeError(f"unknown option(s) {unknown} for encoding {name!r}; allowed: {allowed}")
-    if isinstance(options.get("augmentation"), dict):  # configs spell it as a mapping
-        options["augmentation"] = Augmentation(**options["augmentation"])
-    return factory(dim, **options)
+    return _entry(name)(dim, **options)

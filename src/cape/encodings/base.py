@@ -1,8 +1,27 @@
-"""What every absolute encoding module shares: positions in, augmentation, float32 maths, cast out.
+"""The protocol of the absolute encodings: positions in, augmentation, float32 maths, cast out.
 
 An absolute encoding maps positions `[B, T, M]` to an embedding `[B, T, D]` that the caller adds
-to (or concatenates with) its content. Subclasses implement `embed(positions) -> float32` and
-`default_positions(...)`; this base handles given positions, padding, augmentation in training
+to (or concatenates with) its content. Every one of them is called the same way,
+
+    enc(x=None, *, positions=None, mask=None, lengths=None, hop=None, grid=None, extent=None,
+        generator=None) -> [B, T, D] in x's dtype
+
+and declares what positions it reads, so that a model asks the encoding instead of branching on
+its name:
+
+- `pos_dim`: M, the coordinates per position (1 for tokens or seconds, 2 for image x/y, 4 for
+  box edges...);
+- `units`: "continuous" (any real coordinates: token indices, seconds, image coordinates) or
+  "index" (rows of a learned table: real positions are floored or quantised, so seconds mean
+  nothing to it);
+- `grid_positions(H, W)`: the positions it reads for an H x W patch grid (continuous image
+  coordinates in [-extent, extent], or integer (column, row) indices for the tables and LFF's
+  per-axis sinusoid);
+- `kind`: "absolute" (added to the content); the encodings that act inside attention (`RelPos`,
+  `Rotary`) say "attention" and `NoPos` says "none".
+
+Subclasses implement `embed(positions) -> float32`; this base handles given positions, the
+default ones (token indices, timestamps from `hop`, a `grid`), padding, augmentation in training
 mode, disabling autocast and the final cast to the content dtype.
 """
 
@@ -13,10 +32,18 @@ import contextlib
 import torch
 from torch import nn
 
+from .._checks import check_float, check_int
 from ..augment import Augmentation
-from ..positions import as_positions, resolve_mask
+from ..positions import (
+    as_positions,
+    grid_indices,
+    grid_positions,
+    resolve_mask,
+    timestamps,
+    token_positions,
+)
 
-__all__ = ["PositionalEncoding", "float32_region"]
+__all__ = ["PositionalEncoding", "float32_region", "resolve_grid", "check_grids"]
 
 
 def float32_region(device: torch.device) -> contextlib.AbstractContextManager:
@@ -24,12 +51,53 @@ def float32_region(device: torch.device) -> contextlib.AbstractContextManager:
     return torch.autocast(device_type=device.type, enabled=False)
 
 
+def check_grids(grids: list, batch: int) -> list[tuple[int, int]]:
+    """grids: one (H, W) per sample (a packed batch) -> a list of int pairs."""
+    if len(grids) != batch:
+        raise ValueError(f"grid must hold one (H, W) per sample ({batch}), got {len(grids)}")
+    out = []
+    for i, g in enumerate(grids):
+        if not isinstance(g, (tuple, list)) or len(g) != 2:
+            raise TypeError(f"grid[{i}] must be a pair (H, W) of ints >= 1, got {g!r}")
+        out.append((check_int(f"grid[{i}][0]", g[0]), check_int(f"grid[{i}][1]", g[1])))
+    return out
+
+
+def resolve_grid(
+    x: torch.Tensor | None, grid: object, dim: int
+) -> tuple[int, int, int, tuple[int, ...]]:
+    """x [B, H, W, D] or [B, H*W, D] (or None) and grid (H, W) -> (H, W, B, output shape).
+
+    The output shape is x's ([B, H, W, D] or [B, H*W, D]); [1, H*W, D] without x.
+    """
+    if x is not None and x.dim() == 4:
+        if grid is not None and tuple(grid) != tuple(x.shape[1:3]):  # type: ignore[arg-type]
+            raise ValueError(f"grid {tuple(grid)} does not match x's grid {tuple(x.shape[1:3])}")  # type: ignore[arg-type]
+        return x.shape[1], x.shape[2], x.shape[0], tuple(x.shape)
+    if grid is None:
+        shape = None if x is None else tuple(x.shape)
+        raise ValueError(f"x of shape {shape} needs grid=(H, W) or positions")
+    if not isinstance(grid, (tuple, list)) or len(grid) != 2:
+        raise TypeError(f"grid must be a pair (H, W) of ints >= 1, got {grid!r}")
+    height, width = check_int("grid[0]", grid[0]), check_int("grid[1]", grid[1])
+    if x is None:
+        return height, width, 1, (1, height * width, dim)
+    if x.dim() != 3 or x.shape[1] != height * width:
+        raise ValueError(
+            f"x must be [B, {height * width}, D] for grid {(height, width)}, got {tuple(x.shape)}"
+        )
+    return height, width, x.shape[0], tuple(x.shape)
+
+
 class PositionalEncoding(nn.Module):
-    """Base of the absolute encodings.
+    """Base of the absolute encodings (module docstring: the protocol).
 
     dim: D, the embedding size. pos_dim: M, coordinates per position.
     augmentation: CAPE's `Augmentation` (None = no augmentation, positions used as given).
     """
+
+    kind = "absolute"
+    units = "continuous"
 
     def __init__(self, dim: int, pos_dim: int, augmentation: Augmentation | None = None) -> None:
         super().__init__()
@@ -43,6 +111,50 @@ class PositionalEncoding(nn.Module):
     def embed(self, positions: torch.Tensor) -> torch.Tensor:
         """positions: [B, T, M] float32 -> [B, T, D] float32 (or a compute dtype of params)."""
         raise NotImplementedError
+
+    # -- the positions it reads ------------------------------------------------------------
+    def sequence_positions(
+        self, batch: int, length: int, *, hop: float | torch.Tensor | None = None,
+        mask: torch.Tensor | None = None, device: torch.device | str | None = None,
+    ) -> torch.Tensor:
+        """Positions of a sequence: token indices 0..T-1, or frame-centre timestamps (i + 0.5) *
+        hop seconds when `hop` is given (float, [B] or [B, T]) -> [B, T, 1] float32, 0 at padding."""
+        if self.pos_dim != 1:
+            raise ValueError(
+                f"{type(self).__name__} reads {self.pos_dim}-D positions: pass positions "
+                f"[B, T, {self.pos_dim}]" + (" or grid=(H, W)" if self.pos_dim == 2 else "")
+            )
+        if hop is None:
+            return token_positions(batch, length, mask=mask, device=device)
+        if self.units == "index":
+            raise ValueError(
+                f"hop: {type(self).__name__} reads table indices, not seconds; omit hop "
+                "(frames are counted) or use an encoding with continuous units"
+            )
+        return timestamps(batch, length, hop, mask=mask, device=device)
+
+    def grid_positions(
+        self, height: int, width: int, *, extent: float | None = None, batch: int = 1,
+        device: torch.device | str | None = None,
+    ) -> torch.Tensor:
+        """Positions of an H x W patch grid, row-major -> [B, H*W, M] (a broadcast view).
+
+        Continuous units: (x, y) in [-extent, extent] (`cape.grid_positions`, extent 1 by
+        default); index units: integer (column, row) indices (`cape.grid_indices`).
+        """
+        if self.pos_dim != 2:
+            raise ValueError(
+                f"grid: {type(self).__name__} reads {self.pos_dim}-D positions, a grid needs 2 (x, y)"
+            )
+        if self.units == "index":
+            if extent is not None:
+                raise ValueError(
+                    f"extent applies to continuous coordinates; {type(self).__name__} reads "
+                    "integer (column, row) indices"
+                )
+            return grid_indices(height, width, batch=batch, device=device)
+        ext = 1.0 if extent is None else check_float("extent", extent, strict=True)
+        return grid_positions(height, width, extent=ext, batch=batch, device=device)
 
     # -- shared ----------------------------------------------------------------------------
     def prepare(
@@ -86,16 +198,37 @@ class PositionalEncoding(nn.Module):
         x: torch.Tensor | None = None,
         *,
         positions: torch.Tensor | None = None,
-        lengths: torch.Tensor | None = None,
         mask: torch.Tensor | None = None,
+        lengths: torch.Tensor | None = None,
+        hop: float | torch.Tensor | None = None,
+        grid: tuple[int, int] | None = None,
+        extent: float | None = None,
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
-        """x: [B, T, D] content (for B, T, device and dtype) and/or positions [B, T(, M)].
+        """x: [B, T, D] content (for B, T, device and dtype), or [B, H, W, D] for a grid.
 
-        Returns the embedding [B, T, D] in x's dtype (float32 without x); the caller adds it.
+        Positions, one of: `positions` [B, T(, M)] (with `grid` a list of each sample's (H, W)
+        when they were laid out on grids: a packed batch of images); `hop` seconds per frame (float, [B] or
+        [B, T]: frame-centre timestamps, 1-D encodings); `grid` (H, W) (or x [B, H, W, D]):
+        `grid_positions(H, W, extent=extent)`; none of them: token indices 0..T-1 (1-D).
+        mask [B, T] bool (True = real) or lengths [B]: padding gets a zero embedding.
+        Returns the embedding in x's shape and dtype (float32 [B, T, D] without x).
         """
+        grids = None
+        if positions is not None and isinstance(grid, list):  # the grids positions come from
+            grids, grid = check_grids(grid, positions.shape[0]), None
+        layouts = [k for k, v in (("positions", positions), ("hop", hop), ("grid", grid)) if v is not None]
+        if len(layouts) > 1:
+            raise ValueError(f"give one of positions, hop and grid, got {layouts}")
+        if grid is not None or (isinstance(x, torch.Tensor) and x.dim() == 4):
+            if mask is not None or lengths is not None:
+                raise ValueError("mask/lengths apply to given positions; a full grid has no padding")
+            self.check_content(x, ndims=(3, 4))
+            return self.forward_grid(x, grid, extent, generator)
+        if extent is not None and grids is None:
+            raise ValueError("extent applies to a grid: pass grid=(H, W) or x [B, H, W, D]")
         if x is None and positions is None:
-            raise ValueError("give x ([B, T, D]) or positions ([B, T, M])")
+            raise ValueError("give x ([B, T, D]), positions ([B, T, M]) or grid=(H, W)")
         self.check_content(x, ndims=(3,))
         ref = x if x is not None else positions
         assert ref is not None
@@ -103,13 +236,33 @@ class PositionalEncoding(nn.Module):
         mask = resolve_mask(batch, length, lengths, mask)
         validate = positions is not None
         if positions is None:
-            positions = self.default_positions(batch, length, device=ref.device, mask=mask)
+            positions = self.sequence_positions(batch, length, hop=hop, mask=mask, device=ref.device)
         elif x is not None and tuple(positions.shape[:2]) != (batch, length):
             raise ValueError(
                 f"positions must start with [B, T] = [{batch}, {length}], got {tuple(positions.shape)}"
             )
         dtype = None if x is None else x.dtype
-        return self.encode(positions, mask, generator, dtype=dtype, validate=validate)
+        aug = None if grids is None else self.grid_augmentation(grids, extent, ref.device)
+        return self.encode(positions, mask, generator, dtype=dtype, augmentation=aug, validate=validate)
+
+    def grid_augmentation(
+        self, grids: list[tuple[int, int]], extent: float | None, device: torch.device
+    ) -> Augmentation | None:
+        """The augmentation of positions laid out on these grids (one (H, W) per sample), when it
+        depends on the grid (CAPE2d's emax = 1/N); None = `self.augmentation` as it is."""
+        return None
+
+    def forward_grid(
+        self, x: torch.Tensor | None, grid: tuple[int, int] | None, extent: float | None,
+        generator: torch.Generator | None,
+    ) -> torch.Tensor:
+        """The embedding of a full H x W grid (`grid_positions`), in x's shape ([B, H, W, D] or
+        [B, H*W, D]; [1, H*W, D] float32 without x)."""
+        height, width, batch, shape = resolve_grid(x, grid, self.dim)
+        device = x.device if x is not None else torch.device("cpu")
+        pos = self.grid_positions(height, width, extent=extent, batch=batch, device=device)
+        out = self.encode(pos, None, generator, dtype=None if x is None else x.dtype, validate=False)
+        return out.reshape(shape)
 
     def check_content(self, x: torch.Tensor | None, ndims: tuple[int, ...] = (3,)) -> None:
         """x (the content) must be a tensor of rank in `ndims` ending with D = self.dim."""
@@ -138,12 +291,6 @@ class PositionalEncoding(nn.Module):
             and not (cache is not None and cache.holds(emb))
         )
         return emb.add_(x) if fresh else x + emb
-
-    def default_positions(
-        self, batch: int, length: int, *, device: torch.device, mask: torch.Tensor | None
-    ) -> torch.Tensor:
-        """Positions used when none are given: [B, T, M]. Default: token indices (M = 1)."""
-        raise ValueError(f"{type(self).__name__} needs explicit positions")
 
     def extra_repr(self) -> str:
         aug = "" if self.augmentation is None else f", augmentation={self.augmentation}"

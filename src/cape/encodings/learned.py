@@ -14,7 +14,7 @@ from torch import nn
 
 from .._checks import check_choice, check_float, check_int
 from ..augment import Augmentation
-from ..positions import as_positions, token_positions
+from ..positions import as_positions
 from .base import PositionalEncoding, float32_region
 
 __all__ = ["AbsPos1d", "AbsPos2d", "EmbedND"]
@@ -36,7 +36,10 @@ class AbsPos1d(PositionalEncoding):
     indices wrap the same way), "clamp" -> E(0) below, E(N-1) above.
     Positions [B, T(, 1)] are floored to integers; by default the token indices 0..T-1.
     forward(x: [B, T, D] | None, *, positions, lengths, mask, generator) -> [B, T, D].
+    Units "index": a time in seconds means nothing to a table (`hop` is refused).
     """
+
+    units = "index"
 
     def __init__(
         self,
@@ -71,11 +74,6 @@ class AbsPos1d(PositionalEncoding):
         """positions: [B, T, 1] -> [B, T, D] float32."""
         return self.table[self.index(positions[..., 0])].to(torch.float32)
 
-    def default_positions(
-        self, batch: int, length: int, *, device: torch.device, mask: torch.Tensor | None
-    ) -> torch.Tensor:
-        return token_positions(batch, length, mask=mask, device=device)
-
     def extra_repr(self) -> str:
         return super().extra_repr() + f", num_positions={self.num_positions}, overflow={self.overflow!r}"
 
@@ -93,7 +91,11 @@ class AbsPos2d(PositionalEncoding):
     (never resampled: CAPE sec. 5.1, footnote 3).
     forward(x: [B, H, W, D] -> [B, H, W, D] (grid part only); or x: [B, T, D] with grid=(H, W),
     T = H*W or, with cls_token, 1 + H*W (row 0 = class token); or x=None with grid ->
-    [1, H*W(+1), D] float32). grid defaults to the table's grid. Takes no positions.
+    [1, H*W(+1), D] float32). grid defaults to the table's grid.
+    positions: [B, T, 2] (x, y) in the table's frame: the image spans [-1, 1] on each axis and
+    cell j of N sits at its centre (2j + 1) / N - 1 (`grid_positions`); the table is sampled
+    there bicubically (`F.grid_sample`, align_corners=False, border padding), which at the
+    centres of an H x W grid equals the resampled table up to float rounding.
     """
 
     def __init__(
@@ -125,34 +127,39 @@ class AbsPos2d(PositionalEncoding):
             out = F.interpolate(src, size=(height, width), mode="bicubic", align_corners=False)
         return out[0].permute(1, 2, 0).to(self.table.dtype)
 
-    def embed(self, positions: torch.Tensor) -> torch.Tensor:
-        raise TypeError("AbsPos2d is a grid table: call it with x or grid=(H, W), not positions")
-
-    def forward(  # type: ignore[override]
-        self,
-        x: torch.Tensor | None = None,
-        *,
-        grid: tuple[int, int] | None = None,
-        positions: torch.Tensor | None = None,
-        lengths: torch.Tensor | None = None,
-        mask: torch.Tensor | None = None,
-        generator: torch.Generator | None = None,
+    def grid_positions(
+        self, height: int, width: int, *, extent: float | None = None, batch: int = 1,
+        device: torch.device | str | None = None,
     ) -> torch.Tensor:
-        if positions is not None:
-            raise TypeError("AbsPos2d takes no positions (a grid table): pass x or grid=(H, W)")
-        if lengths is not None or mask is not None:
-            raise ValueError("AbsPos2d encodes a full grid: lengths/mask are not supported")
-        if x is not None and x.shape[-1] != self.dim:
-            raise ValueError(f"x must end with dim={self.dim} channels, got {tuple(x.shape)}")
+        """Cell centres of an H x W grid in the table's frame -> [B, H*W, 2] (x, y)."""
+        if extent is not None:
+            raise ValueError("extent applies to continuous encodings; AbsPos2d's table spans the image")
+        check_int("height", height)
+        check_int("width", width)
+        ys = (2 * torch.arange(height, device=device, dtype=torch.float32) + 1) / height - 1
+        xs = (2 * torch.arange(width, device=device, dtype=torch.float32) + 1) / width - 1
+        pos = torch.stack(torch.meshgrid(xs, ys, indexing="xy"), dim=-1).reshape(-1, 2)
+        return pos[None].expand(check_int("batch", batch, minimum=0), -1, -1)
+
+    def embed(self, positions: torch.Tensor) -> torch.Tensor:
+        """positions: [B, T, 2] (x, y) -> [B, T, D] float32, the table sampled bicubically."""
+        table = self.table.to(torch.float32).permute(2, 0, 1)[None]  # [1, D, H0, W0]
+        batch, length = positions.shape[:2]
+        grid = positions.reshape(1, batch * length, 1, 2)
+        out = F.grid_sample(table, grid, mode="bicubic", padding_mode="border", align_corners=False)
+        return out[0, :, :, 0].t().reshape(batch, length, self.dim)
+
+    def forward_grid(
+        self, x: torch.Tensor | None, grid: tuple[int, int] | None, extent: float | None,
+        generator: torch.Generator | None,
+    ) -> torch.Tensor:
+        if extent is not None:
+            raise ValueError("extent applies to continuous encodings; AbsPos2d's table spans the image")
         if x is not None and x.dim() == 4:
             if grid is not None and tuple(grid) != tuple(x.shape[1:3]):
                 raise ValueError(f"grid {tuple(grid)} does not match x's grid {tuple(x.shape[1:3])}")
             table = self.resample((x.shape[1], x.shape[2]))
             return table.to(x.dtype)[None].expand(x.shape)
-        if x is not None and x.dim() != 3:
-            raise ValueError(f"x must be [B, H, W, D] or [B, T, D], got {tuple(x.shape)}")
-        if x is None and grid is None:
-            raise ValueError("give x ([B, H, W, D] or [B, T, D]) or grid=(H, W)")
         height, width = _grid("grid", self.grid if grid is None else grid)
         cells = height * width
         with_cls = self.cls_position is not None and (x is None or x.shape[1] == cells + 1)
@@ -170,6 +177,15 @@ class AbsPos2d(PositionalEncoding):
         batch = 1 if x is None else x.shape[0]
         return emb.to(dtype)[None].expand(batch, -1, -1)
 
+    def forward(  # type: ignore[override]
+        self, x: torch.Tensor | None = None, *, grid: tuple[int, int] | None = None,
+        **kwargs: object,
+    ) -> torch.Tensor:
+        """As `PositionalEncoding.forward`; x [B, T, D] without positions means the table's grid."""
+        if grid is None and kwargs.get("positions") is None and isinstance(x, torch.Tensor) and x.dim() == 3:
+            grid = self.grid  # a full grid by default: [B, H0*W0(+1), D]
+        return super().forward(x, grid=grid, **kwargs)  # type: ignore[arg-type]
+
     def extra_repr(self) -> str:
         return f"dim={self.dim}, grid={self.grid}, cls_token={self.cls_position is not None}"
 
@@ -181,9 +197,12 @@ class EmbedND(PositionalEncoding):
     [m D/M, (m+1) D/M). Positions [B, T, M]: integer tensors are bin indices (clamped to
     [0, n-1]); floats are quantised, bin = floor((p - low) / (high - low) * n), clamped. For
     Embed-2D on a grid pass integer row/column indices (or `grid_positions(H, W)`, which are
-    (x, y) in [-1, 1], with sizes=(W, H): each patch then lands in its own bin). Integer index i enters the float path at
-    its bin centre low + (i + 1/2)(high - low)/n, so an augmentation acts in the same units.
+    (x, y) in [-1, 1], with sizes=(W, H): each patch then lands in its own bin). Integer index i
+    enters the float path at its bin centre low + (i + 1/2)(high - low)/n, so an augmentation
+    acts in the same units. Units "index": its grid positions are (column, row) indices.
     """
+
+    units = "index"
 
     def __init__(
         self,

@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from .._checks import check_int
+from .base import resolve_grid
 
 __all__ = ["NoPos"]
 
@@ -13,18 +14,52 @@ __all__ = ["NoPos"]
 class NoPos(nn.Module):
     """Returns a zero embedding `[B, T, D]` (a broadcast view: no memory, adding it is a no-op).
 
-    Models may skip the addition altogether: `isinstance(enc, NoPos)`.
+    Called like every absolute encoding (`cape.PositionalEncoding`); it reads no positions
+    (`kind = "none"`), so models skip it altogether.
+    forward(x: [B, T, D] or [B, H, W, D] | None, *, positions: [B, T(, M)], grid: (H, W), ...)
+    -> zeros in x's shape and dtype, or float32 [B, T, D] from positions, [1, H*W, D] from grid.
     """
+
+    kind = "none"
+    units = "continuous"
+    pos_dim = None  # any
 
     def __init__(self, dim: int) -> None:
         super().__init__()
         self.dim = check_int("dim", dim)
+        self.augmentation = None
 
-    def forward(self, x: torch.Tensor | None = None, **_: object) -> torch.Tensor:
-        """x: [B, T, D] or [B, H, W, D] -> zeros of the same shape and dtype."""
-        if x is None:
-            raise ValueError("NoPos needs x to know the shape of the (zero) embedding")
-        return x.new_zeros(()).expand(x.shape)
+    def forward(
+        self,
+        x: torch.Tensor | None = None,
+        *,
+        positions: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+        lengths: torch.Tensor | None = None,
+        hop: float | torch.Tensor | None = None,
+        grid: tuple[int, int] | None = None,
+        extent: float | None = None,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        if x is not None:
+            if not isinstance(x, torch.Tensor):
+                raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+            if x.dim() not in (3, 4) or x.shape[-1] != self.dim:
+                raise ValueError(
+                    f"x must have shape [B, T, D] or [B, H, W, D] with D = {self.dim}, "
+                    f"got {tuple(x.shape)}"
+                )
+            return x.new_zeros(()).expand(x.shape)
+        if positions is not None:
+            if not isinstance(positions, torch.Tensor) or positions.dim() not in (2, 3):
+                got = tuple(positions.shape) if isinstance(positions, torch.Tensor) else type(positions).__name__
+                raise ValueError(f"positions must be a tensor [B, T] or [B, T, M], got {got}")
+            shape = (positions.shape[0], positions.shape[1], self.dim)
+            return positions.new_zeros((), dtype=torch.float32).expand(shape)
+        if grid is not None:
+            shape = resolve_grid(None, grid, self.dim)[3]
+            return torch.zeros((), dtype=torch.float32).expand(shape)
+        raise ValueError("give x ([B, T, D]), positions ([B, T, M]) or grid=(H, W)")
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}"

@@ -27,7 +27,13 @@ class RelPos(nn.Module):
     values: also learn value embeddings (Shaw's a^V); False = keys only (faster, fused SDPA).
 
     Parameters: rel_key [2K+1, d] (and rel_value [2K+1, d]), initialised N(0, 0.02^2) truncated.
+    It acts inside attention (`kind = "attention"`): one module per layer, `dim` of `cape.build`
+    is the head size; positions are 1-D in any units (`step` is one bucket in those units).
     """
+
+    kind = "attention"
+    units = "continuous"
+    pos_dim = 1
 
     def __init__(
         self, head_dim: int, max_distance: float = 100, *, step: float = 1.0, values: bool = False

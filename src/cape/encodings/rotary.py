@@ -14,7 +14,7 @@ from torch import nn
 from .._checks import check_choice, check_even, check_float, check_int
 from ..augment import Augmentation, augment_pair, mean_normalize
 from ..functional.rotary import apply_rotary, rotary_angles
-from ..positions import as_positions, token_positions
+from ..positions import as_positions, grid_positions, token_positions
 from .base import float32_region
 
 __all__ = ["Rotary"]
@@ -27,7 +27,13 @@ class Rotary(nn.Module):
     rotated 2D frequencies). base, freq_scale: 1D frequencies freq_scale * base^(-2c/hd)
     (freq_scale = 30 for seconds); in 2D freq_scale multiplies CAPE's 2D frequencies.
     augmentation: CAPE's `Augmentation`, applied in train mode (normalisation also in eval).
+
+    It acts inside attention (`kind = "attention"`): one module per layer, `dim` of `cape.build`
+    is the head size. `grid_positions(H, W)` are the continuous (x, y) a 2-D rotary reads.
     """
+
+    kind = "attention"
+    units = "continuous"
 
     def __init__(
         self,
@@ -48,6 +54,16 @@ class Rotary(nn.Module):
         if augmentation is not None and not isinstance(augmentation, Augmentation):
             raise TypeError(f"augmentation must be a cape.Augmentation or None, got {augmentation!r}")
         self.augmentation = augmentation
+
+    def grid_positions(
+        self, height: int, width: int, *, extent: float | None = None, batch: int = 1,
+        device: torch.device | str | None = None,
+    ) -> torch.Tensor:
+        """(x, y) of an H x W patch grid in [-extent, extent] (extent 1) -> [B, H*W, 2]."""
+        if self.pos_dim != 2:
+            raise ValueError("grid: this Rotary reads 1-D positions, a grid needs pos_dim=2 (x, y)")
+        ext = 1.0 if extent is None else check_float("extent", extent, strict=True)
+        return grid_positions(height, width, extent=ext, batch=batch, device=device)
 
     def _angles(self, pos: torch.Tensor) -> torch.Tensor:
         return rotary_angles(

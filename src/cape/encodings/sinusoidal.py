@@ -12,7 +12,7 @@ from dataclasses import replace
 import torch
 
 from .._checks import check_choice, check_float, check_int
-from ..augment import Amount, Augmentation
+from ..augment import Amount, Augmentation, augment_positions
 from ..functional.sinusoidal import (
     axial_sinusoidal,
     cape2d_frequencies,
@@ -20,8 +20,8 @@ from ..functional.sinusoidal import (
     shifted_sine,
     sinusoid_frequencies,
 )
-from ..positions import grid_positions, resolve_mask, timestamps, token_positions
-from .base import PositionalEncoding, float32_region
+from ..positions import grid_indices, grid_positions
+from .base import PositionalEncoding, float32_region, resolve_grid
 from .cache import TableCache
 
 __all__ = ["CAPE1d", "CAPE2d", "SineND", "PRESETS"]
@@ -38,6 +38,25 @@ PRESETS: dict[str, dict[str, object]] = {
     # ViT: Dmax 0.5, emax 1/N per axis ("auto"), lambda 1.4
     "image": dict(max_global_shift=0.5, max_local_shift="auto", max_global_scaling=1.4),
 }
+
+
+class _PerSampleLocalShift:
+    """`Augmentation` with emax per sample [B, M] (each image's own grid in a packed batch);
+    `Augmentation` itself holds float amounts only, `augment_positions` takes tensors."""
+
+    def __init__(self, base: Augmentation, max_local_shift: torch.Tensor) -> None:
+        self.base, self.max_local_shift = base, max_local_shift
+
+    def __call__(
+        self, positions: torch.Tensor, mask: torch.Tensor | None = None, *,
+        training: bool = True, generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        return augment_positions(
+            positions, mask, max_global_shift=self.base.max_global_shift,
+            max_local_shift=self.max_local_shift,
+            max_global_scaling=self.base.max_global_scaling, normalize=self.base.normalize,
+            training=training, generator=generator,
+        )
 
 
 class _Sinusoidal(PositionalEncoding):
@@ -120,34 +139,31 @@ class CAPE1d(_Sinusoidal):
         x: torch.Tensor | None = None,
         *,
         positions: torch.Tensor | None = None,
-        lengths: torch.Tensor | None = None,
         mask: torch.Tensor | None = None,
+        lengths: torch.Tensor | None = None,
         hop: float | torch.Tensor | None = None,
+        grid: tuple[int, int] | None = None,
+        extent: float | None = None,
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
-        if hop is not None and positions is not None:
-            raise ValueError("give either positions or hop, not both")
-        self.check_content(x, ndims=(3,))
-        if positions is not None or x is None:
-            return super().forward(x, positions=positions, lengths=lengths, mask=mask, generator=generator)
-        batch, length = x.shape[0], x.shape[1]
-        mask = resolve_mask(batch, length, lengths, mask)
-        if mask is None and self._deterministic() and not isinstance(hop, torch.Tensor):
+        """As `PositionalEncoding.forward`; a deterministic table (eval mode, no padding, a
+        float hop or none) is cached per length."""
+        plain = positions is None and grid is None and extent is None and mask is None
+        if (
+            plain and lengths is None and isinstance(x, torch.Tensor) and x.dim() == 3
+            and self._deterministic() and not isinstance(hop, torch.Tensor)
+        ):
+            self.check_content(x, ndims=(3,))
+            batch, length = x.shape[0], x.shape[1]
             key = (length, hop, x.device, x.dtype)
-            table = self._cache.get(key, lambda: self._table(length, hop, x.device, x.dtype))
+            table = self._cache.get(key, lambda: self.encode(
+                self.sequence_positions(1, length, hop=hop, device=x.device),
+                dtype=x.dtype, validate=False))
             return table.expand(batch, length, self.dim)
-        if hop is None:
-            pos = token_positions(batch, length, mask=mask, device=x.device)
-        else:
-            pos = timestamps(batch, length, hop, mask=mask, device=x.device)
-        return self.encode(pos, mask, generator, dtype=x.dtype, validate=False)
-
-    def _table(self, length: int, hop: float | None, device: torch.device, dtype: torch.dtype):
-        if hop is None:
-            pos = token_positions(1, length, device=device)
-        else:
-            pos = timestamps(1, length, hop, device=device)
-        return self.encode(pos, None, None, dtype=dtype, validate=False)
+        return super().forward(
+            x, positions=positions, mask=mask, lengths=lengths, hop=hop, grid=grid,
+            extent=extent, generator=generator,
+        )
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", freq_scale={self.freq_scale}, base={self.base}"
@@ -202,11 +218,27 @@ class CAPE2d(_Sinusoidal):
     def embed(self, positions: torch.Tensor) -> torch.Tensor:
         return shifted_sine(positions, self.freqs2, self.offset)
 
-    def _grid_augmentation(self, height: int, width: int, extent: float) -> Augmentation | None:
-        """emax = extent/N per axis when max_local_shift='auto' (N patches along that axis)."""
+    def grid_positions(
+        self, height: int, width: int, *, extent: float | None = None, batch: int = 1,
+        device: torch.device | str | None = None,
+    ) -> torch.Tensor:
+        """(x, y) of an H x W grid in [-extent, extent] (default: the module's extent)."""
+        ext = self.extent if extent is None else extent
+        return super().grid_positions(height, width, extent=ext, batch=batch, device=device)
+
+    def grid_augmentation(
+        self, grids: list[tuple[int, int]], extent: float | None, device: torch.device
+    ) -> Augmentation | _PerSampleLocalShift | None:
+        """emax = extent/N per axis (x, y) of each sample's own grid when max_local_shift='auto'
+        (one grid: float amounts; several: a per-sample [B, 2] emax)."""
         if not (self.auto_local and self.augmentation is not None):
             return None
-        return replace(self.augmentation, max_local_shift=(extent / width, extent / height))
+        ext = self.extent if extent is None else check_float("extent", extent, strict=True)
+        if len(set(grids)) == 1 and len(grids) == 1:
+            height, width = grids[0]
+            return replace(self.augmentation, max_local_shift=(ext / width, ext / height))
+        emax = torch.tensor([(ext / w, ext / h) for h, w in grids], device=device)
+        return _PerSampleLocalShift(self.augmentation, emax)
 
     def prepare(
         self,
@@ -217,50 +249,28 @@ class CAPE2d(_Sinusoidal):
         validate: bool = True,
     ) -> torch.Tensor:
         if augmentation is None and self.auto_local and self.training and self.augmentation is not None:
-            raise ValueError("max_local_shift='auto' needs a grid: call with grid=(H, W) or x [B, H, W, D]")
+            raise ValueError(
+                "max_local_shift='auto' needs a grid: call with grid=(H, W), x [B, H, W, D], or "
+                "positions with grid= each sample's (H, W)"
+            )
         return super().prepare(positions, mask, generator, augmentation, validate)
 
-    def forward(
-        self,
-        x: torch.Tensor | None = None,
-        *,
-        grid: tuple[int, int] | None = None,
-        positions: torch.Tensor | None = None,
-        mask: torch.Tensor | None = None,
-        extent: float | None = None,
-        generator: torch.Generator | None = None,
+    def forward_grid(
+        self, x: torch.Tensor | None, grid: tuple[int, int] | None, extent: float | None,
+        generator: torch.Generator | None,
     ) -> torch.Tensor:
-        if positions is not None:
-            if grid is not None:
-                raise ValueError("give either grid or positions, not both")
-            return super().forward(x, positions=positions, mask=mask, generator=generator)
-        if x is None and grid is None:
-            raise ValueError("give x ([B, H, W, D] or [B, T, D] with grid), grid or positions")
-        self.check_content(x, ndims=(3, 4))
-        if x is not None and x.dim() == 4:
-            if grid is not None and tuple(grid) != tuple(x.shape[1:3]):
-                raise ValueError(f"grid {tuple(grid)} does not match x's grid {tuple(x.shape[1:3])}")
-            batch, (height, width) = x.shape[0], x.shape[1:3]
-        elif grid is None:
-            raise ValueError(f"x of shape {tuple(x.shape)} needs grid=(H, W) or positions")
-        else:
-            height, width = check_int("grid[0]", grid[0]), check_int("grid[1]", grid[1])
-            batch = 1 if x is None else x.shape[0]
-            if x is not None and (x.dim() != 3 or x.shape[1] != height * width):
-                raise ValueError(f"x must be [B, {height * width}, D] for grid {tuple(grid)}, got {tuple(x.shape)}")
-        if mask is not None:
-            raise ValueError("mask applies to given positions; a full grid has no padding")
+        height, width, batch, shape = resolve_grid(x, grid, self.dim)
         ext = self.extent if extent is None else check_float("extent", extent, strict=True)
         device = x.device if x is not None else torch.device("cpu")
         dtype = x.dtype if x is not None else torch.float32
-        shape = (batch, height, width, self.dim) if x is not None and x.dim() == 4 else (batch, height * width, self.dim)
-        aug = self._grid_augmentation(height, width, ext)
         if self.augmentation is None or not (self.training and self.augmentation.random):
             key = (height, width, ext, device, dtype)
             table = self._cache.get(key, lambda: self.encode(
-                grid_positions(height, width, extent=ext, batch=1, device=device), dtype=dtype, validate=False))
+                grid_positions(height, width, extent=ext, batch=1, device=device), dtype=dtype,
+                validate=False))
             return table.reshape((1,) + shape[1:]).expand(shape)
         pos = grid_positions(height, width, extent=ext, batch=batch, device=device)
+        aug = self.grid_augmentation([(height, width)], ext, device)
         with float32_region(device):
             pos = self.prepare(pos, None, generator, aug, validate=False)
             # embed straight into the output's shape: a reshaped view would make the caller's
@@ -304,3 +314,14 @@ class SineND(PositionalEncoding):
 
     def embed(self, positions: torch.Tensor) -> torch.Tensor:
         return axial_sinusoidal(positions, self.dim, base=self.base, freq_scale=self.freq_scale)
+
+    def grid_positions(
+        self, height: int, width: int, *, extent: float | None = None, batch: int = 1,
+        device: torch.device | str | None = None,
+    ) -> torch.Tensor:
+        """The LFF paper's Sine-2D reads integer (column, row) indices of the grid (as float)."""
+        if self.pos_dim != 2:
+            return super().grid_positions(height, width, extent=extent, batch=batch, device=device)
+        if extent is not None:
+            raise ValueError("extent applies to continuous coordinates; SineND reads (column, row) indices")
+        return grid_indices(height, width, batch=batch, device=device).to(torch.float32)

@@ -75,13 +75,13 @@ def _demo(args: argparse.Namespace, rest: list[str]) -> int:
 
 
 def _encodings(args: argparse.Namespace, rest: list[str]) -> int:
-    from cape.build import ENCODINGS, _options
+    from cape.build import ENCODINGS
 
     if rest:
         print(f"cape encodings: unexpected arguments {rest}", file=sys.stderr)
         return 2
-    for name, factory in ENCODINGS.items():
-        print(f"{name:10s} options: {', '.join(_options(factory))}")
+    for name, entry in ENCODINGS.items():
+        print(f"{name:10s} {entry.cls.kind:9s} options: {', '.join(entry.options())}")
     return 0
 
 

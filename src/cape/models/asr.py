@@ -11,7 +11,10 @@ Linear(D, vocab) -> float32 log_softmax. Token 0 is the CTC blank.
 Positions are the time in seconds of each output frame: after the strided convolution a frame
 spans `stride * hop` seconds, so frame i sits at `(i + 0.5) * stride * hop`
 (`cape.positions.timestamps`). `hop` (the STFT hop) may differ per sample ([B] tensor), for
-batches that mix hops. Per encoding (`ASR_POSITIONS`):
+batches that mix hops. Any 1-D encoding of `cape.build`, fed as it declares (`units`): a time
+encoding gets `hop=` (or the frames' times), a table (`units = "index"`) counts frames, an
+in-attention encoding (`kind = "attention"`) is built per layer over the seconds. The paper's
+defaults per name (`position_options` override them):
 
 - "nopos": nothing.
 - "sinpos": fixed sinusoid of the seconds, frequencies x30 (`freq_scale=30`, CAPE sec. 3).
@@ -36,18 +39,11 @@ import torch
 from torch import nn
 
 from .._checks import check_float, check_int, check_lengths, check_tensor
-from ..build import build
-from ..encodings.learned import AbsPos1d
-from ..encodings.none import NoPos
-from ..encodings.relative import RelPos
-from ..encodings.rotary import Rotary
-from ..encodings.sinusoidal import CAPE1d
+from ..build import build, encoding_class
 from ..positions import lengths_to_mask, timestamps
 from .transformer import TransformerEncoder
 
-__all__ = ["CTCModel", "ASR_POSITIONS", "output_times"]
-
-ASR_POSITIONS = ("nopos", "sinpos", "cape1d", "abspos", "relpos", "rotary")
+__all__ = ["CTCModel", "output_times"]
 _DEFAULT_HOP = 0.01  # seconds: the paper's 10 ms STFT hop, used for relpos's default bucket
 _RELPOS_MAX_SECONDS = 26.8  # CAPE's relpos context, "26.8s to the left/right"
 _ABSPOS_ROWS = 1024  # ~30 s of output frames at a 10 ms hop and stride 3
@@ -60,54 +56,60 @@ def _rate(name: str, value: float) -> float:
     return value
 
 
+def _defaults(name: str, frame_step: float) -> dict[str, Any]:
+    """The paper's speech options per `cape.build` name (module docstring)."""
+    return {
+        "sinpos": {"freq_scale": 30.0},
+        "cape1d": {"preset": "audio"},
+        "abspos": {"num_positions": _ABSPOS_ROWS},
+        "relpos": {"step": frame_step, "max_distance": _RELPOS_MAX_SECONDS},
+        "rotary": {"freq_scale": 30.0},
+    }.get(name, {})
+
+
+def _feed(encoding: nn.Module) -> str:
+    """How an encoding is fed: "none", "index" (frame indices, a table) or "hop" (seconds)."""
+    if encoding.kind == "none":
+        return "none"
+    if encoding.pos_dim != 1:
+        raise ValueError(f"position must read 1-D positions (time), got pos_dim={encoding.pos_dim}")
+    return "index" if encoding.units == "index" else "hop"
+
+
 def _resolve_position(
     position: str | nn.Module, options: dict[str, Any], dim: int, heads: int, frame_step: float
 ) -> tuple[str, nn.Module | None, Callable[[], nn.Module] | None]:
     """-> (how positions are fed, absolute module or None, per-layer factory or None).
 
-    The first item is "none", "hop" (CAPE1d: `hop=` seconds per frame), "index" (frame
-    indices: the encoding's default) or "seconds" (`positions=` timestamps [B, T', 1]).
+    The first item is "none", "hop" (`hop=` seconds per frame, or the frames' times as
+    `positions=`), "index" (frame indices: a table's default) or "seconds" (in attention).
     """
     if isinstance(position, nn.Module):
         if options:
             raise ValueError("position_options apply to a position name, not to a module")
-        if isinstance(position, (RelPos, Rotary)):
+        if getattr(position, "kind", None) == "attention":
             raise TypeError(
                 "position must be a name or an absolute encoding module; relpos/rotary need one "
                 "module per layer: pass position='relpos' or 'rotary' with position_options"
             )
-        if isinstance(position, NoPos):
-            return "none", None, None
-        if isinstance(position, CAPE1d):
-            return "hop", position, None
-        if isinstance(position, AbsPos1d):
-            return "index", position, None
-        return "seconds", position, None
+        if getattr(position, "kind", None) not in ("absolute", "none"):
+            raise TypeError(f"position must be a cape encoding module, got {type(position).__name__}")
+        feed = _feed(position)
+        return feed, (None if feed == "none" else position), None
     if not isinstance(position, str):
         raise TypeError(f"position must be a str or nn.Module, got {type(position).__name__}")
     name = position.lower()
-    if name not in ASR_POSITIONS:
-        raise ValueError(f"position must be one of {list(ASR_POSITIONS)}, got {position!r}")
-    if name == "nopos":
-        if options:
-            raise ValueError(f"nopos takes no position_options, got {sorted(options)}")
-        return "none", None, None
-    if name in ("sinpos", "cape1d"):
-        if name == "sinpos":
-            options.setdefault("freq_scale", 30.0)
-        else:
-            options.setdefault("preset", "audio")
-        return "hop", build(name, dim, **options), None
-    if name == "abspos":
-        options.setdefault("num_positions", _ABSPOS_ROWS)
-        return "index", build(name, dim, **options), None
+    kind = encoding_class(name, key="position").kind
+    if kind == "none" and options:
+        raise ValueError(f"{name} takes no position_options, got {sorted(options)}")
+    options = {**_defaults(name, frame_step), **options}
+    if kind != "attention":
+        encoding = build(name, dim, **options)
+        feed = _feed(encoding)
+        return feed, (None if feed == "none" else encoding), None
     head_dim = dim // heads
-    if name == "relpos":
-        options.setdefault("step", frame_step)
-        options.setdefault("max_distance", _RELPOS_MAX_SECONDS)
-    else:  # rotary
-        options.setdefault("freq_scale", 30.0)
-    build(name, head_dim, **options)  # validate the options once, eagerly
+    if build(name, head_dim, **options).pos_dim != 1:  # validate the options once, eagerly
+        raise ValueError(f"position {name!r} must read 1-D positions (time)")
 
     def factory() -> nn.Module:
         return build(name, head_dim, **options)
@@ -149,8 +151,8 @@ class CTCModel(nn.Module):
     features per frame. dim, depth, heads, ffn_dim: the Transformer (D = 768, 36 layers, 4 heads,
     FFN 3072 in the paper). kernel, stride: the front convolution (7, 3); it pads kernel // 2
     frames on each side, so odd kernels give ceil(F / stride) output frames (`output_length`).
-    position: one of `ASR_POSITIONS` or an absolute encoding module of width dim (CAPE1d gets
-    `hop=`, AbsPos1d frame indices, any other module `positions=` timestamps in seconds).
+    position: a 1-D `cape.build` name or an absolute encoding module of width dim (a time
+    encoding gets `hop=` seconds, a table (units "index") frame indices).
     position_options: keywords for `cape.build` (see the module docstring for defaults).
     conv_dropout: after the GLU. dropout, layer_drop: inside the Transformer. relative_layers:
     "all" or "first" (relpos/rotary in the first layer only, the paper's relpos ablation).

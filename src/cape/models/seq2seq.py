@@ -7,26 +7,28 @@ vocabulary: one table for encoder input, decoder input and output), else separat
 bias-free Linear. Logits are float32.
 
 Positions are *computed* by `Seq2Seq.positions` (token indices 0..L-1, float32 [B, L, 1], 0 at
-padding) separately from how they are *applied* (per row, `MT_POSITIONS`):
+padding) separately from how they are *applied*: any 1-D encoding of `cape.build`, by name, with
+these defaults for translation (`position_options` override them):
 
 - "nopos": nothing.
-- "sinpos": the fixed sinusoid of the token index (`CAPE1d(D)`, no augmentation) added to the
-  encoder and decoder inputs.
-- "abspos": learned tables (`AbsPos1d`), one for the encoder and one for the decoder; options
-  `num_positions` (256), `overflow` ("clamp": indices past the table reuse its last row;
-  "mod" wraps), `init_std` (0.02).
+- "sinpos": the fixed sinusoid of the token index (`CAPE1d(D)`) added to the encoder and
+  decoder inputs.
+- "abspos": learned tables (`AbsPos1d`), one for the encoder and one for the decoder;
+  `num_positions` 256, `overflow` "clamp" (indices past the table reuse its last row), `init_std`
+  0.02.
 - "relpos": Shaw relative positions (`RelPos`, keys only unless `values=True`) in every
-  self-attention layer of both stacks, `max_distance` (16 tokens; farther pairs share the edge
+  self-attention layer of both stacks, `max_distance` 16 tokens (farther pairs share the edge
   buckets); cross-attention is content-only; no absolute encoding.
-- "cape": the sinusoid of CAPE-augmented positions (CAPE1d fed `positions=`). Synchronised as in
-  the paper (`cape.augment.augment_pair`): source positions are `alpha * index`, target ones
-  `index`; in training one global shift U(-Dmax, Dmax) per sample for both sides, independent
-  local shifts U(-emax, emax) per token, no global scaling, no mean-normalisation (which keeps the
-  decoder causal: a target position never depends on later tokens). Options
-  `max_global_shift` (Dmax = 5 tokens), `max_local_shift` (emax = 0.5), `alpha` (target/source
-  token ratio of the training corpus, 1.0).
-- "rotary": rotary embeddings (head_dim = D / heads) in every self-attention layer over the same
-  positions as "cape" (same options); no absolute encoding. Our row, beyond the paper.
+- "cape1d": the sinusoid of CAPE-augmented positions, `preset="text"` (Dmax 5 tokens, emax 0.5,
+  no global scaling, no mean-normalisation).
+- "rotary": rotary embeddings (head_dim = D / heads) in every self-attention layer, augmented as
+  cape1d (`preset="text"`); no absolute encoding. Our row, beyond the paper.
+
+An encoding with CAPE's augmentation is not augmented by itself: the model takes it over and
+synchronises source and target as in the paper (`cape.augment.augment_pair`): source positions
+are `alpha * index`, target ones `index`; in training one global shift U(-Dmax, Dmax) (and scale)
+per sample for both sides, independent local shifts U(-emax, emax) per token. Mean-normalisation
+is refused: it would make a target position depend on later tokens (the decoder is causal).
 
 `encode`/`decode` called without positions use the deterministic eval-mode positions (what
 `positions()` gives in eval mode), whatever the module's mode; `forward` draws them with
@@ -41,55 +43,50 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._checks import check_choice, check_float, check_int, check_tensor
-from ..augment import augment_pair
-from ..encodings.learned import AbsPos1d
-from ..encodings.relative import RelPos
-from ..encodings.rotary import Rotary
-from ..encodings.sinusoidal import CAPE1d
+from .._checks import check_float, check_int, check_tensor
+from ..augment import Augmentation, augment_pair
+from ..build import build, encoding_class
 from ..positions import token_positions
 from .decode_cache import DecoderCache
 from .transformer import TransformerDecoder, TransformerEncoder
 
-__all__ = ["Seq2Seq", "MT_POSITIONS"]
+__all__ = ["Seq2Seq"]
 
-MT_POSITIONS = ("nopos", "sinpos", "abspos", "relpos", "cape", "rotary")
-
-_CAPE_DEFAULTS: dict[str, Any] = dict(max_global_shift=5.0, max_local_shift=0.5, alpha=1.0)
+# translation's defaults per `cape.build` name (module docstring)
 _DEFAULTS: dict[str, dict[str, Any]] = {
-    "nopos": {},
-    "sinpos": {},
     "abspos": dict(num_positions=256, overflow="clamp", init_std=0.02),
     "relpos": dict(max_distance=16.0, values=False),
-    "cape": _CAPE_DEFAULTS,
-    "rotary": _CAPE_DEFAULTS,
+    "cape1d": dict(preset="text"),
+    "rotary": dict(preset="text"),
 }
 
 
 def _resolve_options(position: str, options: dict[str, Any] | None) -> dict[str, Any]:
-    """Validate `position_options` for a row; -> the full options (defaults filled in)."""
+    """`position_options` over the translation defaults (a given augmentation replaces the preset)."""
     if options is not None and not isinstance(options, dict):
         raise TypeError(f"position_options must be a dict or None, got {type(options).__name__}")
-    allowed = _DEFAULTS[position]
-    unknown = sorted(set(options or {}) - set(allowed))
-    if unknown:
+    defaults = dict(_DEFAULTS.get(position, {}))
+    if options and "augmentation" in options:
+        defaults.pop("preset", None)
+    return {**defaults, **(options or {})}
+
+
+def _take_augmentation(encoding: nn.Module) -> Augmentation | None:
+    """The encoding's augmentation, which the model applies itself (synchronised)."""
+    aug = getattr(encoding, "augmentation", None)
+    if aug is not None and aug.normalize:
         raise ValueError(
-            f"unknown position_options {unknown} for position {position!r}; allowed: {sorted(allowed)}"
+            "normalize=True (mean-normalisation) would make a target position depend on later "
+            "tokens; the decoder is causal: use normalize=False"
         )
-    out = {**allowed, **(options or {})}
-    if position in ("cape", "rotary"):
-        out["max_global_shift"] = check_float("max_global_shift", out["max_global_shift"])
-        out["max_local_shift"] = check_float("max_local_shift", out["max_local_shift"])
-        out["alpha"] = check_float("alpha", out["alpha"], strict=True)
-    elif position == "relpos":
-        out["max_distance"] = check_float("max_distance", out["max_distance"], strict=True)
-        if not isinstance(out["values"], bool):
-            raise TypeError(f"values must be a bool, got {out['values']!r}")
-    elif position == "abspos":
-        check_int("num_positions", out["num_positions"])
-        check_choice("overflow", out["overflow"], ("clamp", "mod"))
-        out["init_std"] = check_float("init_std", out["init_std"])
-    return out
+    if aug is not None:
+        encoding.augmentation = None
+    return aug
+
+
+def _check_1d(name: str, encoding: nn.Module) -> None:
+    if encoding.pos_dim != 1:
+        raise ValueError(f"position {name!r} reads {encoding.pos_dim}-D positions; tokens need 1-D")
 
 
 def _check_mask(name: str, mask: torch.Tensor, shape: tuple[int, ...] | None = None) -> torch.Tensor:
@@ -109,12 +106,14 @@ def _check_tokens(name: str, tokens: torch.Tensor) -> torch.Tensor:
 
 
 class Seq2Seq(nn.Module):
-    """Encoder-decoder Transformer: `Seq2Seq(vocab, position="cape", position_options={...})`.
+    """Encoder-decoder Transformer: `Seq2Seq(vocab, position="cape1d", position_options={...})`.
 
     vocab_size: tokens of the (joint) vocabulary. dim, heads, ffn_dim: width D, attention heads
     (D divisible by heads), FFN hidden size. encoder_layers / decoder_layers: depths. dropout: on
     the embeddings (after positions are added), attention probabilities, FFN and residuals.
-    position: one of `MT_POSITIONS`; position_options: that row's options (module docstring).
+    position: a 1-D `cape.build` name; position_options: its options over the translation
+    defaults (module docstring). alpha: target/source token ratio of the training corpus: the
+    source positions are scaled by it when the encoding is augmented (synchronised, as CAPE).
     pad_id: the padding token (its embedding row starts at 0 and gets no gradient from lookups).
     tie_embeddings: one table for both sides and the output projection.
     `spec`: the constructor's keywords, JSON-able: `Seq2Seq(**model.spec)` rebuilds the model.
@@ -130,8 +129,9 @@ class Seq2Seq(nn.Module):
         heads: int = 4,
         ffn_dim: int = 1024,
         dropout: float = 0.1,
-        position: str = "cape",
+        position: str = "cape1d",
         position_options: dict[str, Any] | None = None,
+        alpha: float = 1.0,
         pad_id: int = 0,
         tie_embeddings: bool = True,
     ) -> None:
@@ -152,20 +152,16 @@ class Seq2Seq(nn.Module):
             raise ValueError(f"pad_id must lie in [0, vocab_size={vocab_size}), got {pad_id}")
         if not isinstance(tie_embeddings, bool):
             raise TypeError(f"tie_embeddings must be a bool, got {tie_embeddings!r}")
-        if not isinstance(position, str) or position.lower() not in MT_POSITIONS:
-            raise ValueError(f"position must be one of {list(MT_POSITIONS)}, got {position!r}")
+        kind = encoding_class(position, key="position").kind  # a `cape.build` name, or a ValueError
         self.position = position.lower()
         self.position_options = _resolve_options(self.position, position_options)
+        self.alpha = check_float("alpha", alpha, strict=True)
         head_dim = dim // heads
-        if self.position in ("sinpos", "cape") and dim % 2:
-            raise ValueError(f"dim must be even for position={self.position!r}, got {dim}")
-        if self.position == "rotary" and head_dim % 2:
-            raise ValueError(f"dim / heads must be even for rotary, got dim={dim}, heads={heads}")
         self._spec: dict[str, Any] = dict(
             vocab_size=vocab_size, dim=dim, encoder_layers=encoder_layers,
             decoder_layers=decoder_layers, heads=heads, ffn_dim=ffn_dim, dropout=dropout,
-            position=self.position, position_options=dict(self.position_options), pad_id=pad_id,
-            tie_embeddings=tie_embeddings,
+            position=self.position, position_options=dict(self.position_options), alpha=alpha,
+            pad_id=pad_id, tie_embeddings=tie_embeddings,
         )
 
         self.embed_scale = math.sqrt(dim)
@@ -181,19 +177,25 @@ class Seq2Seq(nn.Module):
         self.src_position: nn.Module | None = None
         self.tgt_position: nn.Module | None = None
         factory = None
-        if self.position in ("sinpos", "cape"):
-            self.src_position = self.tgt_position = CAPE1d(dim)  # parameter-free: shared
-        elif self.position == "abspos":
-            self.src_position, self.tgt_position = (
-                AbsPos1d(dim, o["num_positions"], overflow=o["overflow"], init_std=o["init_std"])
-                for _ in range(2)
-            )
-        elif self.position == "relpos":
+        if kind == "absolute":
+            self.src_position = build(self.position, dim, **o)
+            _check_1d(self.position, self.src_position)
+            self.augmentation = _take_augmentation(self.src_position)
+            shared = not any(True for _ in self.src_position.parameters())
+            self.tgt_position = self.src_position if shared else build(self.position, dim, **o)
+            _take_augmentation(self.tgt_position)
+        elif kind == "attention":
+            layer = build(self.position, head_dim, **o)  # validate the options once, eagerly
+            _check_1d(self.position, layer)
+            self.augmentation = _take_augmentation(layer)
+
             def factory() -> nn.Module:
-                return RelPos(head_dim, max_distance=o["max_distance"], values=o["values"])
-        elif self.position == "rotary":
-            def factory() -> nn.Module:
-                return Rotary(head_dim)  # positions arrive augmented (positions())
+                made = build(self.position, head_dim, **o)
+                _take_augmentation(made)  # positions arrive augmented (positions())
+                return made
+        else:
+            build(self.position, dim, **o)  # nopos: nothing to add, but its options are checked
+            self.augmentation = None
         self._in_attention = factory is not None
         stack = dict(
             relative_factory=factory, dropout=dropout, norm_first=True, activation="relu",
@@ -230,16 +232,16 @@ class Seq2Seq(nn.Module):
         tgt = None if tgt_mask is None else token_positions(
             batch, tgt_mask.shape[1], mask=tgt_mask, device=device
         )
-        if self.position not in ("cape", "rotary"):
+        aug = self.augmentation
+        if aug is None:
             return src, tgt
-        o = self.position_options
         # no target: augment the source alone (the same draws a zero-length target would get)
         tgt_in = src.new_zeros(batch, 0, 1) if tgt is None else tgt
         tgt_m = src_mask.new_zeros(batch, 0) if tgt_mask is None else tgt_mask
         src, tgt_out = augment_pair(
-            src, tgt_in, src_mask, tgt_m, alpha=o["alpha"],
-            max_global_shift=o["max_global_shift"], max_local_shift=o["max_local_shift"],
-            max_global_scaling=1.0, training=training, generator=generator,
+            src, tgt_in, src_mask, tgt_m, alpha=self.alpha,
+            max_global_shift=aug.max_global_shift, max_local_shift=aug.max_local_shift,
+            max_global_scaling=aug.max_global_scaling, training=training, generator=generator,
         )
         return src, (None if tgt is None else tgt_out)
 
@@ -250,7 +252,7 @@ class Seq2Seq(nn.Module):
         """src_mask [B, S], tgt_mask [B, T] | None (bool, True = real) ->
         (src_pos [B, S, 1], tgt_pos [B, T, 1] | None), float32, 0 at padding.
 
-        Token indices; for cape/rotary scaled (source by alpha) and, in training mode,
+        Token indices; with an augmented encoding scaled (source by alpha) and, in training mode,
         augmented (`augment_pair`: draws from `generator`, on the masks' device, in the order
         global shift [B, 1], source local [S, B, 1], target local [T, B, 1]).
         """
@@ -366,5 +368,6 @@ class Seq2Seq(nn.Module):
     def extra_repr(self) -> str:
         return (
             f"vocab_size={self.vocab_size}, dim={self.dim}, position={self.position!r}, "
-            f"position_options={self.position_options}, tied={self.out_proj is None}"
+            f"position_options={self.position_options}, alpha={self.alpha}, "
+            f"augmentation={self.augmentation}, tied={self.out_proj is None}"
         )

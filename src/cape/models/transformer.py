@@ -24,7 +24,6 @@ import torch
 from torch import nn
 
 from .._checks import check_choice, check_float, check_int
-from ..encodings.none import NoPos
 from ..encodings.relative import RelPos
 from ..encodings.rotary import Rotary
 from ..positions import token_positions
@@ -195,7 +194,8 @@ class _Stack(nn.Module):
             raise TypeError(f"position must be an nn.Module or None, got {type(position).__name__}")
         if position is not None and getattr(position, "dim", dim) != dim:
             raise ValueError(f"position.dim must equal dim ({dim}), got {position.dim}")
-        self.position = None if isinstance(position, NoPos) else position  # NoPos adds nothing
+        # an encoding that reads no positions (NoPos) adds nothing: skip it
+        self.position = None if getattr(position, "kind", None) == "none" else position
         # inspect once which keywords the encoding's forward takes (they differ per class)
         params = inspect.signature(position.forward).parameters if self.position is not None else {}
         any_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())

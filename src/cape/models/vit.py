@@ -5,7 +5,8 @@ token with its own learned position prepended -> pre-norm Transformer encoder ->
 LayerNorm -> linear head on the class token. Every encoding gets the same learned class-token
 position, as in the paper (the grid encodings only know the patches).
 
-Encodings by name (`VIT_POSITIONS`):
+Any 2-D encoding of `cape.build` by name, asked for the positions of the patch grid
+(`grid_positions`) rather than branched on by name:
 
 - "nopos": nothing added to the patches.
 - "abspos2d": a learned (image_size/patch)^2 table, resampled bicubically for other grids.
@@ -14,11 +15,15 @@ Encodings by name (`VIT_POSITIONS`):
 - "lff": learnable Fourier features of the same grid positions (pos_dim=2).
 - "sine-2d", "embed-2d": LFF paper baselines over integer (column, row) indices of the patch
   grid; embed-2d's tables cover the training grid, larger grids clamp to its last bins.
-- "rotary2d": no additive position; every layer rotates queries and keys by the 2D grid
-  positions (`Rotary(head_dim, pos_dim=2)`); the class token sits at (0, 0).
+- "rotary2d" (or "rotary"): no additive position; every layer rotates queries and keys by the
+  2D grid positions (`Rotary(head_dim, pos_dim=2)`); the class token sits at (0, 0).
+
+Options that depend on the training grid are filled in when the encoding takes them and the
+caller did not: `grid` (abspos2d's table), `sizes` (embed-2d's bins, (W, H)), `pos_dim` (2).
 
 `extent` (CAPE Table 6) rescales the grid positions to [-extent, extent]; it applies to the
-continuous encodings only (sinpos2d, cape2d, lff, rotary2d).
+encodings over continuous image coordinates (sinpos2d, cape2d, lff, rotary2d): the others
+refuse it (`ViT.takes_extent`).
 
 `forward_packed` takes a list of images of different native sizes: each gets the positions of
 its own grid, the tokens are padded to the longest with a mask (`cape.models.vit_packed`).
@@ -31,26 +36,20 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._checks import check_float, check_int
-from ..build import build
-from ..positions import grid_indices, grid_positions
+from .._checks import check_int
+from ..build import build, encoding_class, encoding_options
 from .transformer import TransformerEncoder
-from .vit_packed import embed_packed
+from .vit_packed import check_packed, pack_patches, packed_positions
 
-__all__ = ["ViT", "VIT_POSITIONS"]
+__all__ = ["ViT"]
 
-# ViT name -> `cape.build` name
-VIT_POSITIONS: dict[str, str] = {
-    "nopos": "nopos",
-    "abspos2d": "abspos2d",
-    "sinpos2d": "sinpos2d",
-    "cape2d": "cape2d",
-    "lff": "lff",
-    "sine-2d": "sine-2d",
-    "embed-2d": "embed-2d",
-    "rotary2d": "rotary",
-}
-_CONTINUOUS = ("sinpos2d", "cape2d", "lff", "rotary2d")
+
+def _check_2d(name: str, encoding: nn.Module) -> None:
+    if encoding.pos_dim != 2:
+        raise ValueError(
+            f"position {name!r} reads {encoding.pos_dim}-D positions; the ViT needs an encoding "
+            "of 2-D (x, y) patch positions (e.g. cape2d, sinpos2d, abspos2d, lff, rotary2d)"
+        )
 
 
 def _pair(name: str, value: object) -> tuple[int, int]:
@@ -66,7 +65,7 @@ class ViT(nn.Module):
     num_classes: outputs of the head. image_size: the training size (int or (H, W)); sets the
     grids of the learned tables (abspos2d, embed-2d). patch: patch side (images of any H, W
     that are multiples of it are accepted). dim, depth, heads, mlp_ratio, dropout: the encoder.
-    position: one of `VIT_POSITIONS`. position_options: keywords for `cape.build` (for
+    position: a 2-D `cape.build` name. position_options: keywords for `cape.build` (for
     rotary2d: for each layer's `Rotary`). channels: input channels.
 
     forward(images [B, C, H, W], *, extent=None, generator=None) -> logits [B, num_classes].
@@ -103,8 +102,7 @@ class ViT(nn.Module):
             raise ValueError(
                 f"image_size {self.image_size} must be a multiple of patch={self.patch}"
             )
-        if not isinstance(position, str) or position.lower() not in VIT_POSITIONS:
-            raise ValueError(f"position must be one of {sorted(VIT_POSITIONS)}, got {position!r}")
+        encoding_class(position, key="position")  # a `cape.build` name, or a ValueError listing them
         self.position_name = position.lower()
         self.grid = (self.image_size[0] // self.patch, self.image_size[1] // self.patch)
         self.dim = dim
@@ -117,28 +115,25 @@ class ViT(nn.Module):
         nn.init.trunc_normal_(self.cls_token, std=0.02, a=-0.04, b=0.04)
 
         name = self.position_name
+        if options.get("cls_token"):
+            raise ValueError(f"{name}: the ViT has its own class-token position; drop cls_token")
+        training_grid = {"grid": self.grid, "sizes": (self.grid[1], self.grid[0]), "pos_dim": 2}
+        for key, value in training_grid.items():
+            if key in encoding_options(name):
+                options.setdefault(key, value)
+        kind = encoding_class(name).kind
         relative_factory = None
         self.position: nn.Module | None = None
-        if name == "rotary2d":
+        if kind == "attention":
             head_dim = dim // heads
-            options.setdefault("pos_dim", 2)
-            build("rotary", head_dim, **options)  # validate the options once, eagerly
+            layer_position = build(name, head_dim, **options)  # validate the options once, eagerly
+            _check_2d(name, layer_position)
 
             def relative_factory() -> nn.Module:
-                return build("rotary", head_dim, **options)
-        elif name == "abspos2d":
-            if options.get("cls_token"):
-                raise ValueError("abspos2d: the ViT has its own class-token position; drop cls_token")
-            options.setdefault("grid", self.grid)
+                return build(name, head_dim, **options)
+        elif kind == "absolute":
             self.position = build(name, dim, **options)
-        elif name == "embed-2d":
-            options.setdefault("sizes", (self.grid[1], self.grid[0]))  # (W0, H0): (x, y) order
-            self.position = build(name, dim, **options)
-        elif name == "lff":
-            options.setdefault("pos_dim", 2)
-            self.position = build(name, dim, **options)
-        elif name != "nopos":
-            self.position = build(VIT_POSITIONS[name], dim, **options)
+            _check_2d(name, self.position)
 
         self.dropout = nn.Dropout(dropout)
         self.encoder = TransformerEncoder(
@@ -162,43 +157,46 @@ class ViT(nn.Module):
             )
         return height // self.patch, width // self.patch
 
-    def _check_extent(self, extent: float | None) -> float | None:
-        if extent is None:
-            return None
-        if self.position_name not in _CONTINUOUS:
-            raise ValueError(
-                f"extent applies to the continuous encodings {list(_CONTINUOUS)}, "
-                f"not {self.position_name!r}"
-            )
-        return check_float("extent", extent, strict=True)
+    @property
+    def layer_position(self) -> nn.Module | None:
+        """The first layer's in-attention encoding (rotary2d), or None."""
+        return getattr(self.encoder.layers[0].self_attn, "rotary", None)
+
+    @property
+    def takes_extent(self) -> bool:
+        """Whether its positions are continuous image coordinates that `extent` rescales."""
+        pos = self.position if self.position is not None else self.layer_position
+        if pos is None:
+            return False
+        try:
+            pos.grid_positions(1, 1, extent=1.0)
+        except ValueError:
+            return False
+        return True
 
     def patch_positions(
-        self, patches: torch.Tensor, *, extent: float | None = None,
+        self, grid: tuple[int, int], *, extent: float | None = None,
         generator: torch.Generator | None = None,
     ) -> torch.Tensor | None:
-        """patches [B, H', W', D] -> their additive positions [B, H'W', D] (row-major), or None
-        for "nopos" and "rotary2d" (nothing added). Augmented in training mode for cape2d/lff."""
-        name, pos = self.position_name, self.position
-        extent = self._check_extent(extent)
-        if pos is None:
+        """The additive positions of an H' x W' patch grid: [1, H'W', D] float32, row-major
+        (augmented in training mode), or None for encodings that add nothing (nopos, rotary2d)."""
+        self._check_extent(extent)
+        if self.position is None:
             return None
-        batch, height, width = patches.shape[:3]
-        if name in ("sinpos2d", "cape2d"):
-            kw: dict[str, Any] = {"generator": generator}
-            if extent is not None:
-                kw["extent"] = extent
-            return pos(patches, **kw).flatten(1, 2)
-        if name == "abspos2d":
-            return pos(patches).flatten(1, 2)
-        flat = patches.flatten(1, 2)
-        if name == "lff":
-            ext = 1.0 if extent is None else extent
-            p = grid_positions(height, width, extent=ext, batch=batch, device=flat.device)
-        else:  # sine-2d, embed-2d: integer (column, row) indices
-            p = grid_indices(height, width, batch=batch, device=flat.device)
-            if name == "sine-2d":
-                p = p.to(torch.float32)
-        return pos(flat, positions=p, generator=generator)
+        return self.position(grid=grid, extent=extent, generator=generator)
+
+    def _check_extent(self, extent: float | None) -> None:
+        if extent is not None and self.position is None and self.layer_position is None:
+            raise ValueError(f"extent rescales positions; {self.position_name!r} has none")
+
+    def _rotary_positions(
+        self, positions: torch.Tensor | None, batch: int
+    ) -> torch.Tensor | None:
+        """Patch positions [1 or B, T, 2] -> with the class token at (0, 0) first, [B, 1 + T, 2]."""
+        if positions is None:
+            return None
+        cls = positions.new_zeros(positions.shape[0], 1, 2)
+        return torch.cat([cls, positions], dim=1).expand(batch, -1, -1)
 
     def embed(
         self, images: torch.Tensor, *, extent: float | None = None,
@@ -207,24 +205,22 @@ class ViT(nn.Module):
         """images [B, C, H, W] -> (tokens [B, 1 + H'W', D], rotary positions [B, 1 + H'W', 2] or None).
 
         Tokens: the class token (+ its learned position) first, then the patches (+ their
-        positions) in row-major order.
+        positions, `position(x, grid=(H', W'))`) in row-major order.
         """
         height, width = self.patch_grid(images)
+        self._check_extent(extent)
         batch = images.shape[0]
-        patches = self.patch_embed(images).permute(0, 2, 3, 1)  # [B, H', W', D]
-        x = patches.flatten(1, 2)
-        pe = self.patch_positions(patches, extent=extent, generator=generator)
-        if pe is not None:
-            x = x + pe
+        x = self.patch_embed(images).permute(0, 2, 3, 1).flatten(1, 2)  # [B, H'W', D]
+        if self.position is not None:
+            x = x + self.position(x, grid=(height, width), extent=extent, generator=generator)
+        rotary = self.layer_position
+        grid = None if rotary is None else rotary.grid_positions(
+            height, width, extent=extent, device=x.device)
+        return self._with_cls(x), self._rotary_positions(grid, batch)
+
+    def _with_cls(self, x: torch.Tensor) -> torch.Tensor:
         cls = (self.cls_token + self.cls_position).to(x.dtype)
-        x = torch.cat([cls[None, None].expand(batch, 1, -1), x], dim=1)
-        rotary_positions = None
-        if self.position_name == "rotary2d":
-            ext = 1.0 if extent is None else extent
-            grid = grid_positions(height, width, extent=ext, device=x.device)
-            grid = torch.cat([grid.new_zeros(1, 2), grid])  # the class token at (0, 0)
-            rotary_positions = grid[None].expand(batch, -1, -1)
-        return self.dropout(x), rotary_positions
+        return self.dropout(torch.cat([cls[None, None].expand(x.shape[0], 1, -1), x], dim=1))
 
     def forward(
         self, images: torch.Tensor | list[torch.Tensor], *, extent: float | None = None,
@@ -251,7 +247,22 @@ class ViT(nn.Module):
         Each image's patches get the positions of its own grid; padded tokens are 0 (see
         `cape.models.vit_packed` for the encodings and CAPE2d's per-image local shift).
         """
-        return embed_packed(self, images, extent=extent, generator=generator)
+        grids = check_packed(images, self.channels, self.patch)
+        self._check_extent(extent)
+        x, real = pack_patches(images, grids, self.patch_embed)
+        batch, t_max = x.shape[:2]
+        # no padding (one size): no mask, so the encodings compute exactly what `forward` does
+        patch_mask = real if len(set(grids)) > 1 else None
+        if self.position is not None:
+            p = packed_positions(self.position, grids, t_max, extent=extent, device=x.device)
+            x = x + self.position(
+                x, positions=p, mask=patch_mask, grid=grids, extent=extent, generator=generator
+            )
+        mask = torch.cat([real.new_ones(batch, 1), real], dim=1)
+        rotary = self.layer_position
+        grid = None if rotary is None else packed_positions(
+            rotary, grids, t_max, extent=extent, device=x.device)
+        return self._with_cls(x), mask, self._rotary_positions(grid, batch)
 
     def forward_packed(
         self, images: list[torch.Tensor], *, extent: float | None = None,

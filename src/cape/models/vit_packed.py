@@ -6,10 +6,12 @@ patches get the positions of its own grid, tokens are padded to the longest imag
 
 - sinpos2d / cape2d / lff / rotary2d: `grid_positions` of the image's own grid in
   [-extent, extent] (so a 2x2 grid and a 3x4 grid both span the same square).
-- abspos2d: the learned table resampled to the image's grid (as `AbsPos2d` does for a batch).
+- abspos2d: the learned table sampled bicubically at the image's cell centres (as the resampled
+  table of a batch of that size, up to float rounding).
 - sine-2d / embed-2d: the image's integer (column, row) indices.
 
-The encodings are called once on the padded batch [B, T_max, 2] with the mask, so CAPE's
+Each encoding says which (`grid_positions`); it is called once on the padded batch
+[B, T_max, M] with the mask and each image's grid (`grid=[(H_i, W_i), ...]`), so CAPE's
 training draws (global shift [B, M], scale [B], local shift [T_max, B, M], see `cape.augment`)
 come in the same order as for an ordinary batch: for a list of same-size images the draws, and
 the output, equal `ViT.forward` of the stacked batch with the same generator. CAPE2d's
@@ -20,18 +22,11 @@ it is encoded alone. The patch embedding runs once per distinct size.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 import torch.nn.functional as F
+from torch import nn
 
-from ..augment import Augmentation, augment_positions
-from ..positions import grid_indices, grid_positions
-
-if TYPE_CHECKING:
-    from .vit import ViT
-
-__all__ = ["check_packed", "embed_packed"]
+__all__ = ["check_packed", "pack_patches", "packed_positions"]
 
 Grid = tuple[int, int]
 
@@ -64,25 +59,6 @@ def check_packed(images: object, channels: int, patch: int) -> list[Grid]:
     return grids
 
 
-class _PerSampleLocalShift:
-    """`Augmentation` with emax per sample [B, M] (each image's own grid); `Augmentation`
-    itself holds float amounts only, `augment_positions` takes tensors."""
-
-    def __init__(self, base: Augmentation, max_local_shift: torch.Tensor) -> None:
-        self.base, self.max_local_shift = base, max_local_shift
-
-    def __call__(
-        self, positions: torch.Tensor, mask: torch.Tensor | None = None, *,
-        training: bool = True, generator: torch.Generator | None = None,
-    ) -> torch.Tensor:
-        return augment_positions(
-            positions, mask, max_global_shift=self.base.max_global_shift,
-            max_local_shift=self.max_local_shift,
-            max_global_scaling=self.base.max_global_scaling, normalize=self.base.normalize,
-            training=training, generator=generator,
-        )
-
-
 def _padded(tables: dict[Grid, torch.Tensor], grids: list[Grid], t_max: int) -> torch.Tensor:
     """One [T_g, ...] table per distinct grid -> [B, T_max, ...] in list order, 0 at padding."""
     sizes = list(tables)
@@ -93,60 +69,32 @@ def _padded(tables: dict[Grid, torch.Tensor], grids: list[Grid], t_max: int) -> 
     return stacked[ids]
 
 
-def _grid_positions(grids: list[Grid], t_max: int, extent: float, device: torch.device) -> torch.Tensor:
-    tables = {g: grid_positions(*g, extent=extent, device=device) for g in dict.fromkeys(grids)}
+def packed_positions(
+    encoding: nn.Module, grids: list[Grid], t_max: int, *, extent: float | None,
+    device: torch.device,
+) -> torch.Tensor:
+    """Each image's `encoding.grid_positions(H_i, W_i)`, padded -> [B, T_max, M] (0 at padding)."""
+    tables = {
+        g: encoding.grid_positions(*g, extent=extent, device=device)[0] for g in dict.fromkeys(grids)
+    }
     return _padded(tables, grids, t_max)
 
 
-def _patch_positions(
-    vit: ViT, x: torch.Tensor, grids: list[Grid], mask: torch.Tensor | None,
-    extent: float | None, generator: torch.Generator | None,
-) -> torch.Tensor | None:
-    """The additive positions [B, T_max, D] of the padded patches x (0 at padding), or None."""
-    name, pos = vit.position_name, vit.position
-    if pos is None or name == "abspos2d":  # abspos2d is added per size group
-        return None
-    batch, t_max = x.shape[:2]
-    if name in ("sinpos2d", "cape2d"):
-        ext = pos.extent if extent is None else extent
-        p = _grid_positions(grids, t_max, ext, x.device)
-        aug = None
-        if pos.auto_local and pos.augmentation is not None:
-            # emax = extent / N per axis (x, y) with each image's own N (its grid spacing)
-            emax = torch.tensor([(ext / w, ext / h) for h, w in grids], device=x.device)
-            aug = _PerSampleLocalShift(pos.augmentation, emax)
-        return pos.encode(p, mask, generator, dtype=x.dtype, augmentation=aug, validate=False)
-    if name == "lff":
-        p = _grid_positions(grids, t_max, 1.0 if extent is None else extent, x.device)
-    else:  # sine-2d, embed-2d: integer (column, row) indices
-        tables = {g: grid_indices(*g, device=x.device) for g in dict.fromkeys(grids)}
-        p = _padded(tables, grids, t_max)
-        if name == "sine-2d":
-            p = p.to(torch.float32)
-    return pos(x, positions=p, mask=mask, generator=generator)
-
-
-def embed_packed(
-    vit: ViT, images: list[torch.Tensor], *, extent: float | None = None,
-    generator: torch.Generator | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """See `ViT.embed_packed`: -> (tokens [B, 1 + T_max, D], mask [B, 1 + T_max] bool,
-    rotary positions [B, 1 + T_max, 2] or None)."""
-    grids = check_packed(images, vit.channels, vit.patch)
-    extent = vit._check_extent(extent)
+def pack_patches(
+    images: list[torch.Tensor], grids: list[Grid], patch_embed: nn.Module
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """images [C, H_i, W_i] -> (patch tokens [B, T_max, D] row-major, 0 at padding; real
+    [B, T_max] bool, True at an image's own patches). One convolution per distinct size."""
     batch, device = len(images), images[0].device
     lengths = [h * w for h, w in grids]
     t_max = max(lengths)
     groups: dict[Grid, list[int]] = {}
     for i, g in enumerate(grids):
         groups.setdefault(g, []).append(i)
-
     chunks, order = [], []
-    for idx in groups.values():  # one convolution per distinct size
-        patches = vit.patch_embed(torch.stack([images[i] for i in idx])).permute(0, 2, 3, 1)
+    for idx in groups.values():
+        patches = patch_embed(torch.stack([images[i] for i in idx])).permute(0, 2, 3, 1)
         tokens = patches.flatten(1, 2)
-        if vit.position_name == "abspos2d":
-            tokens = tokens + vit.position(patches).flatten(1, 2)
         chunks.append(F.pad(tokens, (0, 0, 0, t_max - tokens.shape[1])))
         order.extend(idx)
     x = torch.cat(chunks)
@@ -154,18 +102,5 @@ def embed_packed(
         inverse = torch.empty(batch, dtype=torch.long)
         inverse[order] = torch.arange(batch)
         x = x[inverse.to(device)]
-
     real = torch.tensor(lengths, device=device)[:, None] > torch.arange(t_max, device=device)
-    # no padding (one size): no mask, so the encodings compute exactly what `forward` does
-    patch_mask = real if len(groups) > 1 else None
-    pe = _patch_positions(vit, x, grids, patch_mask, extent, generator)
-    if pe is not None:
-        x = x + pe
-    cls = (vit.cls_token + vit.cls_position).to(x.dtype)
-    x = torch.cat([cls[None, None].expand(batch, 1, -1), x], dim=1)
-    mask = torch.cat([real.new_ones(batch, 1), real], dim=1)
-    rotary_positions = None
-    if vit.position_name == "rotary2d":
-        p = _grid_positions(grids, t_max, 1.0 if extent is None else extent, device)
-        rotary_positions = torch.cat([p.new_zeros(batch, 1, 2), p], dim=1)  # class at (0, 0)
-    return vit.dropout(x), mask, rotary_positions
+    return x, real

@@ -68,6 +68,15 @@ def save_config(path: str | Path, mapping: Mapping[str, Any]) -> Path:
     return atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 
 
+def check_position(key: str, name: object) -> str:
+    """A row's `position` must be a `cape.build` name (the one vocabulary of encodings)."""
+    from cape.build import ENCODINGS
+
+    if not isinstance(name, str) or name.lower() not in ENCODINGS:
+        raise ValueError(f"{key} must be a cape.build name, one of {sorted(ENCODINGS)}, got {name!r}")
+    return name.lower()
+
+
 def check_runs(rows: Sequence[Any], seeds: Sequence[int]) -> None:
     """What every experiment config needs: >= 1 row, >= 1 seed, unique `rows[].name`."""
     if not rows:

@@ -2,7 +2,7 @@
 
 CTC letter recognition on the offline espeak-ng corpus (`cape.lab.data.speech.corpus`): trained on
 utterances <= 6 s, tested on duration bins up to 45 s and on voices never heard in training.
-Every row names an encoding of `cape.models.ASR_POSITIONS` with its options, whether
+Every row names a 1-D `cape.build` encoding with its options, whether
 SpecAugment is on, and how batches are made ("padded" at 10 ms, or "padding-free": per-sample
 hops and random frame skipping, CAPE app. C.3).
 """
@@ -15,9 +15,8 @@ from typing import Any
 
 from cape._checks import check_choice, check_float, check_int
 from cape.lab.data.text.sentences import TEXT_SOURCES
-from cape.lab.experiments.template import check_best_metric, check_runs
+from cape.lab.experiments.template import check_best_metric, check_position, check_runs
 from cape.lab.train.config import TrainConfig
-from cape.models.asr import ASR_POSITIONS
 
 __all__ = ["DataConfig", "FeatureConfig", "ModelConfig", "RowConfig", "EvalConfig", "AsrConfig",
            "PRESETS", "BATCHING"]
@@ -101,7 +100,7 @@ class ModelConfig:
 
 @dataclass
 class RowConfig:
-    """One model: `position` (one of `ASR_POSITIONS`), its `cape.build` options over
+    """One model: `position` (a `cape.build` name), its options over
     CTCModel's defaults, relpos/rotary in "all" layers or the "first" only, SpecAugment on or
     off, and the batching of training ("padded" or "padding-free")."""
 
@@ -115,7 +114,7 @@ class RowConfig:
     def __post_init__(self) -> None:
         if not self.name:
             raise ValueError("rows[].name must be a non-empty string")
-        check_choice(f"rows[{self.name}].position", self.position, ASR_POSITIONS)
+        check_position(f"rows[{self.name}].position", self.position)
         check_choice(f"rows[{self.name}].relative_layers", self.relative_layers, ("all", "first"))
         check_choice(f"rows[{self.name}].specaugment", self.specaugment, (True, False))
         check_choice(f"rows[{self.name}].batching", self.batching, BATCHING)

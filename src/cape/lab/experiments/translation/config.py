@@ -3,7 +3,7 @@
 An encoder-decoder Transformer translates English into Spanish on the offline Apertium corpus
 (`cape.lab.data.translation.corpus`): trained on sentences of <= 20 words, tested in distribution, on
 longer sentences (21-30, 31-40, 41+ words) and, with teacher forcing, on stacked test pairs
-far beyond the training length. Every row names an encoding of `cape.models.MT_POSITIONS`
+far beyond the training length. Every row names a 1-D `cape.build` encoding
 with its options; CAPE's source positions are scaled by alpha, the target/source token ratio
 of the training set, measured when the experiment starts (`alpha: auto`).
 """
@@ -14,10 +14,9 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from cape._checks import check_choice, check_float, check_int
-from cape.lab.experiments.template import check_best_metric, check_runs
+from cape._checks import check_float, check_int
+from cape.lab.experiments.template import check_best_metric, check_position, check_runs
 from cape.lab.train.config import TrainConfig
-from cape.models.seq2seq import MT_POSITIONS
 
 __all__ = ["DataConfig", "ModelConfig", "RowConfig", "EvalConfig", "TranslationConfig",
            "PRESETS"]
@@ -77,8 +76,9 @@ class ModelConfig:
 
 @dataclass
 class RowConfig:
-    """One model: `position` (one of `MT_POSITIONS`) and its options over Seq2Seq's defaults.
-    For "cape" and "rotary", `alpha: auto` (the default) takes the training set's ratio."""
+    """One model: `position` (a `cape.build` name) and its options over Seq2Seq's defaults.
+    `options.alpha` (the experiment's, not the encoding's): `auto` (the default) takes the
+    training set's target/source token ratio; Seq2Seq uses it when the encoding augments."""
 
     name: str = ""
     position: str = ""
@@ -87,7 +87,7 @@ class RowConfig:
     def __post_init__(self) -> None:
         if not self.name:
             raise ValueError("rows[].name must be a non-empty string")
-        check_choice(f"rows[{self.name}].position", self.position, MT_POSITIONS)
+        check_position(f"rows[{self.name}].position", self.position)
         alpha = self.options.get("alpha", "auto")
         if alpha != "auto":
             check_float(f"rows[{self.name}].options.alpha", alpha, strict=True)
@@ -138,12 +138,12 @@ _MAIN = [
     _row("sinpos", "sinpos"),
     _row("abspos", "abspos"),
     _row("relpos", "relpos"),
-    _row(_CAPE, "cape", max_global_shift=5.0),
+    _row(_CAPE, "cape1d", max_global_shift=5.0),
 ]
 _ALL = _MAIN + [
     _row("nopos", "nopos"),
-    _row("CAPE Δ=10", "cape", max_global_shift=10.0),
-    _row("CAPE Δ=50", "cape", max_global_shift=50.0),
+    _row("CAPE Δ=10", "cape1d", max_global_shift=10.0),
+    _row("CAPE Δ=50", "cape1d", max_global_shift=50.0),
     # rotary sees only position differences: the global shift cancels, local shifts remain
     _row("rotary+CAPE", "rotary", max_global_shift=5.0),
 ]

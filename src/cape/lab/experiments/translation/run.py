@@ -49,15 +49,15 @@ def make_data(cfg: TranslationConfig) -> TranslationData:
 
 def make_model(cfg: TranslationConfig, row: RowConfig, alpha: float, vocab_size: int,
                pad_id: int = 0) -> Seq2Seq:
-    """The row's model; `alpha: auto` (CAPE, rotary) becomes the training set's ratio."""
+    """The row's model; `alpha: auto` becomes the training set's ratio (used by augmented
+    encodings: Seq2Seq scales the source positions by it)."""
     m = cfg.model
     options = dict(row.options)
-    if row.position in ("cape", "rotary") and options.get("alpha", "auto") == "auto":
-        options["alpha"] = float(alpha)
+    given = options.pop("alpha", "auto")
     return Seq2Seq(vocab_size, dim=m.dim, encoder_layers=m.encoder_layers,
                    decoder_layers=m.decoder_layers, heads=m.heads, ffn_dim=m.ffn_dim,
                    dropout=m.dropout, position=row.position, position_options=options,
-                   pad_id=pad_id)
+                   alpha=float(alpha if given == "auto" else given), pad_id=pad_id)
 
 
 def loss_fn(label_smoothing: float, pad_id: int):

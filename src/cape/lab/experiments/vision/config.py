@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cape._checks import check_choice, check_int
-from cape.lab.experiments.template import check_runs
+from cape.lab.experiments.template import check_position, check_runs
 from cape.lab.train.config import TrainConfig
-from cape.models.vit import VIT_POSITIONS
 
 __all__ = ["DataConfig", "ModelConfig", "RowConfig", "EvalConfig", "VisionConfig", "PRESETS"]
 
@@ -64,7 +63,7 @@ class ModelConfig:
 
 @dataclass
 class RowConfig:
-    """One row of the tables: a ViT with `position` (a `VIT_POSITIONS` name) and its options.
+    """One row of the tables: a ViT with `position` (a 2-D `cape.build` name) and its options.
 
     `train_size`: px of training images. `univit_sizes`: non-empty makes it a UniViT: each
     batch is resized to one size drawn from this list (the images are rendered at the largest).
@@ -88,7 +87,7 @@ class RowConfig:
     def __post_init__(self) -> None:
         if not self.name:
             raise ValueError("rows[].name must be a non-empty string")
-        check_choice(f"rows[{self.name}].position", self.position, tuple(VIT_POSITIONS))
+        check_position(f"rows[{self.name}].position", self.position)
         check_int(f"rows[{self.name}].train_size", self.train_size)
         for s in self.univit_sizes:
             check_int(f"rows[{self.name}].univit_sizes[]", s)

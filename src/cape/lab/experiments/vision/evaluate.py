@@ -21,7 +21,7 @@ from cape.lab.experiments.vision.data import VisionData, resize_images, to_tenso
 from cape.lab.progress import progress
 from cape.lab.timing import time_interleaved
 from cape.lab.train import distributed as D
-from cape.models.vit import _CONTINUOUS, ViT
+from cape.models.vit import ViT
 
 __all__ = [
     "predict", "throughput", "accuracy", "eval_records", "extent_for", "round_to_patch",
@@ -118,7 +118,7 @@ def eval_records(
     sizes = sorted(set(ev.sizes) | {row.train_size})
     sets = ["test"] + (["test_fonts"] if cfg.data.test_fonts else [])
     sets = [s for s in sets if data.counts[s] > 0]
-    cont = row.position in _CONTINUOUS
+    cont = model.takes_extent
     probs_at: dict[int, torch.Tensor] = {}
     for split in sets:
         for size in progress(sizes, desc=f"eval {row.name} {split}"):

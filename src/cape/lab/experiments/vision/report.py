@@ -29,8 +29,7 @@ def patch_embedding(model: ViT, size: int) -> torch.Tensor | None:
     [H', W', D] float32, or None for encodings that add nothing (nopos, rotary2d)."""
     model.eval()
     g = size // model.patch
-    patches = torch.zeros(1, g, g, model.dim, device=next(model.parameters()).device)
-    pe = model.patch_positions(patches)
+    pe = model.patch_positions((g, g))
     return None if pe is None else pe.detach().reshape(g, g, -1).float().cpu()
 
 
