@@ -9,9 +9,9 @@ from torch import nn
 
 import cape
 from cape.models.asr import CTCModel
+from cape.positions import timestamps
 
 ASR_POSITIONS = ("nopos", "sinpos", "cape1d", "abspos", "relpos", "rotary")  # the speech rows
-from cape.positions import timestamps
 
 TINY = dict(n_mels=16, dim=32, depth=2, heads=2, ffn_dim=64)
 VOCAB = 7
