@@ -260,3 +260,21 @@ def test_finished_reports_a_study_in_progress(tiny_run, tmp_path) -> None:
     with pytest.raises(ValueError, match="--finished: .* no finished run"):
         experiment_main([*argv[:-1], str(tmp_path / "empty"), "--finished"])
     T.run_experiment(cfg, mapping, out)  # leave the folder as the other tests expect it
+
+
+@pytest.mark.parametrize("position", ["cape", "rotary"])
+def test_a_model_json_of_cape_0_1_builds_the_same_model(position: str) -> None:
+    """0.1 named CAPE "cape" and kept alpha among the position options (archived runs)."""
+    from cape.augment import Augmentation
+    from cape.lab.apps.translate import _current_spec
+    from cape.models import Seq2Seq
+
+    old = dict(vocab_size=20, dim=16, encoder_layers=1, decoder_layers=1, heads=2, ffn_dim=32,
+               dropout=0.0, position=position, pad_id=0, tie_embeddings=True,
+               position_options={"max_global_shift": 5.0, "max_local_shift": 0.5, "alpha": 1.1})
+    model = Seq2Seq(**_current_spec(old))
+    assert model.position == ("cape1d" if position == "cape" else "rotary")
+    assert model.alpha == 1.1 and model.augmentation == Augmentation(5.0, 0.5)
+    mask = torch.ones(1, 4, dtype=torch.bool)
+    src_pos, _ = model.eval().positions(mask)
+    assert src_pos[0, :, 0].tolist() == pytest.approx([0.0, 1.1, 2.2, 3.3])
