@@ -27,8 +27,13 @@ def train_checksum() -> str:
     from cape.lab.train import seed_everything
 
     exp = EXPERIMENTS["vision"]
-    cfg, _ = resolve_config(exp.config_cls, exp.presets, "quick", [], [
-        "data.root=data/isa-check", "data.train=512", "data.val=16", "data.test=16"])
+    cfg, _ = resolve_config(
+        exp.config_cls,
+        exp.presets,
+        "quick",
+        [],
+        ["data.root=data/isa-check", "data.train=512", "data.val=16", "data.test=16"],
+    )
     x, y = VisionData(cfg.data).tensors("train", 32)
     seed_everything(0)
     model = make_model(cfg, cfg.rows[-1], 36)  # CAPE
@@ -52,6 +57,15 @@ if __name__ == "__main__":
         env = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
         if cap:
             env["ATEN_CPU_CAPABILITY"] = cap
-        out = subprocess.run([sys.executable, __file__, "--child"], env=env, check=True,
-                             capture_output=True, text=True).stdout.strip().splitlines()[-1]
+        out = (
+            subprocess.run(
+                [sys.executable, __file__, "--child"],
+                env=env,
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            .stdout.strip()
+            .splitlines()[-1]
+        )
         print(f"ATEN_CPU_CAPABILITY={cap or '(unset)':8s} {out}")

@@ -42,16 +42,19 @@ def test_presets_resolve(preset: str) -> None:
     assert set(cfg.eval.hop_rows) <= set(names)
 
 
-@pytest.mark.parametrize(("override", "key"), [
-    ('rows=[{"name": "x", "position": "wavelet"}]', "rows[x].position"),
-    ('rows=[{"name": "x", "position": "sinpos", "batching": "packed"}]', "rows[x].batching"),
-    ("eval.hop_rows=[nobody]", "eval.hop_rows"),
-    ("train.best_metric=loss", "train.best_metric"),
-    ("features.time_ratio=1.5", "features.time_ratio"),
-    ("model.heads=5", "model.dim"),
-    ("eval.splits=[train]", "eval.splits"),
-    ("data.text=klingon", "data.text must be one of"),
-])
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ('rows=[{"name": "x", "position": "wavelet"}]', "rows[x].position"),
+        ('rows=[{"name": "x", "position": "sinpos", "batching": "packed"}]', "rows[x].batching"),
+        ("eval.hop_rows=[nobody]", "eval.hop_rows"),
+        ("train.best_metric=loss", "train.best_metric"),
+        ("features.time_ratio=1.5", "features.time_ratio"),
+        ("model.heads=5", "model.dim"),
+        ("eval.splits=[train]", "eval.splits"),
+        ("data.text=klingon", "data.text must be one of"),
+    ],
+)
 def test_bad_config_names_the_key(override: str, key: str) -> None:
     with pytest.raises(ValueError, match=key.replace("[", r"\[").replace("]", r"\]")):
         _cfg(override)
@@ -102,8 +105,9 @@ def test_loss_feeds_hops_or_frame_times_and_is_ctc(batching: str) -> None:
     assert set(spy.calls[0]) == ({"frame_times"} if batching == "padding-free" else {"hop"})
     # independent: CTC of uniform scores is -log(#paths) + T log 29, via torch's own ctc_loss
     lp, ol = spy(batch["features"], batch["lengths"])
-    ref = torch.nn.functional.ctc_loss(lp.transpose(0, 1), batch["targets"], ol,
-                                       batch["target_lengths"], reduction="none")
+    ref = torch.nn.functional.ctc_loss(
+        lp.transpose(0, 1), batch["targets"], ol, batch["target_lengths"], reduction="none"
+    )
     torch.testing.assert_close(loss, (ref / batch["target_lengths"]).mean())
 
 
@@ -120,8 +124,10 @@ def test_batched_decoding_equals_one_at_a_time() -> None:
 
 
 def test_bin_records_match_independent_wer() -> None:
-    utts = [_utt(d, text, i) for i, (d, text) in enumerate(
-        [(2.0, "a b c"), (5.0, "d e"), (7.0, "f g h i"), (31.0, "j")])]
+    utts = [
+        _utt(d, text, i)
+        for i, (d, text) in enumerate([(2.0, "a b c"), (5.0, "d e"), (7.0, "f g h i"), (31.0, "j")])
+    ]
     hyps = ["a x c", "d e", "f g", ""]
     recs = A._bin_records(utts, hyps, {"row": "r"})
     by = {r["bin"]: r for r in recs}
@@ -154,9 +160,13 @@ def test_without_positions_takes_the_encoding_out_and_puts_it_back(monkeypatch) 
 
 
 def test_flatness_is_longest_over_shortest_mean() -> None:
-    recs = [{"row": "a", "bin": "00-06", "wer": 10.0}, {"row": "a", "bin": "00-06", "wer": 20.0},
-            {"row": "a", "bin": "30-45", "wer": 45.0}, {"row": "b", "bin": "00-06", "wer": 8.0},
-            {"row": "b", "bin": "30-45", "wer": 8.0}]
+    recs = [
+        {"row": "a", "bin": "00-06", "wer": 10.0},
+        {"row": "a", "bin": "00-06", "wer": 20.0},
+        {"row": "a", "bin": "30-45", "wer": 45.0},
+        {"row": "b", "bin": "00-06", "wer": 8.0},
+        {"row": "b", "bin": "30-45", "wer": 8.0},
+    ]
     assert flatness(recs) == {"a": pytest.approx(3.0), "b": pytest.approx(1.0)}
 
 
@@ -168,12 +178,23 @@ def tiny_run(tmp_path_factory):
         pytest.skip("libespeak-ng is not installed")
     pytest.importorskip("soundfile")
     root = tmp_path_factory.mktemp("asr")
-    sets = [f"data.root={root / 'corpus'}", "data.train=24", "data.val=4", "data.test_per_bin=1",
-            "data.workers=1", "train.steps=3", "train.batch_size=8", "train.eval_every=3",
-            "train.checkpoint_every=3", "train.warmup_steps=1", "eval.hops_ms=[10, 20]",
-            'rows=[{"name": "CAPE", "position": "cape1d"}, {"name": "sinpos pf", '
-            '"position": "sinpos", "batching": "padding-free"}]', "eval.hop_rows=[CAPE]",
-            *(f"model.{k}={v}" for k, v in TINY_MODEL.items())]
+    sets = [
+        f"data.root={root / 'corpus'}",
+        "data.train=24",
+        "data.val=4",
+        "data.test_per_bin=1",
+        "data.workers=1",
+        "train.steps=3",
+        "train.batch_size=8",
+        "train.eval_every=3",
+        "train.checkpoint_every=3",
+        "train.warmup_steps=1",
+        "eval.hops_ms=[10, 20]",
+        'rows=[{"name": "CAPE", "position": "cape1d"}, {"name": "sinpos pf", '
+        '"position": "sinpos", "batching": "padding-free"}]',
+        "eval.hop_rows=[CAPE]",
+        *(f"model.{k}={v}" for k, v in TINY_MODEL.items()),
+    ]
     exp = EXPERIMENTS["asr"]
     cfg, mapping = resolve_config(exp.config_cls, exp.presets, "quick", [], sets)
     out = root / "run"
@@ -211,14 +232,22 @@ def test_archived_run_of_a_row_without_positions_needs_no_weights(tiny_run, tmp_
     cfg, mapping, out, _ = tiny_run
     nopos = next(r for r in _cfg().rows if r.name == "nopos")
     cfg2 = dataclasses.replace(cfg, rows=(nopos,), eval=dataclasses.replace(cfg.eval, hop_rows=()))
-    mapping2 = {**mapping, "rows": [{"name": "nopos", "position": "nopos"}],
-                "eval": {**mapping["eval"], "hop_rows": []}}
+    mapping2 = {
+        **mapping,
+        "rows": [{"name": "nopos", "position": "nopos"}],
+        "eval": {**mapping["eval"], "hop_rows": []},
+    }
     cached = json.loads((out / "cape" / "seed0" / "eval.json").read_text())
-    records = [{**r, "row": "nopos"} for r in cached["records"]
-               if r["split"] not in ("test, positions removed", "test@hop")]
+    records = [
+        {**r, "row": "nopos"}
+        for r in cached["records"]
+        if r["split"] not in ("test, positions removed", "test@hop")
+    ]
     folder = run_dir(tmp_path, nopos, 0)
     folder.mkdir(parents=True)
-    (folder / "eval.json").write_text(json.dumps({"records": records, "summary": cached["summary"]}))
+    (folder / "eval.json").write_text(
+        json.dumps({"records": records, "summary": cached["summary"]})
+    )
     (folder / "settings.json").write_text(json.dumps(run_settings(cfg2, nopos)))
     results = A.run_experiment(cfg2, mapping2, tmp_path)
     assert results["records"] == records and not (folder / "checkpoints").exists()
@@ -249,18 +278,41 @@ def test_experiment_under_torchrun_two_cpu_ranks(tmp_path) -> None:
     if not espeak_available():
         pytest.skip("libespeak-ng is not installed")
     pytest.importorskip("soundfile")
-    sets = [f"data.root={tmp_path / 'corpus'}", "data.train=16", "data.val=4",
-            "data.test_per_bin=1", "data.workers=1", "train.steps=2", "train.batch_size=4",
-            "train.eval_every=2", "train.checkpoint_every=2", "train.warmup_steps=1",
-            "eval.splits=[test]", "eval.hop_rows=[]",
-            'rows=[{"name": "CAPE pf", "position": "cape1d", "batching": "padding-free"}]',
-            *(f"model.{k}={v}" for k, v in TINY_MODEL.items())]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "-m", "cape.lab", "experiment", "asr", "--out", str(tmp_path / "run")]
+    sets = [
+        f"data.root={tmp_path / 'corpus'}",
+        "data.train=16",
+        "data.val=4",
+        "data.test_per_bin=1",
+        "data.workers=1",
+        "train.steps=2",
+        "train.batch_size=4",
+        "train.eval_every=2",
+        "train.checkpoint_every=2",
+        "train.warmup_steps=1",
+        "eval.splits=[test]",
+        "eval.hop_rows=[]",
+        'rows=[{"name": "CAPE pf", "position": "cape1d", "batching": "padding-free"}]',
+        *(f"model.{k}={v}" for k, v in TINY_MODEL.items()),
+    ]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "cape.lab",
+        "experiment",
+        "asr",
+        "--out",
+        str(tmp_path / "run"),
+    ]
     for s in sets:
         cmd += ["--set", s]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    res = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
     assert res.returncode == 0, res.stderr[-4000:]
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert {r["split"] for r in results["records"]} == {"test", "test, positions removed"}
@@ -272,37 +324,72 @@ def test_paper_claims_from_records() -> None:
     from cape.lab.experiments.asr.report import paper_claims
 
     # WER per bin (shortest, longest) -> ratio; the "all" bin is what the studies compare
-    wer = {"CAPE": (10, 14, 12), "sinpos": (10, 25, 18), "abspos": (10, 18, 14),
-           "CAPE no SpecAugment": (12, 16, 13), "sinpos padding-free": (10, 26, 17.5),
-           "CAPE λ=1": (11, 12, 11.5), "CAPE λ=1 padding-free": (11, 13, 12.0)}
-    records = [{"row": row, "seed": seed, "split": "test", "hop_ms": 10.0, "bin": b, "wer": w}
-               for seed in (0, 1) for row, ws in wer.items()
-               for b, w in zip(("00-06", "30-45", "all"), ws, strict=True)]
-    records.append({"row": "CAPE", "seed": 0, "split": "test", "hop_ms": 20.0, "bin": "00-06",
-                    "wer": 99.0})  # another hop: not counted
+    wer = {
+        "CAPE": (10, 14, 12),
+        "sinpos": (10, 25, 18),
+        "abspos": (10, 18, 14),
+        "CAPE no SpecAugment": (12, 16, 13),
+        "sinpos padding-free": (10, 26, 17.5),
+        "CAPE λ=1": (11, 12, 11.5),
+        "CAPE λ=1 padding-free": (11, 13, 12.0),
+    }
+    records = [
+        {"row": row, "seed": seed, "split": "test", "hop_ms": 10.0, "bin": b, "wer": w}
+        for seed in (0, 1)
+        for row, ws in wer.items()
+        for b, w in zip(("00-06", "30-45", "all"), ws, strict=True)
+    ]
+    records.append(
+        {"row": "CAPE", "seed": 0, "split": "test", "hop_ms": 20.0, "bin": "00-06", "wer": 99.0}
+    )  # another hop: not counted
     for seed in (0, 1):  # positions removed: CAPE barely changes, sinpos much worse
-        records.append({"row": "CAPE", "seed": seed, "split": "test, positions removed",
-                        "hop_ms": 10.0, "bin": "all", "wer": 13.0})
-        records.append({"row": "sinpos", "seed": seed, "split": "test, positions removed",
-                        "hop_ms": 10.0, "bin": "all", "wer": 50.0 + seed})
+        records.append(
+            {
+                "row": "CAPE",
+                "seed": seed,
+                "split": "test, positions removed",
+                "hop_ms": 10.0,
+                "bin": "all",
+                "wer": 13.0,
+            }
+        )
+        records.append(
+            {
+                "row": "sinpos",
+                "seed": seed,
+                "split": "test, positions removed",
+                "hop_ms": 10.0,
+                "bin": "all",
+                "wer": 50.0 + seed,
+            }
+        )
     results = {"config": {"features": {"hop_ms": 10.0}}, "records": records}
     got = {claim: (measured, holds) for claim, measured, holds in paper_claims(results)}
     assert got["CAPE: longest-bin WER <= 1.5 x shortest"] == ("1.40", True)
     assert got["sinpos: longest-bin WER > 2 x shortest"] == ("2.50", True)
     assert got["abspos: longest-bin WER > 2 x shortest"] == ("1.80", False)
     assert got["CAPE + SpecAugment better than either alone"] == (
-        "CAPE 12.0 ± 0.0, CAPE no SpecAugment 13.0 ± 0.0, sinpos 18.0 ± 0.0", True)
+        "CAPE 12.0 ± 0.0, CAPE no SpecAugment 13.0 ± 0.0, sinpos 18.0 ± 0.0",
+        True,
+    )
     assert got["sinpos padding-free at least as good as padded"][1] is True
     assert got["CAPE uses its positions: WER > 2 points higher without them"] == (
-        "12.0 -> 13.0", False)
+        "12.0 -> 13.0",
+        False,
+    )
     assert got["sinpos uses its positions: WER > 2 points higher without them"] == (
-        "18.0 -> 50.5", True)
+        "18.0 -> 50.5",
+        True,
+    )
     assert got["CAPE λ=1 padding-free at least as good as padded"] == (
-        "CAPE λ=1 padding-free 12.0 ± 0.0 vs CAPE λ=1 11.5 ± 0.0", False)
+        "CAPE λ=1 padding-free 12.0 ± 0.0 vs CAPE λ=1 11.5 ± 0.0",
+        False,
+    )
     one_seed = {**results, "records": [r for r in records if r["seed"] == 0]}
     got = {claim: measured for claim, measured, _ in paper_claims(one_seed)}
     assert got["CAPE λ=1 padding-free at least as good as padded"] == (
-        "CAPE λ=1 padding-free 12.0 vs CAPE λ=1 11.5")  # one seed: no spread to show
+        "CAPE λ=1 padding-free 12.0 vs CAPE λ=1 11.5"
+    )  # one seed: no spread to show
 
 
 def test_rows_option_keeps_the_row_lists_of_eval_consistent(capsys) -> None:
@@ -310,8 +397,20 @@ def test_rows_option_keeps_the_row_lists_of_eval_consistent(capsys) -> None:
 
     from cape.lab.cli import main as cli
 
-    assert cli(["experiment", "asr", "--preset", "digits-k3", "--rows",
-                "CAPE no global shift,sinpos", "--print-config"]) == 0
+    assert (
+        cli(
+            [
+                "experiment",
+                "asr",
+                "--preset",
+                "digits-k3",
+                "--rows",
+                "CAPE no global shift,sinpos",
+                "--print-config",
+            ]
+        )
+        == 0
+    )
     cfg = yaml.safe_load(capsys.readouterr().out)
     assert [r["name"] for r in cfg["rows"]] == ["sinpos", "CAPE no global shift"]
     assert cfg["rows"][1]["options"] == {"max_global_shift": 0.0}

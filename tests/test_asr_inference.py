@@ -62,7 +62,9 @@ def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
 def _noise(seconds: float, seed: int = 0, sr: int = SR) -> np.ndarray:
     rng = np.random.default_rng(seed)
     t = np.arange(round(seconds * sr)) / sr
-    return (0.3 * np.sin(2 * np.pi * 440 * t) + 0.1 * rng.standard_normal(t.size)).astype(np.float32)
+    return (0.3 * np.sin(2 * np.pi * 440 * t) + 0.1 * rng.standard_normal(t.size)).astype(
+        np.float32
+    )
 
 
 # -- load_asr_model ----------------------------------------------------------------------------
@@ -279,7 +281,9 @@ def test_evaluate_folder_scores_known_transcripts(tmp_path: Path) -> None:
     assert result["cer"] == pytest.approx(cer([refs[n] for n in names], [hyps[n] for n in names]))
     assert 0 < result["wer"] < 1
     assert [b["count"] for b in result["bins"]] == [2, 2, 0, 0, 0, 0]
-    assert [(b["low"], b["high"]) for b in result["bins"]] == [tuple(map(float, b)) for b in DURATION_BINS]
+    assert [(b["low"], b["high"]) for b in result["bins"]] == [
+        tuple(map(float, b)) for b in DURATION_BINS
+    ]
     short, long = ["s1", "s2"], ["l1", "l2"]
     assert result["bins"][0]["wer"] == pytest.approx(wer([refs[n] for n in short], [SHORT] * 2))
     assert result["bins"][1]["wer"] == pytest.approx(wer([refs[n] for n in long], [LONG] * 2))
@@ -324,7 +328,9 @@ def test_transcribe_main_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "NaN" not in text  # empty bins are null: strict JSON
     saved = json.loads(text)
     assert saved["utterances"] == 2 and saved["unlisted"] == 0
-    assert saved["settings"]["beam"] == 0 and saved["settings"]["checkpoint"].endswith("step_00000010")
+    assert saved["settings"]["beam"] == 0 and saved["settings"]["checkpoint"].endswith(
+        "step_00000010"
+    )
     assert saved["bins"][2]["wer"] is None
     refs = [it["ref"] for it in saved["items"]]
     hyps = [it["hyp"] for it in saved["items"]]

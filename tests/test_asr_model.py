@@ -70,7 +70,9 @@ def test_ctc_loss_and_grads(position: str) -> None:
     model = _model(position, layer_drop=0.0).train()
     feats = torch.randn(2, 40, 16)
     lengths = torch.tensor([40, 31])
-    log_probs, out_lengths = model(feats, lengths, hop=0.01, generator=torch.Generator().manual_seed(0))
+    log_probs, out_lengths = model(
+        feats, lengths, hop=0.01, generator=torch.Generator().manual_seed(0)
+    )
     targets = torch.randint(1, VOCAB, (2, 5))  # 0 is the blank
     target_lengths = torch.tensor([5, 3])
     loss = F.ctc_loss(log_probs.transpose(0, 1), targets, out_lengths, target_lengths, blank=0)
@@ -125,7 +127,9 @@ def test_sinusoid_uses_timestamps(position: str) -> None:
     model = _model(position).eval()
     seen = []
     # clone: the encoder's add_to adds the content into a fresh embedding in place
-    handle = model.encoder.position.register_forward_hook(lambda _m, _a, out: seen.append(out.clone()))
+    handle = model.encoder.position.register_forward_hook(
+        lambda _m, _a, out: seen.append(out.clone())
+    )
     feats = torch.randn(2, 30, 16)
     lengths = torch.tensor([30, 20])
     hop = torch.tensor([0.01, 0.02])
@@ -223,8 +227,10 @@ def test_output_times_means_of_stride_groups() -> None:
     times = torch.tensor([[0.1, 0.3, 0.4, 0.9, 1.0, 1.6, 2.0], [0.2, 0.5, 0.7, 0.8, 0.0, 0.0, 0.0]])
     got = output_times(times, torch.tensor([7, 4]), 3, 3)
     # independent: plain Python means of each group of 3; missing frames continue the last step
-    expect = [[(0.1 + 0.3 + 0.4) / 3, (0.9 + 1.0 + 1.6) / 3, (2.0 + 2.4 + 2.8) / 3],
-              [(0.2 + 0.5 + 0.7) / 3, (0.8 + 0.9 + 1.0) / 3, 0.0]]
+    expect = [
+        [(0.1 + 0.3 + 0.4) / 3, (0.9 + 1.0 + 1.6) / 3, (2.0 + 2.4 + 2.8) / 3],
+        [(0.2 + 0.5 + 0.7) / 3, (0.8 + 0.9 + 1.0) / 3, 0.0],
+    ]
     torch.testing.assert_close(got, torch.tensor(expect))
 
 
@@ -249,8 +255,9 @@ def test_skipped_frames_follow_their_times() -> None:
     model = _model("relpos").eval()
     frame = torch.tensor([[0.005, 0.015, 0.045, 0.055, 0.095, 0.105]])
     got = _first_layer_positions(model, torch.randn(1, 6, 16), frame_times=frame)
-    torch.testing.assert_close(got[0, :, 0], torch.tensor([(0.005 + 0.015 + 0.045) / 3,
-                                                         (0.055 + 0.095 + 0.105) / 3]))
+    torch.testing.assert_close(
+        got[0, :, 0], torch.tensor([(0.005 + 0.015 + 0.045) / 3, (0.055 + 0.095 + 0.105) / 3])
+    )
     with pytest.raises(ValueError, match="frame_times"):
         model(torch.randn(1, 6, 16), frame_times=frame[:, :5])
 

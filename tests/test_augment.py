@@ -126,13 +126,21 @@ def test_matches_appendix_a_with_the_same_draws(normalize):
     pos = np.random.RandomState(0).uniform(-20, 50, size=(b, t))
     pos_nan = np.where(mask.numpy(), pos, np.nan)  # appendix A: NaN marks padding
     ref = augment_positions_1d(
-        pos_nan.copy(), normalize, dmax, emax, lmax,
+        pos_nan.copy(),
+        normalize,
+        dmax,
+        emax,
+        lmax,
         rng=ReplayRNG([u_shift, u_local, u_scale[:, None]]),
     )
     out = augment_positions(
-        torch.tensor(pos_nan, dtype=torch.float32)[..., None], mask,
-        max_global_shift=dmax, max_local_shift=emax, max_global_scaling=lmax,
-        normalize=normalize, generator=gen(seed),
+        torch.tensor(pos_nan, dtype=torch.float32)[..., None],
+        mask,
+        max_global_shift=dmax,
+        max_local_shift=emax,
+        max_global_scaling=lmax,
+        normalize=normalize,
+        generator=gen(seed),
     )
     valid = mask.numpy()
     np.testing.assert_allclose(out[..., 0].numpy()[valid], ref[valid], rtol=1e-5, atol=1e-4)
@@ -267,8 +275,13 @@ def test_padding_invariance_exact_without_normalisation(training):
 @pytest.mark.parametrize("training", [False, True])
 def test_padding_invariance_with_normalisation(training):
     # the masked mean must not depend on how much padding follows (not even in the last bit)
-    kw = dict(max_global_shift=2.0, max_local_shift=0.5, max_global_scaling=2.0,
-              training=training, normalize=True)
+    kw = dict(
+        max_global_shift=2.0,
+        max_local_shift=0.5,
+        max_global_scaling=2.0,
+        training=training,
+        normalize=True,
+    )
     for seed in range(30):
         p, mask, p2, mask2 = _padded_pair(seed)
         a = run(p, mask, seed=seed, **kw)
@@ -311,7 +324,9 @@ def test_draws_on_positions_device_meta():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_draws_on_positions_device_cuda():
     p = torch.zeros(2, 3, 1, device="cuda")
-    out = augment_positions(p, max_local_shift=1.0, generator=torch.Generator("cuda").manual_seed(0))
+    out = augment_positions(
+        p, max_local_shift=1.0, generator=torch.Generator("cuda").manual_seed(0)
+    )
     assert out.device.type == "cuda"
     with pytest.raises(ValueError, match="generator"):
         augment_positions(p, max_local_shift=1.0, generator=torch.Generator())
@@ -389,8 +404,14 @@ def test_output_float32_and_augmentation_object_matches_function():
     aug = Augmentation(2.0, 0.3, 1.2, normalize=True)
     assert aug.random and not Augmentation(normalize=True).random
     a = aug(p, generator=gen(4))
-    b = augment_positions(p, max_global_shift=2.0, max_local_shift=0.3, max_global_scaling=1.2,
-                          normalize=True, generator=gen(4))
+    b = augment_positions(
+        p,
+        max_global_shift=2.0,
+        max_local_shift=0.3,
+        max_global_scaling=1.2,
+        normalize=True,
+        generator=gen(4),
+    )
     assert torch.equal(a, b)
     assert torch.equal(Augmentation()(p), p.float())  # nothing on: identity
 
@@ -432,8 +453,9 @@ def test_pair_alpha_and_no_normalisation():
     torch.testing.assert_close(s_out, src * 1.25)  # not centred
     assert torch.equal(t_out, tgt)
     # train: source scaled by alpha, then the shared shift and scale
-    s_out, t_out = augment_pair(src, tgt, alpha=1.25, max_global_shift=5.0,
-                                max_global_scaling=1.5, generator=gen(2))
+    s_out, t_out = augment_pair(
+        src, tgt, alpha=1.25, max_global_shift=5.0, max_global_scaling=1.5, generator=gen(2)
+    )
     lam = (t_out[:, 1] - t_out[:, 0])[:, None]  # unit spacing in the target
     shift_t = t_out / lam - tgt
     shift_s = s_out / lam - 1.25 * src
@@ -445,8 +467,16 @@ def test_pair_masks_and_errors():
     src, tgt = torch.ones(2, 4, 1), torch.ones(2, 5, 1)
     sm = torch.tensor([[True] * 4, [True, True, False, False]])
     tm = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])
-    s_out, t_out = augment_pair(src, tgt, sm, tm, max_global_shift=1.0, max_local_shift=0.1,
-                                max_global_scaling=1.5, generator=gen(0))
+    s_out, t_out = augment_pair(
+        src,
+        tgt,
+        sm,
+        tm,
+        max_global_shift=1.0,
+        max_local_shift=0.1,
+        max_global_scaling=1.5,
+        generator=gen(0),
+    )
     assert (s_out[~sm] == 0).all() and (t_out[~tm] == 0).all()
     assert (s_out[sm] != 0).all()
     with pytest.raises(ValueError, match="alpha"):

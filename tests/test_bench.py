@@ -8,8 +8,26 @@ from cape.lab.bench.train import main
 
 
 def test_bench_train_reports_engine_overhead(capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["--layers", "1", "--dim", "32", "--heads", "2", "--length", "16", "--batch", "2",
-            "--runs", "1", "--peak-size", "128", "--engine-steps", "3", "--engine-batch", "4"]
+    args = [
+        "--layers",
+        "1",
+        "--dim",
+        "32",
+        "--heads",
+        "2",
+        "--length",
+        "16",
+        "--batch",
+        "2",
+        "--runs",
+        "1",
+        "--peak-size",
+        "128",
+        "--engine-steps",
+        "3",
+        "--engine-batch",
+        "4",
+    ]
     assert main(args) == 0
     lines = capsys.readouterr().out.splitlines()
     rows = {r.split("|")[1].strip(): r.split("|")[2:-1] for r in lines if r.startswith("| ")}
@@ -24,9 +42,27 @@ def test_bench_train_reports_engine_overhead(capsys: pytest.CaptureFixture[str])
     assert any(line.startswith("ViT step:") and "images/s" in line for line in lines)
 
 
-def test_bench_train_engine_steps_zero_skips_the_section(capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["--layers", "1", "--dim", "32", "--heads", "2", "--length", "16", "--batch", "2",
-            "--runs", "1", "--peak-size", "128", "--engine-steps", "0"]
+def test_bench_train_engine_steps_zero_skips_the_section(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = [
+        "--layers",
+        "1",
+        "--dim",
+        "32",
+        "--heads",
+        "2",
+        "--length",
+        "16",
+        "--batch",
+        "2",
+        "--runs",
+        "1",
+        "--peak-size",
+        "128",
+        "--engine-steps",
+        "0",
+    ]
     assert main(args) == 0
     assert "engine overhead" not in capsys.readouterr().out
     with pytest.raises(SystemExit):

@@ -38,17 +38,28 @@ def test_cuda_peak_is_none_off_cuda() -> None:
 
 
 # -- results ----------------------------------------------------------------------------------
-def test_write_results_writes_markdown_and_csv(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_write_results_writes_markdown_and_csv(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     rows = [{"case": "a|b", "ms": 1.23456, "n": 3}, {"case": "c", "ms": 2.0, "n": 4}]
-    text = write_results(tmp_path, "demo", rows, title="Demo", columns=["case", "ms"],
-                         meta={"device": "cpu", "dtype": "fp32"}, notes="a note")
+    text = write_results(
+        tmp_path,
+        "demo",
+        rows,
+        title="Demo",
+        columns=["case", "ms"],
+        meta={"device": "cpu", "dtype": "fp32"},
+        notes="a note",
+    )
     assert text in capsys.readouterr().out
     md = (tmp_path / "demo.md").read_text()
     assert md == text and md.startswith("# Demo\n\n- device: cpu\n- dtype: fp32\n")
     assert "| a\\|b | 1.23 |" in md and "a note" in md
     got = _csv(tmp_path / "demo.csv")
-    assert got == [{"case": "a|b", "ms": "1.23456", "n": "3", "device": "cpu", "dtype": "fp32"},
-                   {"case": "c", "ms": "2.0", "n": "4", "device": "cpu", "dtype": "fp32"}]
+    assert got == [
+        {"case": "a|b", "ms": "1.23456", "n": "3", "device": "cpu", "dtype": "fp32"},
+        {"case": "c", "ms": "2.0", "n": "4", "device": "cpu", "dtype": "fp32"},
+    ]
     assert not list(tmp_path.glob(".*"))  # no temporary files left behind
 
 
@@ -70,7 +81,16 @@ def test_machine_names_torch_and_device() -> None:
 # -- cape bench encodings ---------------------------------------------------------------------
 def test_every_encoding_has_a_case() -> None:
     names = {c.name.split(" ")[0] for c in encodings.CASES}
-    assert {"cape1d", "cape2d", "sinpos", "sinpos2d", "abspos", "abspos2d", "lff", "rotary"} <= names
+    assert {
+        "cape1d",
+        "cape2d",
+        "sinpos",
+        "sinpos2d",
+        "abspos",
+        "abspos2d",
+        "lff",
+        "rotary",
+    } <= names
     assert {c.family for c in encodings.CASES} == {"text", "audio", "vit"}
     targets = {(c.name, c.shape): c.target for c in encodings.CASES if c.target is not None}
     assert targets[("cape1d train, all aug", (32, 1000, 512))] == 2.0
@@ -79,8 +99,12 @@ def test_every_encoding_has_a_case() -> None:
 
 
 def test_bench_encodings_rows(tmp_path: Path) -> None:
-    assert encodings.main(["--families", "vit,audio", "--runs", "1", "--scale", "0.02",
-                           "--out", str(tmp_path)]) == 0
+    assert (
+        encodings.main(
+            ["--families", "vit,audio", "--runs", "1", "--scale", "0.02", "--out", str(tmp_path)]
+        )
+        == 0
+    )
     rows = _csv(tmp_path / "encodings.csv")
     cases = [c for c in encodings.CASES if c.family in ("vit", "audio")]
     assert [r["case"] for r in rows] == [c.name for c in cases]
@@ -107,11 +131,16 @@ def test_bench_encodings_rejects_bad_flags() -> None:
 
 # -- cape bench throughput --------------------------------------------------------------------
 def test_bench_throughput_vit(tmp_path: Path) -> None:
-    assert throughput.main(["vit", "--sizes", "8,16", "--batch", "2", "--runs", "1",
-                            "--out", str(tmp_path)]) == 0
+    assert (
+        throughput.main(
+            ["vit", "--sizes", "8,16", "--batch", "2", "--runs", "1", "--out", str(tmp_path)]
+        )
+        == 0
+    )
     rows = _csv(tmp_path / "throughput-vit-experiment.csv")
     assert [(r["position"], int(r["size"])) for r in rows] == [
-        (p, s) for s in (8, 16) for p in throughput.VIT_POSITIONS]
+        (p, s) for s in (8, 16) for p in throughput.VIT_POSITIONS
+    ]
     for r in rows:
         assert int(r["tokens"]) == (int(r["size"]) // 4) ** 2
         assert float(r["images_per_s"]) == pytest.approx(2 / (float(r["median_ms"]) / 1e3))
@@ -119,13 +148,30 @@ def test_bench_throughput_vit(tmp_path: Path) -> None:
 
 
 def test_bench_throughput_asr(tmp_path: Path) -> None:
-    assert throughput.main(["asr", "--hops", "10,20", "--seconds", "1", "--batch", "2", "--runs", "1",
-                            "--out", str(tmp_path)]) == 0
+    assert (
+        throughput.main(
+            [
+                "asr",
+                "--hops",
+                "10,20",
+                "--seconds",
+                "1",
+                "--batch",
+                "2",
+                "--runs",
+                "1",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     rows = _csv(tmp_path / "throughput-asr.csv")
     assert [(r["position"], float(r["hop_ms"])) for r in rows] == [
-        (p, h) for h in (10.0, 20.0) for p in ("cape1d", "relpos")]
+        (p, h) for h in (10.0, 20.0) for p in ("cape1d", "relpos")
+    ]
     for r in rows:
-        hop = round(float(r["hop_ms"]) * 16)                   # samples at 16 kHz
+        hop = round(float(r["hop_ms"]) * 16)  # samples at 16 kHz
         assert int(r["frames"]) == 1 + (16000 - 400) // hop  # 25 ms window
         assert int(r["model_frames"]) == -(-int(r["frames"]) // 3)  # kernel 7, stride 3, padded
         assert float(r["audio_s_per_s"]) == pytest.approx(2.0 / (float(r["median_ms"]) / 1e3))

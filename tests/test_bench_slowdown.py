@@ -18,8 +18,24 @@ from cape.lab.bench.slowdown import SlowdownConfig, build_model, table9_rows, up
 from cape.models import TransformerDecoder, TransformerEncoder
 
 TINY = SlowdownConfig(batch=2, dim=16, heads=2, ffn=32, layers=2, warmup=1, runs=2)
-TINY_ARGS = ["--batch", "2", "--dim", "16", "--heads", "2", "--ffn", "32", "--layers", "2",
-             "--runs", "2", "--warmup", "1", "--lengths", "4,12"]
+TINY_ARGS = [
+    "--batch",
+    "2",
+    "--dim",
+    "16",
+    "--heads",
+    "2",
+    "--ffn",
+    "32",
+    "--layers",
+    "2",
+    "--runs",
+    "2",
+    "--warmup",
+    "1",
+    "--lengths",
+    "4,12",
+]
 
 
 def _csv(path: Path) -> list[dict[str, str]]:
@@ -36,8 +52,11 @@ def test_main_writes_both_tables_with_ratios_of_one_run(tmp_path: Path) -> None:
     assert len(keys) == len(set(keys)) == 3 * len(slowdown.ENCODINGS) * 2 * 2
     assert {k[1] for k in keys} >= {"relpos-100", "relpos-1000"}
     assert rows[0]["torch"] == torch.__version__ and rows[0]["batch"] == "2"
-    base = {(r["model"], r["dtype"], r["length"]): float(r["median_ms"])
-            for r in rows if r["encoding"] == "nopos"}
+    base = {
+        (r["model"], r["dtype"], r["length"]): float(r["median_ms"])
+        for r in rows
+        if r["encoding"] == "nopos"
+    }
     for r in rows:
         ratio, median = float(r["ratio"]), float(r["median_ms"])
         assert float(r["iqr_ms"]) >= 0
@@ -73,8 +92,12 @@ def test_relpos_sits_in_every_layer(kind: str, context: int) -> None:
 @pytest.mark.parametrize("kind", slowdown.MODELS)
 def test_models_hold_their_encoding(kind: str) -> None:
     stack = TransformerDecoder if kind == "decoder" else TransformerEncoder
-    for name, cls in (("cape1d", CAPE1d), ("sinpos", CAPE1d), ("abspos", AbsPos1d),
-                      ("lff", LearnableFourierFeatures)):
+    for name, cls in (
+        ("cape1d", CAPE1d),
+        ("sinpos", CAPE1d),
+        ("abspos", AbsPos1d),
+        ("lff", LearnableFourierFeatures),
+    ):
         model = build_model(kind, name, TINY, max_length=12)
         assert isinstance(model, stack) and isinstance(model.position, cls) and model.training
         assert model.position.training
@@ -88,8 +111,11 @@ def test_models_hold_their_encoding(kind: str) -> None:
     assert build_model(kind, "nopos", TINY).position is None
     layers = build_model(kind, "nopos", TINY).layers
     assert len(layers) == (1 if kind == "layer" else TINY.layers)
-    assert all(m.p == 0.0 for m in build_model(kind, "nopos", TINY).modules()
-               if isinstance(m, torch.nn.Dropout))
+    assert all(
+        m.p == 0.0
+        for m in build_model(kind, "nopos", TINY).modules()
+        if isinstance(m, torch.nn.Dropout)
+    )
 
 
 @pytest.mark.parametrize("kind", ["layer", "decoder"])
@@ -101,8 +127,12 @@ def test_update_trains_the_learned_encoding(kind: str, encoding: str, dtype: tor
     memory = torch.randn(2, 12, TINY.dim) if kind == "decoder" else None
     update = update_fn(model, x, memory, dtype, "cpu")
     update()
-    learned = [p for m in model.modules()
-               if isinstance(m, (AbsPos1d, LearnableFourierFeatures, RelPos)) for p in m.parameters()]
+    learned = [
+        p
+        for m in model.modules()
+        if isinstance(m, (AbsPos1d, LearnableFourierFeatures, RelPos))
+        for p in m.parameters()
+    ]
     assert learned and all(p.grad is not None and p.grad.abs().sum() > 0 for p in learned)
     assert all(p.dtype == torch.float32 for p in model.parameters())
     first = [p.grad.clone() for p in learned]
@@ -122,12 +152,18 @@ def test_table9_rows_shape_and_target() -> None:
     def row(enc: str, dtype: str, length: int, ratio: float) -> dict[str, object]:
         return dict(model="encoder", encoding=enc, dtype=dtype, length=length, ratio=ratio)
 
-    rows = [row("nopos", "fp32", 10, 1.0), row("cape1d", "fp32", 10, 1.01),
-            row("relpos-100", "fp32", 10, 2.0), row("nopos", "fp32", 100, 1.0),
-            row("cape1d", "fp32", 100, 1.05)]
+    rows = [
+        row("nopos", "fp32", 10, 1.0),
+        row("cape1d", "fp32", 10, 1.01),
+        row("relpos-100", "fp32", 10, 2.0),
+        row("nopos", "fp32", 100, 1.0),
+        row("cape1d", "fp32", 100, 1.05),
+    ]
     table = table9_rows(rows)
     assert [(t["encoding"], t["fp32 len-10"], t["fp32 len-100"], t["target"]) for t in table] == [
-        ("cape1d", 1.01, 1.05, "MISSED 1/2"), ("relpos-100", 2.0, "", "")]
+        ("cape1d", 1.01, 1.05, "MISSED 1/2"),
+        ("relpos-100", 2.0, "", ""),
+    ]
     assert table9_rows([row("nopos", "fp32", 10, 1.0)])[0]["encoding"] == "nopos"
 
 
@@ -144,17 +180,21 @@ def test_config_and_builders_reject_bad_values() -> None:
         slowdown.run_cell("layer", 4, "fp32", ["cape1d"], TINY)
 
 
-@pytest.mark.parametrize(("args", "flag"), [
-    (["--encodings", "foo"], "--encodings"),
-    (["--dtypes", "fp16"], "--dtypes"),
-    (["--lengths", "0"], "--lengths"),
-    (["--lengths", "ten"], "--lengths"),
-    (["--models", "vit"], "--models"),
-    (["--heads", "3"], "--heads"),
-    (["--device", "tpu"], "--device"),
-])
-def test_bad_arguments_exit_naming_the_flag(args: list[str], flag: str,
-                                            capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["--encodings", "foo"], "--encodings"),
+        (["--dtypes", "fp16"], "--dtypes"),
+        (["--lengths", "0"], "--lengths"),
+        (["--lengths", "ten"], "--lengths"),
+        (["--models", "vit"], "--models"),
+        (["--heads", "3"], "--heads"),
+        (["--device", "tpu"], "--device"),
+    ],
+)
+def test_bad_arguments_exit_naming_the_flag(
+    args: list[str], flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as exc:
         slowdown.main(args)
     assert exc.value.code == 2

@@ -53,8 +53,11 @@ def _brute(screen: list[tuple[int, int, int, int, int]], q: int, question: str) 
 
 
 def _screen(s, i):
-    return [(*map(int, s.boxes[i, j]), int(s.types[i, j])) for j in range(s.mask.shape[1])
-            if s.mask[i, j]]
+    return [
+        (*map(int, s.boxes[i, j]), int(s.types[i, j]))
+        for j in range(s.mask.shape[1])
+        if s.mask[i, j]
+    ]
 
 
 def test_generated_answers_match_brute_force():
@@ -120,8 +123,9 @@ def test_content_only_predictor_is_exact_on_a_constructed_case():
 
     s = generate(200, seed=5)
     # one widget type everywhere, only "nearest" questions (never "none"): the type is the answer
-    nearest = replace(s, types=np.where(s.mask, 2, 0), question=np.full(len(s), 3),
-                      answer=np.full(len(s), 2))
+    nearest = replace(
+        s, types=np.where(s.mask, 2, 0), question=np.full(len(s), 3), answer=np.full(len(s), 2)
+    )
     assert content_only_accuracy(nearest, nearest) == 100.0
     assert majority_accuracy(nearest, nearest) == 100.0
 
@@ -163,11 +167,18 @@ def test_generation_is_fast():
     assert time.perf_counter() - start < 20  # seconds, on a loaded 2-core machine
 
 
-@pytest.mark.parametrize("kwargs, word", [
-    ({"canvas": 63}, "canvas"), ({"max_size": 7}, "max_size"), ({"parity": 2}, "parity"),
-    ({"min_boxes": 1}, "min_boxes"), ({"max_boxes": 3}, "max_boxes"), ({"plant": 1.5}, "plant"),
-    ({"max_size": 70}, "max_size"),
-])
+@pytest.mark.parametrize(
+    "kwargs, word",
+    [
+        ({"canvas": 63}, "canvas"),
+        ({"max_size": 7}, "max_size"),
+        ({"parity": 2}, "parity"),
+        ({"min_boxes": 1}, "min_boxes"),
+        ({"max_boxes": 3}, "max_boxes"),
+        ({"plant": 1.5}, "plant"),
+        ({"max_size": 70}, "max_size"),
+    ],
+)
 def test_bad_arguments_name_themselves(kwargs, word):
     with pytest.raises((ValueError, TypeError), match=word):
         generate(10, seed=0, **kwargs)

@@ -48,9 +48,22 @@ def test_demo_writes_the_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 def test_console_script_bench_runs() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "cape.lab.cli", "bench", "encodings", "--runs", "1", "--scale", "0.05",
-         "--families", "text"],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "cape.lab.cli",
+            "bench",
+            "encodings",
+            "--runs",
+            "1",
+            "--scale",
+            "0.05",
+            "--families",
+            "text",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| text | cape1d")]
@@ -58,8 +71,26 @@ def test_console_script_bench_runs() -> None:
 
 
 def test_bench_train_reports_fraction_of_peak(capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["bench", "train", "--layers", "1", "--dim", "32", "--heads", "2", "--length", "16",
-            "--batch", "2", "--runs", "1", "--peak-size", "128", "--engine-steps", "0"]
+    args = [
+        "bench",
+        "train",
+        "--layers",
+        "1",
+        "--dim",
+        "32",
+        "--heads",
+        "2",
+        "--length",
+        "16",
+        "--batch",
+        "2",
+        "--runs",
+        "1",
+        "--peak-size",
+        "128",
+        "--engine-steps",
+        "0",
+    ]
     assert main(args) == 0
     rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith(("| fp32", "| bf16"))]
     assert len(rows) == 2 and all(r.rstrip().endswith("% |") for r in rows)
@@ -73,8 +104,24 @@ def test_step_flops_closed_form() -> None:
 
 
 def test_data_chars_makes_cached_splits(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["data", "chars", "--root", str(tmp_path), "--sizes", "16", "--train", "36",
-            "--val", "0", "--test", "36", "--native", "4", "--workers", "1"]
+    args = [
+        "data",
+        "chars",
+        "--root",
+        str(tmp_path),
+        "--sizes",
+        "16",
+        "--train",
+        "36",
+        "--val",
+        "0",
+        "--test",
+        "36",
+        "--native",
+        "4",
+        "--workers",
+        "1",
+    ]
     assert main(args) == 0
     first = capsys.readouterr().out
     assert len(list(tmp_path.glob("*.npz"))) == 4  # train, test, test_fonts, native
@@ -90,8 +137,20 @@ def test_data_speech_makes_then_verifies_and_names_a_corrupt_file(
 
     if not espeak_available():
         pytest.skip("libespeak-ng is not installed (scripts/setup.sh installs it)")
-    args = ["data", "speech", "--root", str(tmp_path), "--train", "2", "--val", "1",
-            "--test-per-bin", "0", "--workers", "1"]
+    args = [
+        "data",
+        "speech",
+        "--root",
+        str(tmp_path),
+        "--train",
+        "2",
+        "--val",
+        "1",
+        "--test-per-bin",
+        "0",
+        "--workers",
+        "1",
+    ]
     assert main(args) == 0
     wavs = sorted(tmp_path.rglob("*.wav"))
     assert len(wavs) == 3

@@ -37,10 +37,18 @@ def test_yaml_and_toml_files_read_the_same(tmp_path: Path) -> None:
 
 
 def test_overrides_parse_yaml_scalars_and_nest() -> None:
-    out = apply_overrides({"model": {"dim": 64}}, ["model.dim=256", "model.shift=0.5", "bf16=true",
-                                                     "sizes=[1, 2]", "name=abc"])
+    out = apply_overrides(
+        {"model": {"dim": 64}},
+        ["model.dim=256", "model.shift=0.5", "bf16=true", "sizes=[1, 2]", "name=abc"],
+    )
     cfg = from_mapping(Config, out)
-    assert (cfg.model.dim, cfg.model.shift, cfg.bf16, cfg.sizes, cfg.name) == (256, 0.5, True, (1, 2), "abc")
+    assert (cfg.model.dim, cfg.model.shift, cfg.bf16, cfg.sizes, cfg.name) == (
+        256,
+        0.5,
+        True,
+        (1, 2),
+        "abc",
+    )
 
 
 def test_overrides_read_exponents_without_a_dot_as_numbers() -> None:
@@ -52,7 +60,9 @@ def test_overrides_read_exponents_without_a_dot_as_numbers() -> None:
 def test_errors_name_the_key_and_what_is_allowed(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"unknown config key\(s\) \['model.dimm'\].*'dim'"):
         from_mapping(Config, {"model": {"dimm": 3}})
-    with pytest.raises(ValueError, match=r"model.position must be one of \['nopos', 'sinpos', 'cape1d'\]"):
+    with pytest.raises(
+        ValueError, match=r"model.position must be one of \['nopos', 'sinpos', 'cape1d'\]"
+    ):
         from_mapping(Config, {"model": {"position": "fancy"}})
     with pytest.raises(ValueError, match="model.dim must be an integer"):
         from_mapping(Config, {"model": {"dim": "big"}})
@@ -74,8 +84,14 @@ class _WithTrain:
 
 @pytest.mark.parametrize(
     "section",
-    [{"lr": "x"}, {"stepz": 3}, {"clip_norm": "big"}, {"deterministic": "yes"}, {"precision": "fp16"},
-     {"steps": 0}],
+    [
+        {"lr": "x"},
+        {"stepz": 3},
+        {"clip_norm": "big"},
+        {"deterministic": "yes"},
+        {"precision": "fp16"},
+        {"steps": 0},
+    ],
 )
 def test_train_section_errors_read_the_same_everywhere(section: dict) -> None:
     # TrainConfig.from_dict and a `train:` section of a config file give the same message
@@ -88,8 +104,23 @@ def test_train_section_errors_read_the_same_everywhere(section: dict) -> None:
 
 
 def test_train_section_accepts_every_field_type() -> None:
-    cfg = from_mapping(_WithTrain, {"train": {"clip_norm": None, "lr": 3, "deterministic": True,
-                                              "schedule": "constant", "seed": 7}}).train
+    cfg = from_mapping(
+        _WithTrain,
+        {
+            "train": {
+                "clip_norm": None,
+                "lr": 3,
+                "deterministic": True,
+                "schedule": "constant",
+                "seed": 7,
+            }
+        },
+    ).train
     assert (cfg.clip_norm, cfg.lr, cfg.deterministic, cfg.schedule, cfg.seed) == (
-        None, 3.0, True, "constant", 7)
+        None,
+        3.0,
+        True,
+        "constant",
+        7,
+    )
     assert type(cfg.lr) is float

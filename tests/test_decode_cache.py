@@ -38,7 +38,9 @@ def _tokens(batch: int, length: int, seed: int) -> torch.Tensor:
 
 def _steps(model: Seq2Seq, state: DecoderCache, tokens: torch.Tensor) -> torch.Tensor:
     """Feed tokens [B, T] one by one -> logits [B, T, V]."""
-    return torch.stack([model.decode_step(tokens[:, t : t + 1], state)[0] for t in range(tokens.shape[1])], 1)
+    return torch.stack(
+        [model.decode_step(tokens[:, t : t + 1], state)[0] for t in range(tokens.shape[1])], 1
+    )
 
 
 @pytest.mark.parametrize("tied", [True, False])
@@ -124,13 +126,18 @@ def test_decoder_chunks_with_padding_equal_full_pass(kind: str) -> None:
     def factory() -> torch.nn.Module:
         return RelPos(8, max_distance=3.0) if kind == "relpos" else Rotary(8)
 
-    dec = TransformerDecoder(2, 16, 2, 32, relative_factory=None if kind == "plain" else factory).eval()
+    dec = TransformerDecoder(
+        2, 16, 2, 32, relative_factory=None if kind == "plain" else factory
+    ).eval()
     x, memory = torch.randn(3, 9, 16), torch.randn(3, 5, 16)
     mask, memory_mask = _mask([9, 9, 6], 9), _mask([5, 2, 4], 5)
     with torch.inference_mode():
         full = dec(x, memory, mask=mask, memory_mask=memory_mask)
         cache = dec.start_cache(memory, memory_mask)
-        parts = [dec(x[:, a:b], None, mask=mask[:, a:b], cache=cache) for a, b in ((0, 4), (4, 5), (5, 9))]
+        parts = [
+            dec(x[:, a:b], None, mask=mask[:, a:b], cache=cache)
+            for a, b in ((0, 4), (4, 5), (5, 9))
+        ]
     assert cache.length == 9
     got = torch.cat(parts, dim=1)
     torch.testing.assert_close(got[mask], full[mask], rtol=0, atol=ATOL)
@@ -138,7 +145,9 @@ def test_decoder_chunks_with_padding_equal_full_pass(kind: str) -> None:
 
 def test_attention_without_cache_is_unchanged_and_cache_checks() -> None:
     torch.manual_seed(2)
-    attn = MultiheadAttention(16, 2, rotary=Rotary(8, augmentation=Augmentation(normalize=True))).eval()
+    attn = MultiheadAttention(
+        16, 2, rotary=Rotary(8, augmentation=Augmentation(normalize=True))
+    ).eval()
     x = torch.randn(2, 3, 16)
     with pytest.raises(ValueError, match="augmentation"):
         attn(x, causal=True, cache=AttentionCache())

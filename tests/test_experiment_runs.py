@@ -50,8 +50,14 @@ def _run(cfg: _Cfg, out, calls: list) -> list[dict]:
 def test_settings_are_the_run_s_own():
     cfg = _Cfg(rows=[_Row("a"), _Row("b", 8)], seeds=[0, 1])
     got = run_settings(cfg, cfg.rows[1])
-    assert got == {"train.steps": 10, "train.log_every": 1, "eval.sizes": [1, 2],
-                   "eval.val_limit": 0, "row.name": "b", "row.width": 8}
+    assert got == {
+        "train.steps": 10,
+        "train.log_every": 1,
+        "eval.sizes": [1, 2],
+        "eval.val_limit": 0,
+        "row.name": "b",
+        "row.width": 8,
+    }
 
 
 def test_cache_reads_back_reevaluates_or_refuses(tmp_path):
@@ -95,15 +101,33 @@ def test_train_cost_table_shares_and_unrecorded_runs() -> None:
     from cape.lab.experiments.template import train_cost_table
     from cape.lab.report import Report
 
-    timed = {"time_data": 1.0, "time_compute": 7.0, "time_log": 1.0, "time_checkpoint": 1.0,
-             "engine_overhead": 0.3, "eval_acc": 91.25}
+    timed = {
+        "time_data": 1.0,
+        "time_compute": 7.0,
+        "time_log": 1.0,
+        "time_checkpoint": 1.0,
+        "engine_overhead": 0.3,
+        "eval_acc": 91.25,
+    }
     rep = Report("t")
     better = {**timed, "best_eval_acc": 93.0}  # the kept checkpoint's value is shown too
     same = {**timed, "best_eval_acc": 91.25}  # no "(best ...)" when they agree
-    train_cost_table(rep, {"train": {"a/seed0": timed, "b/seed0": {"eval_acc": 50.0},
-                                     "c/seed0": better, "d/seed0": same}})
-    rows = {r.split("|")[1].strip(): [c.strip() for c in r.split("|")[2:-1]]
-            for r in rep.markdown().splitlines() if r.startswith("| ") and "seed" in r}
+    train_cost_table(
+        rep,
+        {
+            "train": {
+                "a/seed0": timed,
+                "b/seed0": {"eval_acc": 50.0},
+                "c/seed0": better,
+                "d/seed0": same,
+            }
+        },
+    )
+    rows = {
+        r.split("|")[1].strip(): [c.strip() for c in r.split("|")[2:-1]]
+        for r in rep.markdown().splitlines()
+        if r.startswith("| ") and "seed" in r
+    }
     # loader share: 1 s of 10 s; the overhead as the Trainer reported it
     assert rows["a/seed0"] == ["7", "1.0", "10.0%", "30.0%", "91.2"]
     assert rows["b/seed0"] == ["–", "–", "–", "–", "50.0"]

@@ -11,7 +11,9 @@ import torch
 from cape.lab.data.speech.features import frame_hop_seconds, hop_samples, log_mel, mel_filterbank
 
 
-def _np_filterbank(n_mels: int, n_fft: int, sr: int, f_min: float = 0.0, f_max: float | None = None):
+def _np_filterbank(
+    n_mels: int, n_fft: int, sr: int, f_min: float = 0.0, f_max: float | None = None
+):
     """A loop over filters and bins with the triangle formula (independent of the module)."""
     f_max = sr / 2 if f_max is None else f_max
     to_mel = lambda f: 2595.0 * math.log10(1.0 + f / 700.0)  # noqa: E731
@@ -41,7 +43,7 @@ def _np_log_mel(wave: np.ndarray, sr: int, hop_ms: float, win_ms: float, n_mels:
     fb, _ = _np_filterbank(n_mels, n_fft, sr)
     frames = []
     for start in range(0, len(wave) - win + 1, hop):
-        spec = np.fft.rfft(wave[start:start + win] * hann, n=n_fft)
+        spec = np.fft.rfft(wave[start : start + win] * hann, n=n_fft)
         frames.append(np.log(np.abs(spec) ** 2 @ fb + 1e-6))
     return np.stack(frames)
 
@@ -49,7 +51,9 @@ def _np_log_mel(wave: np.ndarray, sr: int, hop_ms: float, win_ms: float, n_mels:
 # -- filterbank ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("n_mels", "n_fft", "sr"), [(80, 512, 16000), (40, 256, 8000), (10, 1024, 22050)])
+@pytest.mark.parametrize(
+    ("n_mels", "n_fft", "sr"), [(80, 512, 16000), (40, 256, 8000), (10, 1024, 22050)]
+)
 def test_filterbank_matches_loop(n_mels: int, n_fft: int, sr: int) -> None:
     fb = mel_filterbank(n_mels, n_fft, sr)
     assert fb.shape == (n_fft // 2 + 1, n_mels) and fb.dtype == torch.float32
@@ -133,7 +137,9 @@ def test_log_mel_normalized_per_sequence() -> None:
     assert feats.shape == (3, 1 + (8000 - 400) // 160, 80)
     flat = feats.flatten(1).double()
     torch.testing.assert_close(flat.mean(1), torch.zeros(3, dtype=torch.float64), atol=1e-5, rtol=0)
-    torch.testing.assert_close(flat.std(1, correction=0), torch.ones(3, dtype=torch.float64), atol=1e-4, rtol=0)
+    torch.testing.assert_close(
+        flat.std(1, correction=0), torch.ones(3, dtype=torch.float64), atol=1e-4, rtol=0
+    )
     # normalising is the affine map of the raw features, per sequence
     raw = log_mel(waves, 16000, normalize=False)
     for b in range(3):
@@ -166,7 +172,9 @@ def test_batch_equals_single_calls() -> None:
     for normalize in (False, True):
         both = log_mel(waves, 16000, hop_ms=7.0, normalize=normalize)
         for b in range(2):
-            torch.testing.assert_close(both[b], log_mel(waves[b], 16000, hop_ms=7.0, normalize=normalize))
+            torch.testing.assert_close(
+                both[b], log_mel(waves[b], 16000, hop_ms=7.0, normalize=normalize)
+            )
 
 
 def test_dtypes_and_cache() -> None:
@@ -204,4 +212,6 @@ def test_log_mel_rejects(args: tuple, kwargs: dict, name: str, error: type) -> N
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_log_mel_cuda_matches_cpu() -> None:
     wave = torch.randn(2, 4000)
-    torch.testing.assert_close(log_mel(wave.cuda(), 16000).cpu(), log_mel(wave, 16000), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(
+        log_mel(wave.cuda(), 16000).cpu(), log_mel(wave, 16000), atol=1e-4, rtol=1e-4
+    )

@@ -47,6 +47,7 @@ def mc_sigma(d2: float, gamma: float, features: int) -> float:
 
 # -- the kernel at initialisation -----------------------------------------------------------------
 
+
 @pytest.mark.parametrize("gamma", [0.5, 1.0, 2.0])
 def test_dot_product_matches_gaussian_kernel_at_init(gamma):
     features = 20000
@@ -75,8 +76,9 @@ def test_self_dot_is_one_half_exactly():
     torch.manual_seed(1)
     enc = LearnableFourierFeatures(512, 3, fourier_dim=512, mlp=False, gamma=0.3)
     r = enc(positions=torch.randn(2, 7, 3) * 50).double()
-    torch.testing.assert_close((r * r).sum(-1), torch.full((2, 7), 0.5, dtype=torch.float64),
-                               atol=2e-6, rtol=0)
+    torch.testing.assert_close(
+        (r * r).sum(-1), torch.full((2, 7), 0.5, dtype=torch.float64), atol=2e-6, rtol=0
+    )
 
 
 @pytest.mark.parametrize("gamma", [0.25, 1.0, 4.0])
@@ -102,6 +104,7 @@ def test_dot_product_is_shift_invariant(shift_xy, c):
 
 # -- Algorithm 1 against NumPy --------------------------------------------------------------------
 
+
 def test_fourier_features_match_numpy():
     g = torch.Generator().manual_seed(4)
     pos, weight = torch.randn(5, 3, 2, generator=g) * 3, torch.randn(8, 2, generator=g)
@@ -116,7 +119,11 @@ def test_algorithm1_matches_numpy(groups, m):
     g = torch.Generator().manual_seed(5)
     f, h, d = 12, 8, 16
     pos = torch.randn(6, groups, m, generator=g)
-    wr, w1, b1 = torch.randn(f // 2, m, generator=g), torch.randn(f, h, generator=g), torch.randn(h, generator=g)
+    wr, w1, b1 = (
+        torch.randn(f // 2, m, generator=g),
+        torch.randn(f, h, generator=g),
+        torch.randn(h, generator=g),
+    )
     w2, b2 = torch.randn(h, d // groups, generator=g), torch.randn(d // groups, generator=g)
     out = learnable_fourier_features(pos, wr, w1, b1, w2, b2)
     ref = np_algorithm1(pos.numpy(), wr.numpy(), w1.numpy(), b1.numpy(), w2.numpy(), b2.numpy())
@@ -138,6 +145,7 @@ def test_module_matches_numpy_with_its_parameters():
 
 
 # -- module variants ------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("groups", [1, 2, 4])
 def test_box_shapes_for_each_grouping(groups):
@@ -183,7 +191,9 @@ def test_mlp_only_and_fourier_only():
     four = LearnableFourierFeatures(12, 1, groups=2, fourier_dim=6, mlp=False)
     assert four.w1 is None and len(list(four.parameters())) == 1
     pos = torch.randn(2, 4, 2)
-    ref = torch.cat([fourier_features(pos[..., :1], four.w_r), fourier_features(pos[..., 1:], four.w_r)], -1)
+    ref = torch.cat(
+        [fourier_features(pos[..., :1], four.w_r), fourier_features(pos[..., 1:], four.w_r)], -1
+    )
     torch.testing.assert_close(four(positions=pos), ref)
 
 
@@ -226,11 +236,18 @@ def test_bad_positions_and_functional_arguments():
     with pytest.raises(ValueError, match="mlp"):
         learnable_fourier_features(torch.zeros(2, 1, 2), None, mlp=False)
     with pytest.raises(ValueError, match="w1"):
-        learnable_fourier_features(torch.zeros(2, 1, 2), torch.zeros(3, 2), torch.zeros(5, 4),
-                                   torch.zeros(4), torch.zeros(4, 2), torch.zeros(2))
+        learnable_fourier_features(
+            torch.zeros(2, 1, 2),
+            torch.zeros(3, 2),
+            torch.zeros(5, 4),
+            torch.zeros(4),
+            torch.zeros(4, 2),
+            torch.zeros(2),
+        )
 
 
 # -- plumbing: padding, augmentation, dtypes, checkpoints -----------------------------------------
+
 
 def test_padding_is_zero_and_augmentation_acts_on_flattened_positions():
     torch.manual_seed(9)
@@ -259,7 +276,9 @@ def test_bf16_module_computes_in_float32():
     torch.testing.assert_close(out, ref.to(torch.bfloat16))
 
 
-@pytest.mark.parametrize("kwargs", [dict(), dict(learnable=False), dict(fourier=False), dict(mlp=False, fourier_dim=16)])
+@pytest.mark.parametrize(
+    "kwargs", [dict(), dict(learnable=False), dict(fourier=False), dict(mlp=False, fourier_dim=16)]
+)
 def test_state_dict_round_trip(kwargs):
     torch.manual_seed(11)
     a = LearnableFourierFeatures(16, 2, hidden_dim=4, **{"fourier_dim": 8, **kwargs})

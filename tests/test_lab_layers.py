@@ -39,8 +39,12 @@ def _under(module: str, parts: tuple[str, ...]) -> bool:
 def _offences(folder: str, forbidden: tuple[str, ...]) -> list[str]:
     files = sorted((LAB / folder).rglob("*.py"))
     assert files, f"no modules under {LAB / folder}"
-    return [f"{p.relative_to(LAB)} imports {m}" for p in files for m in sorted(_imports(p))
-            if _under(m, forbidden)]
+    return [
+        f"{p.relative_to(LAB)} imports {m}"
+        for p in files
+        for m in sorted(_imports(p))
+        if _under(m, forbidden)
+    ]
 
 
 def test_data_depends_only_on_the_library_and_lab_utilities() -> None:
@@ -52,8 +56,11 @@ def test_experiments_do_not_import_benchmarks() -> None:
 
 
 def test_only_the_progress_module_uses_tqdm() -> None:
-    users = [str(p.relative_to(LAB)) for p in sorted(LAB.rglob("*.py"))
-             if any(m == "tqdm" or m.startswith("tqdm.") for m in _imports(p))]
+    users = [
+        str(p.relative_to(LAB))
+        for p in sorted(LAB.rglob("*.py"))
+        if any(m == "tqdm" or m.startswith("tqdm.") for m in _imports(p))
+    ]
     assert users == ["progress.py"]
 
 

@@ -92,6 +92,7 @@ def test_abspos1d_nan_positions():
 
 def _cubic(t: float, a: float = -0.75) -> list[float]:
     """Keys' cubic convolution weights for taps x0-1..x0+2 at fraction t (PyTorch's A = -0.75)."""
+
     def near(x):  # |x| <= 1
         return ((a + 2) * x - (a + 3)) * x * x + 1
 
@@ -120,8 +121,9 @@ def test_abspos2d_same_grid_is_identity():
     assert enc.resample((3, 4)) is enc.table
     out = enc(torch.zeros(2, 3, 4, 6))
     torch.testing.assert_close(out, enc.table.detach().expand(2, 3, 4, 6), rtol=0, atol=0)
-    torch.testing.assert_close(enc(torch.zeros(1, 12, 6))[0], enc.table.detach().reshape(12, 6),
-                               rtol=0, atol=0)
+    torch.testing.assert_close(
+        enc(torch.zeros(1, 12, 6))[0], enc.table.detach().reshape(12, 6), rtol=0, atol=0
+    )
 
 
 @pytest.mark.parametrize("grid", [(5, 7), (2, 3), (3, 9)])
@@ -130,7 +132,9 @@ def test_abspos2d_resample_matches_interpolate_and_numpy(grid):
     enc = AbsPos2d(5, (3, 4))
     table = enc.table.detach()
     got = enc.resample(grid).detach()
-    direct = F.interpolate(table.permute(2, 0, 1)[None], size=grid, mode="bicubic", align_corners=False)
+    direct = F.interpolate(
+        table.permute(2, 0, 1)[None], size=grid, mode="bicubic", align_corners=False
+    )
     torch.testing.assert_close(got, direct[0].permute(1, 2, 0), rtol=0, atol=0)
     ref = np_bicubic_axis(np_bicubic_axis(table.double().numpy(), grid[0], 0), grid[1], 1)
     np.testing.assert_allclose(got.numpy(), ref, atol=1e-5)
@@ -229,8 +233,12 @@ def test_embednd_integers_index_directly_and_clamp(dtype):
     i = torch.arange(-5, n + 5)
     j = torch.arange(-5, n + 5) % 13 - 3
     out = enc(positions=torch.stack([i, j], -1)[None].to(dtype)).detach()[0]
-    torch.testing.assert_close(out[:, :2], enc.axis_table(0).detach()[i.clamp(0, n - 1)], rtol=0, atol=0)
-    torch.testing.assert_close(out[:, 2:], enc.axis_table(1).detach()[j.clamp(0, 6)], rtol=0, atol=0)
+    torch.testing.assert_close(
+        out[:, :2], enc.axis_table(0).detach()[i.clamp(0, n - 1)], rtol=0, atol=0
+    )
+    torch.testing.assert_close(
+        out[:, 2:], enc.axis_table(1).detach()[j.clamp(0, 6)], rtol=0, atol=0
+    )
 
 
 @pytest.mark.parametrize("height, width", [(1, 1), (3, 5), (14, 14), (64, 37)])

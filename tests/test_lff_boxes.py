@@ -14,8 +14,14 @@ from cape.lab.experiments import resolve_config
 from cape.lab.experiments.lff_boxes import run as exp
 from cape.lab.experiments.lff_boxes.config import PRESETS, LffBoxesConfig
 
-SMALL = ["model.dim=16", "model.depth=1", "model.heads=2", "model.ffn_dim=32",
-         "model.fourier_dim=8", "model.hidden_dim=8"]
+SMALL = [
+    "model.dim=16",
+    "model.depth=1",
+    "model.heads=2",
+    "model.ffn_dim=32",
+    "model.fourier_dim=8",
+    "model.hidden_dim=8",
+]
 
 
 def test_every_preset_resolves_and_round_trips():
@@ -26,29 +32,43 @@ def test_every_preset_resolves_and_round_trips():
     full, _ = resolve_config(LffBoxesConfig, PRESETS, "cpu-full")
     names = {r.name for r in full.rows}
     paper = {"Embed-4D", "MLP", "Sine-4D", "Learnable-Fourier-2/2"} | {
-        f"{k}-Fourier+MLP-{g}" for k in ("Fixed", "Learnable") for g in ("1/4", "2/2", "4/1")}
+        f"{k}-Fourier+MLP-{g}" for k in ("Fixed", "Learnable") for g in ("1/4", "2/2", "4/1")
+    }
     assert paper <= names and "CAPE Sine-4D" in names and len(full.seeds) == 3
     paper_cfg, _ = resolve_config(LffBoxesConfig, PRESETS, "paper")
     assert (paper_cfg.model.depth, paper_cfg.model.heads, paper_cfg.model.dim) == (6, 8, 128)
 
 
-@pytest.mark.parametrize("override, words", [
-    ("rows=[{name: a, position: embed-2d}]", ["rows[a].position", "embed-4d"]),
-    ("rows=[{name: a, position: lff, options: {groups: 3}}]", ["rows[a].options.groups", "4"]),
-    ("rows=[{name: a, position: lff, options: {fourier_dim: 3}}]", ["rows[a].options", "fourier_dim"]),
-    ("rows=[{name: a, position: sine-4d, options: {max_global_shift: 1.0}}]",
-     ["rows[a].options.max_global_shift", "augment"]),
-    ("rows=[{name: a, position: sine-4d, augment: {max_global_scaling: 0.5}}]",
-     ["rows[a].augment", "max_global_scaling"]),
-    ("rows=[{name: a, position: sine-4d, augment: {shift: 1}}]", ["rows[a].augment", "shift"]),
-    ("rows=[{name: a, position: embed-4d, options: {colour: 1}}]", ["rows[a].options", "colour"]),
-    ("data.canvas=63", ["data.canvas", "even"]),
-    ("data.max_size=80", ["data.max_size", "62"]),
-    ("model.dim=20", ["model.dim", "8"]),
-    ("model.dimx=3", ["model.dimx", "dim"]),
-    ("train.best_metric=loss", ["train.best_metric", "acc"]),
-    ("seeds=[]", ["seeds"]),
-])
+@pytest.mark.parametrize(
+    "override, words",
+    [
+        ("rows=[{name: a, position: embed-2d}]", ["rows[a].position", "embed-4d"]),
+        ("rows=[{name: a, position: lff, options: {groups: 3}}]", ["rows[a].options.groups", "4"]),
+        (
+            "rows=[{name: a, position: lff, options: {fourier_dim: 3}}]",
+            ["rows[a].options", "fourier_dim"],
+        ),
+        (
+            "rows=[{name: a, position: sine-4d, options: {max_global_shift: 1.0}}]",
+            ["rows[a].options.max_global_shift", "augment"],
+        ),
+        (
+            "rows=[{name: a, position: sine-4d, augment: {max_global_scaling: 0.5}}]",
+            ["rows[a].augment", "max_global_scaling"],
+        ),
+        ("rows=[{name: a, position: sine-4d, augment: {shift: 1}}]", ["rows[a].augment", "shift"]),
+        (
+            "rows=[{name: a, position: embed-4d, options: {colour: 1}}]",
+            ["rows[a].options", "colour"],
+        ),
+        ("data.canvas=63", ["data.canvas", "even"]),
+        ("data.max_size=80", ["data.max_size", "62"]),
+        ("model.dim=20", ["model.dim", "8"]),
+        ("model.dimx=3", ["model.dimx", "dim"]),
+        ("train.best_metric=loss", ["train.best_metric", "acc"]),
+        ("seeds=[]", ["seeds"]),
+    ],
+)
 def test_bad_config_names_the_key(override, words):
     with pytest.raises((ValueError, TypeError)) as err:
         resolve_config(LffBoxesConfig, PRESETS, "quick", [], [override])
@@ -89,8 +109,12 @@ def test_embed4d_leaves_unseen_values_untrained():
     cfg, _ = resolve_config(LffBoxesConfig, PRESETS, "quick", [], SMALL)
     row = next(r for r in cfg.rows if r.name == "Embed-4D")
     model = exp.make_model(cfg, row).train()
-    assert 0.7 < float(model.position.table.detach().std()) < 1.0  # model.embed_init_std, truncated at 2 std
-    small, _ = resolve_config(LffBoxesConfig, PRESETS, "quick", [], [*SMALL, "model.embed_init_std=0.02"])
+    assert (
+        0.7 < float(model.position.table.detach().std()) < 1.0
+    )  # model.embed_init_std, truncated at 2 std
+    small, _ = resolve_config(
+        LffBoxesConfig, PRESETS, "quick", [], [*SMALL, "model.embed_init_std=0.02"]
+    )
     assert float(exp.make_model(small, row).position.table.detach().std()) < 0.02
     s, batch = _batch(n=256)
     exp.answer_loss(model, batch)[0].backward()
@@ -109,7 +133,10 @@ def _unique_nearest_gap(s):
     rows = np.arange(len(s))
     t, le, b, r = (s.boxes[..., k] for k in range(4))
     qt, ql, qb, qr = (s.boxes[rows, s.query, k][:, None] for k in range(4))
-    gap = np.maximum(np.maximum(le - qr, ql - r), 0) ** 2 + np.maximum(np.maximum(t - qb, qt - b), 0) ** 2
+    gap = (
+        np.maximum(np.maximum(le - qr, ql - r), 0) ** 2
+        + np.maximum(np.maximum(t - qb, qt - b), 0) ** 2
+    )
     other = s.mask.copy()
     other[rows, s.query] = False
     gap = np.where(other, gap, 10**9)
@@ -166,9 +193,19 @@ def test_cape_row_augments_only_in_training():
 
 
 TINY = [
-    "name=tiny", "seeds=[0,1]", "data.train=256", "data.val=64", "data.test=64", *SMALL,
-    "train.steps=3", "train.batch_size=32", "train.eval_every=3", "train.checkpoint_every=3",
-    "train.warmup_steps=0", "train.log_every=1", "eval.batch_size=50",
+    "name=tiny",
+    "seeds=[0,1]",
+    "data.train=256",
+    "data.val=64",
+    "data.test=64",
+    *SMALL,
+    "train.steps=3",
+    "train.batch_size=32",
+    "train.eval_every=3",
+    "train.checkpoint_every=3",
+    "train.warmup_steps=0",
+    "train.log_every=1",
+    "eval.batch_size=50",
     "rows=[{name: Embed-4D, position: embed-4d}, {name: LF 2/2, position: lff, "
     "options: {groups: 2}}, {name: CAPE, position: sine-4d, augment: {max_global_shift: 0.05}}]",
 ]
@@ -186,16 +223,26 @@ def test_experiment_end_to_end(tiny_run):
     cfg, _, out = tiny_run
     results = json.loads((out / "results.json").read_text())
     recs = results["records"]
-    assert {(r["row"], r["seed"]) for r in recs} == {(n, s) for n in ("Embed-4D", "LF 2/2", "CAPE")
-                                                     for s in (0, 1)}
+    assert {(r["row"], r["seed"]) for r in recs} == {
+        (n, s) for n in ("Embed-4D", "LF 2/2", "CAPE") for s in (0, 1)
+    }
     assert {r["set"] for r in recs} == {"test_seen", "test_unseen"}
     assert {r["question"] for r in recs} == {"all", "above", "left-aligned", "contains", "nearest"}
     for r in recs:
         assert 0.0 <= r["acc"] <= 100.0
         if r["question"] == "all":
             assert r["n"] == 64
-    assert sum(r["n"] for r in recs if r["row"] == "CAPE" and r["seed"] == 0
-               and r["set"] == "test_seen" and r["question"] != "all") == 64
+    assert (
+        sum(
+            r["n"]
+            for r in recs
+            if r["row"] == "CAPE"
+            and r["seed"] == 0
+            and r["set"] == "test_seen"
+            and r["question"] != "all"
+        )
+        == 64
+    )
     assert results["params"]["Embed-4D"]["position"] == 64 * 16  # 4 axes x 64 values x 16/4
     assert results["params"]["CAPE"]["position"] == 0
     assert set(results["baselines"]) == {"majority", "content_only"}

@@ -54,8 +54,9 @@ def _tiny_model(row: dict, size: int = 4, **kw) -> PixelTransformer:
     torch.manual_seed(0)
     opts = dict(dim=16, channel_dim=4, depth=2, heads=2, ffn_dim=32)
     opts.update(kw)
-    return PixelTransformer(size, size, row["position"], position_options=row.get("options"),
-                            **opts)
+    return PixelTransformer(
+        size, size, row["position"], position_options=row.get("options"), **opts
+    )
 
 
 @pytest.mark.parametrize("row", ALL_ROWS, ids=[r["name"] for r in ALL_ROWS])
@@ -192,7 +193,9 @@ def _t_cdf(t: float, df: int, steps: int = 20000) -> float:
 def test_t_quantiles_against_closed_forms_and_the_density():
     assert t_quantile_975(1) == pytest.approx(math.tan(math.pi * 0.475), abs=1e-3)
     p = 0.975  # df = 2: F(t) = 1/2 + t / (2 sqrt(2 + t^2))
-    assert t_quantile_975(2) == pytest.approx((2 * p - 1) * math.sqrt(2 / (4 * p * (1 - p))), abs=1e-3)
+    assert t_quantile_975(2) == pytest.approx(
+        (2 * p - 1) * math.sqrt(2 / (4 * p * (1 - p))), abs=1e-3
+    )
     for df in (3, 7, 30, 31, 60, 200):
         assert _t_cdf(t_quantile_975(df), df) == pytest.approx(0.975, abs=1e-4)
     with pytest.raises(ValueError, match="df"):
@@ -203,7 +206,9 @@ def test_confidence_cells_are_t_intervals():
     recs = [{"row": "a", "bpd": v} for v in (3.0, 3.4, 3.1)] + [{"row": "b", "bpd": 2.0}]
     a, b = confidence_cells(recs, ["row"], "bpd")
     half = 4.303 * statistics.stdev([3.0, 3.4, 3.1]) / math.sqrt(3)
-    assert a["ci"] == pytest.approx(half) and a["lo"] == pytest.approx(statistics.mean([3.0, 3.4, 3.1]) - half)
+    assert a["ci"] == pytest.approx(half) and a["lo"] == pytest.approx(
+        statistics.mean([3.0, 3.4, 3.1]) - half
+    )
     assert (b["ci"], b["lo"], b["hi"]) == (0.0, 2.0, 2.0)
 
 
@@ -214,10 +219,11 @@ def test_plot_curves_band_is_drawn_between_the_named_keys(tmp_path):
     from cape.lab.viz import plot_curves
     from cape.lab.viz.plots import _curves_figure
 
-    cells = [{"row": "a", "step": s, "mean": m, "n": 3, "std": 0.1, "lo": m - 0.2, "hi": m + 0.3}
-             for s, m in ((10, 5.0), (20, 4.0))]
-    fig = _curves_figure(cells, x="step", series="row", y_label="y", x_label="x",
-                         band=("lo", "hi"))
+    cells = [
+        {"row": "a", "step": s, "mean": m, "n": 3, "std": 0.1, "lo": m - 0.2, "hi": m + 0.3}
+        for s, m in ((10, 5.0), (20, 4.0))
+    ]
+    fig = _curves_figure(cells, x="step", series="row", y_label="y", x_label="x", band=("lo", "hi"))
     polys = [c for c in fig.axes[0].collections if isinstance(c, PolyCollection)]
     assert len(polys) == 1
     ys = polys[0].get_paths()[0].vertices[:, 1]
@@ -226,20 +232,40 @@ def test_plot_curves_band_is_drawn_between_the_named_keys(tmp_path):
 
     plt.close(fig)
     with pytest.raises(ValueError, match="'hi'"):
-        plot_curves([{k: v for k, v in c.items() if k != "hi"} for c in cells],
-                    tmp_path / "p.png", x="step", series="row", y_label="y", x_label="x",
-                    band=("lo", "hi"))
+        plot_curves(
+            [{k: v for k, v in c.items() if k != "hi"} for c in cells],
+            tmp_path / "p.png",
+            x="step",
+            series="row",
+            y_label="y",
+            x_label="x",
+            band=("lo", "hi"),
+        )
     with pytest.raises(ValueError, match="band"):
-        plot_curves(cells, tmp_path / "p.png", x="step", series="row", y_label="y",
-                    x_label="x", band="lo")
+        plot_curves(
+            cells, tmp_path / "p.png", x="step", series="row", y_label="y", x_label="x", band="lo"
+        )
 
 
 TINY = [
-    "name=tiny", "seeds=[0,1]",
-    "data.size=4", "data.train=24", "data.val=8", "data.workers=1",
-    "model.dim=16", "model.channel_dim=4", "model.depth=1", "model.heads=2", "model.ffn_dim=32",
-    "train.steps=4", "train.batch_size=8", "train.eval_every=2", "train.checkpoint_every=2",
-    "train.warmup_steps=0", "train.log_every=1", "eval.batch_size=3",
+    "name=tiny",
+    "seeds=[0,1]",
+    "data.size=4",
+    "data.train=24",
+    "data.val=8",
+    "data.workers=1",
+    "model.dim=16",
+    "model.channel_dim=4",
+    "model.depth=1",
+    "model.heads=2",
+    "model.ffn_dim=32",
+    "train.steps=4",
+    "train.batch_size=8",
+    "train.eval_every=2",
+    "train.checkpoint_every=2",
+    "train.warmup_steps=0",
+    "train.log_every=1",
+    "eval.batch_size=3",
     "rows=[{name: Sine-2D, position: sine-2d}, {name: LFF+MLP, position: lff}, "
     "{name: LF, position: lff, options: {mlp: false}}]",
 ]
@@ -261,8 +287,9 @@ def test_end_to_end_writes_curves_table_and_plots(tiny_run):
     results = json.loads((run / "results.json").read_text())
     assert results["experiment"] == "lff-generation"
     recs, curves = results["records"], results["curves"]
-    assert {(r["row"], r["seed"]) for r in recs} == {(n, s) for n in ("Sine-2D", "LFF+MLP", "LF")
-                                                     for s in (0, 1)}
+    assert {(r["row"], r["seed"]) for r in recs} == {
+        (n, s) for n in ("Sine-2D", "LFF+MLP", "LF") for s in (0, 1)
+    }
     for r in recs:
         steps = [c for c in curves if c["row"] == r["row"] and c["seed"] == r["seed"]]
         assert [c["step"] for c in steps] == [2, 4]

@@ -112,11 +112,13 @@ def test_shapes_encoder_decoder():
 def test_pre_and_post_norm_train_on_reverse_task(norm_first):
     torch.manual_seed(0)
     vocab = 10
-    model = nn.ModuleDict({
-        "emb": nn.Embedding(vocab, D),
-        "enc": _encoder("sinpos", norm_first=norm_first),
-        "head": nn.Linear(D, vocab),
-    })
+    model = nn.ModuleDict(
+        {
+            "emb": nn.Embedding(vocab, D),
+            "enc": _encoder("sinpos", norm_first=norm_first),
+            "head": nn.Linear(D, vocab),
+        }
+    )
     assert (model["enc"].norm is not None) == norm_first  # final norm only for pre-norm
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     losses = []
@@ -132,8 +134,14 @@ def test_pre_and_post_norm_train_on_reverse_task(norm_first):
 
 
 @pytest.mark.parametrize(
-    "kind,layers", [("nopos", "all"), ("cape1d", "all"), ("relpos", "all"),
-                    ("relpos", "first"), ("rotary", "all")],
+    "kind,layers",
+    [
+        ("nopos", "all"),
+        ("cape1d", "all"),
+        ("relpos", "all"),
+        ("relpos", "first"),
+        ("rotary", "all"),
+    ],
 )
 @pytest.mark.parametrize("train", [False, True])
 def test_padding_does_not_influence_real_tokens(kind, layers, train):
@@ -171,8 +179,9 @@ def test_decoder_is_causal(kind):
 @pytest.mark.parametrize("causal", [True, False])
 def test_encoder_causal_flag_hides_the_future_only_when_set(causal):
     torch.manual_seed(0)
-    enc = TransformerEncoder(2, D, H, 2 * D, position=cape.build("sinpos", D), dropout=0.0,
-                             causal=causal).eval()
+    enc = TransformerEncoder(
+        2, D, H, 2 * D, position=cape.build("sinpos", D), dropout=0.0, causal=causal
+    ).eval()
     mask = _mask([8, 5, 3])
     x = torch.randn(B, T, D)
     out = enc(x, mask=mask)

@@ -164,8 +164,16 @@ def test_timestamps_per_step_hop_with_padding():
 
 @pytest.mark.parametrize(
     "hop",
-    [0.0, -0.01, math.nan, math.inf, torch.tensor([0.01, 0.0]), torch.tensor([0.01, -1.0]),
-     torch.tensor([[0.01, 0.01, 0.0], [0.01, 0.01, 0.01]]), torch.tensor([0.01, math.nan])],
+    [
+        0.0,
+        -0.01,
+        math.nan,
+        math.inf,
+        torch.tensor([0.01, 0.0]),
+        torch.tensor([0.01, -1.0]),
+        torch.tensor([[0.01, 0.01, 0.0], [0.01, 0.01, 0.01]]),
+        torch.tensor([0.01, math.nan]),
+    ],
 )
 def test_timestamps_nonpositive_hop_raises_naming_hop(hop):
     with pytest.raises(ValueError, match="hop"):

@@ -49,9 +49,13 @@ EXAMPLES: dict[str, dict] = {
     "low": {"low": -2.0},
     "high": {"high": 2.0},
 }
-REQUIRED = {"abspos": {"num_positions": 9}, "embed-1d": {"num_positions": 9},
-            "abspos2d": {"grid": (3, 3)}, "embed-2d": {"sizes": (4, 4)},
-            "embed-4d": {"sizes": (4, 4, 4, 4)}}
+REQUIRED = {
+    "abspos": {"num_positions": 9},
+    "embed-1d": {"num_positions": 9},
+    "abspos2d": {"grid": (3, 3)},
+    "embed-2d": {"sizes": (4, 4)},
+    "embed-4d": {"sizes": (4, 4, 4, 4)},
+}
 
 
 def _make(name: str, **options) -> torch.nn.Module:
@@ -119,7 +123,10 @@ def test_names_declare_the_protocol() -> None:
         module = _make(name)
         assert module.units in ("continuous", "index"), name
     assert {n for n in ENCODINGS if encoding_class(n).kind == "attention"} == {
-        "relpos", "rotary", "rotary2d"}
+        "relpos",
+        "rotary",
+        "rotary2d",
+    }
     assert _make("rotary2d").pos_dim == 2 and _make("rotary").pos_dim == 1
     with pytest.raises(TypeError, match="position must be a cape.build name"):
         encoding_class(3, key="position")
@@ -142,8 +149,9 @@ def test_1d_default_positions_are_token_indices_and_hop_gives_seconds(name: str)
             enc(x, hop=0.01)
     else:
         seconds = (torch.arange(9.0) + 0.5) * 0.03  # frame centres
-        torch.testing.assert_close(enc(x, hop=0.03), enc(x, positions=seconds.expand(2, 9)),
-                                   rtol=0, atol=1e-6)
+        torch.testing.assert_close(
+            enc(x, hop=0.03), enc(x, positions=seconds.expand(2, 9)), rtol=0, atol=1e-6
+        )
     with pytest.raises(ValueError, match="give one of positions, hop and grid"):
         enc(x, positions=idx, hop=0.01)
     with pytest.raises(ValueError, match="grid: .* reads 1-D positions"):
@@ -270,25 +278,66 @@ def test_vit_takes_every_2d_name_and_refuses_the_others(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(ENCODINGS))
 def test_ctc_and_seq2seq_take_every_1d_name_and_refuse_the_others(name: str) -> None:
-    two_d = name in ("sinpos2d", "cape2d", "abspos2d", "sine-2d", "embed-2d", "rotary2d",
-                     "sine-4d", "embed-4d", "lff")
+    two_d = name in (
+        "sinpos2d",
+        "cape2d",
+        "abspos2d",
+        "sine-2d",
+        "embed-2d",
+        "rotary2d",
+        "sine-4d",
+        "embed-4d",
+        "lff",
+    )
     options = REQUIRED.get(name, {})
     if name == "lff":
         options = {"pos_dim": 1}
         two_d = False
     if two_d:
         with pytest.raises(ValueError, match="1-D"):
-            CTCModel(12, position=name, position_options=dict(options), n_mels=8, dim=DIM,
-                     depth=1, heads=2, ffn_dim=32)
+            CTCModel(
+                12,
+                position=name,
+                position_options=dict(options),
+                n_mels=8,
+                dim=DIM,
+                depth=1,
+                heads=2,
+                ffn_dim=32,
+            )
         with pytest.raises(ValueError, match="1-D"):
-            Seq2Seq(12, position=name, position_options=dict(options), dim=DIM, heads=2,
-                    ffn_dim=32, encoder_layers=1, decoder_layers=1)
+            Seq2Seq(
+                12,
+                position=name,
+                position_options=dict(options),
+                dim=DIM,
+                heads=2,
+                ffn_dim=32,
+                encoder_layers=1,
+                decoder_layers=1,
+            )
         return
-    ctc = CTCModel(12, position=name, position_options=dict(options), n_mels=8, dim=DIM,
-                   depth=1, heads=2, ffn_dim=32).eval()
+    ctc = CTCModel(
+        12,
+        position=name,
+        position_options=dict(options),
+        n_mels=8,
+        dim=DIM,
+        depth=1,
+        heads=2,
+        ffn_dim=32,
+    ).eval()
     log_probs, lengths = ctc(torch.randn(2, 30, 8), torch.tensor([30, 21]))
     assert log_probs.shape == (2, 10, 12) and lengths.tolist() == [10, 7]
-    mt = Seq2Seq(12, position=name, position_options=dict(options), dim=DIM, heads=2,
-                 ffn_dim=32, encoder_layers=1, decoder_layers=1).eval()
+    mt = Seq2Seq(
+        12,
+        position=name,
+        position_options=dict(options),
+        dim=DIM,
+        heads=2,
+        ffn_dim=32,
+        encoder_layers=1,
+        decoder_layers=1,
+    ).eval()
     src, mask = torch.randint(3, 12, (2, 5)), torch.ones(2, 5, dtype=torch.bool)
     assert mt(src, mask, src, mask).shape == (2, 5, 12)

@@ -105,7 +105,9 @@ def test_matches_naive(values, causal):
     rel_k, rel_v = torch.randn(9, 8), torch.randn(9, 8)
     pos = torch.arange(7)
     idx = loop_index(pos, pos, 4)[None]
-    out = relpos_attention(q, k, v, rel_k, idx, rel_value=rel_v if values else None, is_causal=causal)
+    out = relpos_attention(
+        q, k, v, rel_k, idx, rel_value=rel_v if values else None, is_causal=causal
+    )
     ref = naive_relpos(q, k, v, rel_k, idx, rel_v if values else None, causal=causal)
     torch.testing.assert_close(out.double(), ref, atol=1e-5, rtol=1e-5)
 
@@ -155,7 +157,9 @@ def test_fully_padded_rows_give_zero_and_finite_grads(values):
     rel_v = torch.randn(5, 8, requires_grad=True) if values else None
     kpm = torch.tensor([[False] * 4, [False, True, True, True]])
     idx = relative_index(torch.arange(4.0)[None], torch.arange(4.0)[None], 2)
-    out = relpos_attention(q, k, v, rel_k, idx, rel_value=rel_v, key_padding_mask=kpm, is_causal=True)
+    out = relpos_attention(
+        q, k, v, rel_k, idx, rel_value=rel_v, key_padding_mask=kpm, is_causal=True
+    )
     assert torch.isfinite(out).all()
     assert (out[0] == 0).all()  # every key padded
     assert (out[1, :, 0] == 0).all()  # causal + key 0 padded: query 0 sees nothing
@@ -248,7 +252,9 @@ def test_module_default_positions_match_naive(values):
     q, k, v = rand_qkv()
     out = mod(q, k, v)
     idx = loop_index(range(7), range(7), 3)[None]
-    ref = naive_relpos(q, k, v, mod.rel_key.detach(), idx, None if not values else mod.rel_value.detach())
+    ref = naive_relpos(
+        q, k, v, mod.rel_key.detach(), idx, None if not values else mod.rel_value.detach()
+    )
     torch.testing.assert_close(out.double(), ref, atol=1e-5, rtol=1e-5)
     out.sum().backward()
     assert mod.rel_key.grad is not None and mod.rel_key.grad.abs().sum() > 0
@@ -267,8 +273,15 @@ def test_module_short_inputs_use_only_reachable_buckets(values, step):
     idx = loop_index(range(6), range(6), k_max, step)[None]
     tables = [mod.rel_key] + ([mod.rel_value] if values else [])
     ref_tables = [t.detach().double().requires_grad_() for t in tables]
-    ref = naive_relpos(q.detach(), k.detach(), v.detach(), ref_tables[0], idx,
-                       ref_tables[1] if values else None, causal=True)
+    ref = naive_relpos(
+        q.detach(),
+        k.detach(),
+        v.detach(),
+        ref_tables[0],
+        idx,
+        ref_tables[1] if values else None,
+        causal=True,
+    )
     torch.testing.assert_close(out.double(), ref, atol=1e-5, rtol=1e-5)
     g = torch.randn(out.shape, dtype=torch.float64)
     out.backward(g.float())
@@ -276,7 +289,10 @@ def test_module_short_inputs_use_only_reachable_buckets(values, step):
     for t, r in zip(tables, ref_tables, strict=True):
         torch.testing.assert_close(t.grad.double(), r.grad, atol=1e-5, rtol=1e-5)
         reach = round(5 / step)
-        assert t.grad[: k_max - reach].abs().sum() == 0 and t.grad[k_max + reach + 1:].abs().sum() == 0
+        assert (
+            t.grad[: k_max - reach].abs().sum() == 0
+            and t.grad[k_max + reach + 1 :].abs().sum() == 0
+        )
 
 
 def test_module_short_inputs_project_on_reachable_buckets_only():
@@ -288,7 +304,7 @@ def test_module_short_inputs_project_on_reachable_buckets_only():
     widths = {s[-1] for e in prof.events() if e.name == "aten::gather" for s in e.input_shapes if s}
     assert widths and max(widths) == 11, widths
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
-        mod(q, k, v, q_positions=torch.arange(6.0)[None].expand(2, 6))   # given: no slicing
+        mod(q, k, v, q_positions=torch.arange(6.0)[None].expand(2, 6))  # given: no slicing
     widths = {s[-1] for e in prof.events() if e.name == "aten::gather" for s in e.input_shapes if s}
     assert max(widths) == 201, widths
 

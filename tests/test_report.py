@@ -60,8 +60,11 @@ def test_summarize_order_is_first_appearance_and_single_std_is_zero() -> None:
 
 def test_summarize_nan_and_none_are_counted_not_averaged() -> None:
     recs = [{"k": 1, "value": v} for v in (1.0, float("nan"), 3.0, None)]
-    recs += [{"k": 2, "value": float("nan")}, {"k": 3, "value": float("nan")},
-             {"k": 3, "value": 5.0}]
+    recs += [
+        {"k": 2, "value": float("nan")},
+        {"k": 3, "value": float("nan")},
+        {"k": 3, "value": 5.0},
+    ]
     a, b, c = summarize(recs, ["k"])
     assert (a["mean"], a["std"], a["n"], a["nan"]) == (2.0, pytest.approx(math.sqrt(2)), 2, 2)
     assert len(a["values"]) == 4
@@ -87,8 +90,12 @@ def test_summarize_errors_name_the_key() -> None:
 
 
 def _cells(rows: dict[str, dict[int, list[float]]]) -> list[dict]:
-    recs = [{"row": r, "size": s, "value": v} for r, d in rows.items() for s, vs in d.items()
-            for v in vs]
+    recs = [
+        {"row": r, "size": s, "value": v}
+        for r, d in rows.items()
+        for s, vs in d.items()
+        for v in vs
+    ]
     return summarize(recs, ["row", "size"])
 
 
@@ -108,8 +115,9 @@ def test_pivot_layout_bold_and_missing() -> None:
     assert g[0][0] == "encoding"
     assert g[2][1:] == ["71.0 ± 1.4", "**80.0**", "–"]
     assert g[3][1:] == ["**60.5 ± 0.7**", "–", "**50.0**"]
-    g = _grid(pivot(cells, "row", "size", best=None, fmt="{mean:.2f} (n={n})",
-                    fmt_single="{mean:.0f}"))
+    g = _grid(
+        pivot(cells, "row", "size", best=None, fmt="{mean:.2f} (n={n})", fmt_single="{mean:.0f}")
+    )
     assert g[2][1:] == ["71.00 (n=2)", "80", "–"]
     assert not any("**" in c for row in g for c in row)
 
@@ -124,8 +132,10 @@ def test_pivot_orders_ties_and_escaping() -> None:
     assert g[4] == ["a", "1.0", "**5.0**"]  # tie: both bold
     assert g[5][1:] == ["–", "4.0"]
     # a column where every value is NaN: no bold, reads NaN
-    nan = summarize([{"row": "a", "size": 1, "value": float("nan")},
-                     {"row": "b", "size": 1, "value": None}], ["row", "size"])
+    nan = summarize(
+        [{"row": "a", "size": 1, "value": float("nan")}, {"row": "b", "size": 1, "value": None}],
+        ["row", "size"],
+    )
     assert _grid(pivot(nan, "row", "size"))[2] == ["a", "NaN"]
 
 
@@ -141,16 +151,24 @@ def test_pivot_errors() -> None:
         pivot(cells, "row", "size", fmt_single="{acc:.1f}")
     with pytest.raises(ValueError, match="col_format"):
         pivot(cells, "row", "size", col_format="{px} px")
-    dup = summarize([{"row": "a", "size": 1, "seed": s, "value": 1.0} for s in (0, 1)],
-                    ["row", "size", "seed"])
+    dup = summarize(
+        [{"row": "a", "size": 1, "seed": s, "value": 1.0} for s in (0, 1)], ["row", "size", "seed"]
+    )
     with pytest.raises(ValueError, match="two cells for row='a', size=1"):
         pivot(dup, "row", "size")
 
 
 def test_write_json_round_trip(tmp_path: Path) -> None:
-    obj = {"z": 1, "a": [1.5, float("nan"), float("inf")], "t": (1, 2), "np": np.arange(3),
-           "x": np.float64(0.25), "tensor": torch.tensor([1.0, 2.0]), "path": Path("a/b"),
-           "nested": {"b": None, "a": True}}
+    obj = {
+        "z": 1,
+        "a": [1.5, float("nan"), float("inf")],
+        "t": (1, 2),
+        "np": np.arange(3),
+        "x": np.float64(0.25),
+        "tensor": torch.tensor([1.0, 2.0]),
+        "path": Path("a/b"),
+        "nested": {"b": None, "a": True},
+    }
     path = write_json(tmp_path / "deep" / "dir" / "results.json", obj)
     text = path.read_text(encoding="utf-8")
     assert text.startswith('{\n  "z": 1,')  # indent 2, key order kept
@@ -217,8 +235,9 @@ def test_report_errors() -> None:
 
 
 @pytest.mark.parametrize("writer", ["json", "text", "report"])
-def test_failed_write_keeps_the_old_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                         writer: str) -> None:
+def test_failed_write_keeps_the_old_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writer: str
+) -> None:
     path = tmp_path / "out.txt"
     path.write_text("old complete content\n", encoding="utf-8")
 
@@ -240,8 +259,12 @@ def test_failed_write_keeps_the_old_file(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 def test_mean_std_shows_a_spread_only_with_two_or_more_values() -> None:
-    cells = {c["row"]: c for c in summarize(
-        [{"row": "a", "v": 1.0}, {"row": "a", "v": 4.0}, {"row": "b", "v": 2.5}], ["row"], "v")}
+    cells = {
+        c["row"]: c
+        for c in summarize(
+            [{"row": "a", "v": 1.0}, {"row": "a", "v": 4.0}, {"row": "b", "v": 2.5}], ["row"], "v"
+        )
+    }
     spread = float(np.std([1.0, 4.0], ddof=1))  # independent: sample std of the two values
     assert report.mean_std(cells["a"]) == f"2.5 ± {spread:.1f}" == "2.5 ± 2.1"
     assert report.mean_std(cells["a"], 3) == f"2.500 ± {spread:.3f}"

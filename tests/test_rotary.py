@@ -36,7 +36,9 @@ def logit(q_vec, k_vec, q_pos, k_pos, mode="1d"):
 
 def test_angles_1d_match_numpy():
     pos = np.array([[0.0, 0.37, 5.0, -12.25]], dtype=np.float64)
-    got = rotary_angles(torch.tensor(pos[..., None], dtype=torch.float32), 16, base=100.0, freq_scale=30.0)
+    got = rotary_angles(
+        torch.tensor(pos[..., None], dtype=torch.float32), 16, base=100.0, freq_scale=30.0
+    )
     omega = 30.0 * 100.0 ** (-np.arange(8) * 2 / 16)
     np.testing.assert_allclose(got.numpy(), pos[..., None] * omega, rtol=1e-5, atol=1e-4)
     assert got.dtype == torch.float32 and got.shape == (1, 4, 8)
@@ -122,7 +124,9 @@ def test_module_default_positions_and_padding():
 
 
 def test_train_augmentation_changes_angles_eval_only_normalizes():
-    aug = Augmentation(max_global_shift=5.0, max_local_shift=0.5, max_global_scaling=1.5, normalize=True)
+    aug = Augmentation(
+        max_global_shift=5.0, max_local_shift=0.5, max_global_scaling=1.5, normalize=True
+    )
     mod = Rotary(16, augmentation=aug)
     pos = (torch.arange(10.0) + 3.0)[None].expand(2, 10)
     mod.eval()
@@ -143,7 +147,9 @@ def test_self_attention_uses_one_draw_for_q_and_k():
     x = rand(2, 2, 9, 16)
     qr, kr = mod(x, x, generator=torch.Generator().manual_seed(0))
     torch.testing.assert_close(qr, kr, atol=0, rtol=0)
-    ang = mod.angles(torch.arange(9.0)[None].expand(2, 9), generator=torch.Generator().manual_seed(0))
+    ang = mod.angles(
+        torch.arange(9.0)[None].expand(2, 9), generator=torch.Generator().manual_seed(0)
+    )
     torch.testing.assert_close(qr, apply_rotary(x, ang))
 
 
@@ -154,14 +160,20 @@ def test_global_shift_leaves_logits_unchanged():
     qr0, kr0 = plain(q, k)
     qr1, kr1 = shifted(q, k, generator=torch.Generator().manual_seed(3))
     assert not torch.allclose(qr0, qr1)  # the rotations did move
-    torch.testing.assert_close(qr1 @ kr1.transpose(-1, -2), qr0 @ kr0.transpose(-1, -2), atol=1e-3, rtol=1e-4)
+    torch.testing.assert_close(
+        qr1 @ kr1.transpose(-1, -2), qr0 @ kr0.transpose(-1, -2), atol=1e-3, rtol=1e-4
+    )
 
 
 def test_cross_attention_shares_global_draws():
     pos = torch.rand(2, 6, generator=torch.Generator().manual_seed(0)) * 20
     x = rand(2, 2, 6, 16)
-    mod = Rotary(16, augmentation=Augmentation(max_global_shift=10.0, max_global_scaling=2.0)).train()
-    qr, kr = mod(x, x, positions=pos, k_positions=pos.clone(), generator=torch.Generator().manual_seed(1))
+    mod = Rotary(
+        16, augmentation=Augmentation(max_global_shift=10.0, max_global_scaling=2.0)
+    ).train()
+    qr, kr = mod(
+        x, x, positions=pos, k_positions=pos.clone(), generator=torch.Generator().manual_seed(1)
+    )
     torch.testing.assert_close(qr, kr)  # same global shift and scale on both sides
     local = Rotary(16, augmentation=Augmentation(max_local_shift=0.4)).train()
     qr, kr = local(x, x, positions=pos, k_positions=pos.clone())
@@ -172,8 +184,15 @@ def test_cross_attention_normalize_keeps_relative_positions():
     q, k = rand(1, 2, 4, 16), rand(1, 2, 7, 16, seed=1)
     qp, kp = torch.tensor([[1.0, 2.5, 3.0, 9.0]]), torch.arange(7.0)[None] + 100.0
     plain = Rotary(16)(q, k, positions=qp, k_positions=kp)
-    norm = Rotary(16, augmentation=Augmentation(normalize=True)).eval()(q, k, positions=qp, k_positions=kp)
-    torch.testing.assert_close(norm[0] @ norm[1].transpose(-1, -2), plain[0] @ plain[1].transpose(-1, -2), atol=1e-3, rtol=1e-4)
+    norm = Rotary(16, augmentation=Augmentation(normalize=True)).eval()(
+        q, k, positions=qp, k_positions=kp
+    )
+    torch.testing.assert_close(
+        norm[0] @ norm[1].transpose(-1, -2),
+        plain[0] @ plain[1].transpose(-1, -2),
+        atol=1e-3,
+        rtol=1e-4,
+    )
 
 
 def test_2d_module_and_autocast():

@@ -48,13 +48,19 @@ def _np_sinusoid(pos: np.ndarray, dim: int) -> np.ndarray:
 @pytest.mark.parametrize("position", MT_POSITIONS)
 def test_decoder_is_causal_in_training(position: str) -> None:
     augmented = position in ("cape1d", "rotary")
-    model = _model(position, dropout=0.1, alpha=1.2, position_options=(
-        {"max_global_shift": 10.0} if augmented else None)).train()
+    model = _model(
+        position,
+        dropout=0.1,
+        alpha=1.2,
+        position_options=({"max_global_shift": 10.0} if augmented else None),
+    ).train()
     src, tgt = _tokens(3, 9, 1), _tokens(3, 8, 2)
     src_mask, tgt_mask = _mask([9, 6, 4], 9), _mask([8, 8, 5], 8)
     t = 3
     changed = tgt.clone()
-    changed[:, t + 1:] = (changed[:, t + 1:] - 3 + 1) % (VOCAB - 3) + 3  # every later token differs
+    changed[:, t + 1 :] = (changed[:, t + 1 :] - 3 + 1) % (
+        VOCAB - 3
+    ) + 3  # every later token differs
 
     def run(tokens: torch.Tensor, seed: int = 7) -> torch.Tensor:
         torch.manual_seed(0)  # the same dropout masks
@@ -62,7 +68,7 @@ def test_decoder_is_causal_in_training(position: str) -> None:
 
     a, b = run(tgt), run(changed)
     torch.testing.assert_close(a[:, : t + 1], b[:, : t + 1], rtol=0, atol=1e-6)
-    assert (a[:, t + 1:] - b[:, t + 1:]).abs().amax() > 1e-3  # later positions do see the change
+    assert (a[:, t + 1 :] - b[:, t + 1 :]).abs().amax() > 1e-3  # later positions do see the change
     if augmented:  # the augmentation is live: other draws, other logits
         assert (run(tgt, seed=8)[:, : t + 1] - a[:, : t + 1]).abs().amax() > 1e-4
 
@@ -75,8 +81,12 @@ def test_padding_does_not_change_real_outputs(position: str) -> None:
     src_mask, tgt_mask = _mask([10, 6, 3], 10), _mask([7, 4, 2], 7)
     batched = model(src, src_mask, tgt, tgt_mask)
     for i, (s, t) in enumerate([(10, 7), (6, 4), (3, 2)]):
-        alone = model(src[i : i + 1, :s], torch.ones(1, s, dtype=torch.bool),
-                      tgt[i : i + 1, :t], torch.ones(1, t, dtype=torch.bool))
+        alone = model(
+            src[i : i + 1, :s],
+            torch.ones(1, s, dtype=torch.bool),
+            tgt[i : i + 1, :t],
+            torch.ones(1, t, dtype=torch.bool),
+        )
         torch.testing.assert_close(batched[i : i + 1, :t], alone, rtol=0, atol=2e-5)
 
 
@@ -107,17 +117,26 @@ def test_other_rows_use_plain_indices_in_training(position: str) -> None:
 
 def test_cape_training_shift_is_shared_local_bounded_unscaled() -> None:
     alpha, dmax, emax = 1.3, 50.0, 0.5
-    model = _model("cape1d", alpha=alpha, position_options=dict(max_global_shift=dmax,
-                                                                max_local_shift=emax)).train()
+    model = _model(
+        "cape1d", alpha=alpha, position_options=dict(max_global_shift=dmax, max_local_shift=emax)
+    ).train()
     batch, s, t = 64, 30, 25
-    src_mask = _mask(torch.randint(1, s + 1, (batch,), generator=torch.Generator().manual_seed(0)).tolist(), s)
-    tgt_mask = _mask(torch.randint(1, t + 1, (batch,), generator=torch.Generator().manual_seed(1)).tolist(), t)
+    src_mask = _mask(
+        torch.randint(1, s + 1, (batch,), generator=torch.Generator().manual_seed(0)).tolist(), s
+    )
+    tgt_mask = _mask(
+        torch.randint(1, t + 1, (batch,), generator=torch.Generator().manual_seed(1)).tolist(), t
+    )
     src_pos, tgt_pos = model.positions(src_mask, tgt_mask, torch.Generator().manual_seed(2))
     d_src = src_pos[..., 0] - alpha * torch.arange(s, dtype=torch.float32)  # Delta + eps_src
     d_tgt = tgt_pos[..., 0] - torch.arange(t, dtype=torch.float32)  # Delta + eps_tgt
     big = torch.tensor(1e9)
-    hi = torch.maximum(torch.where(src_mask, d_src, -big).amax(1), torch.where(tgt_mask, d_tgt, -big).amax(1))
-    lo = torch.minimum(torch.where(src_mask, d_src, big).amin(1), torch.where(tgt_mask, d_tgt, big).amin(1))
+    hi = torch.maximum(
+        torch.where(src_mask, d_src, -big).amax(1), torch.where(tgt_mask, d_tgt, -big).amax(1)
+    )
+    lo = torch.minimum(
+        torch.where(src_mask, d_src, big).amin(1), torch.where(tgt_mask, d_tgt, big).amin(1)
+    )
     # one global shift per sample for both sides, local shifts within +-emax, no scaling (a
     # scale would spread the offsets with the index): all offsets of a sample within 2 emax
     assert bool((hi - lo <= 2 * emax + 1e-4).all())
@@ -130,22 +149,34 @@ def test_cape_training_shift_is_shared_local_bounded_unscaled() -> None:
     # exactly the library's synchronised augmentation, no mean-normalisation, no scaling
     idx_s = torch.where(src_mask, torch.arange(s, dtype=torch.float32), 0.0)[..., None]
     idx_t = torch.where(tgt_mask, torch.arange(t, dtype=torch.float32), 0.0)[..., None]
-    expect = augment_pair(idx_s, idx_t, src_mask, tgt_mask, alpha=alpha, max_global_shift=dmax,
-                          max_local_shift=emax, generator=torch.Generator().manual_seed(2))
+    expect = augment_pair(
+        idx_s,
+        idx_t,
+        src_mask,
+        tgt_mask,
+        alpha=alpha,
+        max_global_shift=dmax,
+        max_local_shift=emax,
+        generator=torch.Generator().manual_seed(2),
+    )
     assert torch.equal(src_pos, expect[0]) and torch.equal(tgt_pos, expect[1])
 
 
 def _stack_inputs(model: Seq2Seq, *args) -> tuple[torch.Tensor, torch.Tensor]:
     seen = {}
-    hooks = [stack.register_forward_pre_hook(lambda m, a, name=name: seen.__setitem__(name, a[0]))
-             for name, stack in (("enc", model.encoder), ("dec", model.decoder))]
+    hooks = [
+        stack.register_forward_pre_hook(lambda m, a, name=name: seen.__setitem__(name, a[0]))
+        for name, stack in (("enc", model.encoder), ("dec", model.decoder))
+    ]
     model(*args)
     for h in hooks:
         h.remove()
     return seen["enc"], seen["dec"]
 
 
-@pytest.mark.parametrize(("position", "alpha"), [("sinpos", 1.0), ("cape1d", 1.0337), ("cape1d", 1.0)])
+@pytest.mark.parametrize(
+    ("position", "alpha"), [("sinpos", 1.0), ("cape1d", 1.0337), ("cape1d", 1.0)]
+)
 def test_sinusoid_added_at_both_inputs_is_the_transformer_one(position: str, alpha: float) -> None:
     model = _model(position, alpha=alpha).eval()
     src, tgt = _tokens(2, 40, 5), _tokens(2, 30, 6)
@@ -205,8 +236,9 @@ def test_forward_applies_the_positions_it_draws(position: str) -> None:
     logits = model(src, src_mask, tgt, tgt_mask, generator=torch.Generator().manual_seed(4))
     src_pos, tgt_pos = model.positions(src_mask, tgt_mask, torch.Generator().manual_seed(4))
     memory = model.encode(src, src_mask, src_pos)
-    torch.testing.assert_close(logits, model.decode(tgt, memory, src_mask, tgt_mask, tgt_pos),
-                               rtol=0, atol=0)
+    torch.testing.assert_close(
+        logits, model.decode(tgt, memory, src_mask, tgt_mask, tgt_pos), rtol=0, atol=0
+    )
     # and the positions given are the ones applied, on both sides (stretched: every row sees it)
     model.eval()
     with torch.no_grad():
@@ -228,10 +260,14 @@ def test_rotary_ignores_the_global_shift_but_not_local_shifts() -> None:
     masks = _mask([8, 5], 8), _mask([6, 4], 6)
     results = {}
     for row, local in itertools.product(("rotary", "cape1d"), (0.0, 0.5)):
-        model = _model(row, dropout=0.0, position_options=dict(max_global_shift=5.0, max_local_shift=local))
+        model = _model(
+            row, dropout=0.0, position_options=dict(max_global_shift=5.0, max_local_shift=local)
+        )
         with torch.no_grad():
             ref = model.eval()(src, masks[0], tgt, masks[1])
-            train = model.train()(src, masks[0], tgt, masks[1], generator=torch.Generator().manual_seed(0))
+            train = model.train()(
+                src, masks[0], tgt, masks[1], generator=torch.Generator().manual_seed(0)
+            )
         valid = masks[1]
         results[row, local] = float((train - ref).abs()[valid].max())
     assert results["rotary", 0.0] < 1e-4  # relative positions unchanged by a shared shift
@@ -257,8 +293,11 @@ def test_tied_embeddings_share_storage() -> None:
     assert len(params) == 1
 
     untied = _model("sinpos", tie_embeddings=False).eval()
-    weights = {untied.embed.weight.data_ptr(), untied.tgt_embed.weight.data_ptr(),
-               untied.out_proj.weight.data_ptr()}
+    weights = {
+        untied.embed.weight.data_ptr(),
+        untied.tgt_embed.weight.data_ptr(),
+        untied.out_proj.weight.data_ptr(),
+    }
     assert len(weights) == 3
     before = untied(src, masks[0], tgt, masks[1])
     with torch.no_grad():
@@ -268,10 +307,18 @@ def test_tied_embeddings_share_storage() -> None:
 
 @pytest.mark.parametrize("position", MT_POSITIONS)
 def test_spec_rebuilds_the_same_model(position: str) -> None:
-    options = {"cape1d": {"max_global_shift": 10}, "rotary": {"max_local_shift": 0.25},
-               "relpos": {"max_distance": 4, "values": True}, "abspos": {"num_positions": 12}}
-    model = _model(position, position_options=options.get(position), alpha=1.1,
-                   tie_embeddings=position != "nopos")
+    options = {
+        "cape1d": {"max_global_shift": 10},
+        "rotary": {"max_local_shift": 0.25},
+        "relpos": {"max_distance": 4, "values": True},
+        "abspos": {"num_positions": 12},
+    }
+    model = _model(
+        position,
+        position_options=options.get(position),
+        alpha=1.1,
+        tie_embeddings=position != "nopos",
+    )
     spec = json.loads(json.dumps(model.spec))
     assert spec["position"] == position and spec["alpha"] == 1.1
     for key, value in options.get(position, {}).items():
@@ -294,7 +341,9 @@ def test_spec_rebuilds_the_same_model(position: str) -> None:
 def test_gradients_reach_every_parameter(position: str) -> None:
     model = _model(position).train()
     src, tgt = _tokens(2, 9, 1), _tokens(2, 7, 2)
-    logits = model(src, _mask([9, 5], 9), tgt, _mask([7, 3], 7), generator=torch.Generator().manual_seed(0))
+    logits = model(
+        src, _mask([9, 5], 9), tgt, _mask([7, 3], 7), generator=torch.Generator().manual_seed(0)
+    )
     assert logits.dtype == torch.float32 and logits.shape == (2, 7, VOCAB)
     loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), _tokens(2, 7, 3).flatten())
     loss.backward()
@@ -310,11 +359,19 @@ def test_gradients_reach_every_parameter(position: str) -> None:
         (dict(position="sinpos2d"), r"position 'sinpos2d' reads 2-D positions; tokens need 1-D"),
         (dict(position=3), "position must be a cape.build name"),
         (dict(position="cape1d", position_options={"normalize": True}), r"normalize=True .*causal"),
-        (dict(position="nopos", position_options={"alpha": 1.0}), r"unknown option\(s\) \['alpha'\]"),
-        (dict(position="relpos", position_options={"stride": 2.0}),
-         r"allowed: \['max_distance', 'step', 'values'\]"),
+        (
+            dict(position="nopos", position_options={"alpha": 1.0}),
+            r"unknown option\(s\) \['alpha'\]",
+        ),
+        (
+            dict(position="relpos", position_options={"stride": 2.0}),
+            r"allowed: \['max_distance', 'step', 'values'\]",
+        ),
         (dict(position="cape1d", alpha=0.0), "alpha must be"),
-        (dict(position="cape1d", position_options={"max_global_shift": -1}), "max_global_shift must be"),
+        (
+            dict(position="cape1d", position_options={"max_global_shift": -1}),
+            "max_global_shift must be",
+        ),
         (dict(position="abspos", position_options={"overflow": "wrap"}), "overflow must be one of"),
         (dict(position="abspos", position_options={"num_positions": 0}), "num_positions"),
         (dict(position="relpos", position_options={"max_distance": 0}), "max_distance"),
@@ -406,8 +463,17 @@ def test_beam_finds_at_least_greedys_log_prob() -> None:
         src, mask = _batch(seed + 10)
         limits = max_lengths(mask, 1.0, 4)
         greedy = greedy_decode(model, src, mask, bos_id=BOS, eos_id=EOS, max_len=limits)
-        beam = beam_search(model, src, mask, bos_id=BOS, eos_id=EOS, beam=4, max_len_a=1.0,
-                           max_len_b=4, length_penalty=0.0)
+        beam = beam_search(
+            model,
+            src,
+            mask,
+            bos_id=BOS,
+            eos_id=EOS,
+            beam=4,
+            max_len_a=1.0,
+            max_len_b=4,
+            length_penalty=0.0,
+        )
         g = _score(model, src, mask, greedy, limits.tolist())
         b = _score(model, src, mask, beam, limits.tolist())
         for i, n in enumerate(limits.tolist()):
@@ -428,10 +494,24 @@ def test_wide_beam_is_exhaustive_with_length_normalisation() -> None:
     found = []
     for seed, penalty in itertools.product(range(4), (0.0, 1.0, 2.0)):
         model = _searchable("cape1d", seed, vocab=5, eos_bias=0.0)
-        best = beam_search(model, src, mask, bos_id=BOS, eos_id=EOS, beam=40, max_len_a=0.0,
-                           max_len_b=3, length_penalty=penalty)[0]
-        total = _score(model, src.expand(len(finished), -1), mask.expand(len(finished), -1),
-                       finished, [3] * len(finished))
+        best = beam_search(
+            model,
+            src,
+            mask,
+            bos_id=BOS,
+            eos_id=EOS,
+            beam=40,
+            max_len_a=0.0,
+            max_len_b=3,
+            length_penalty=penalty,
+        )[0]
+        total = _score(
+            model,
+            src.expand(len(finished), -1),
+            mask.expand(len(finished), -1),
+            finished,
+            [3] * len(finished),
+        )
         lengths = torch.tensor([len(h) + 1 for h in finished], dtype=torch.float32)
         assert best == finished[int((total / lengths**penalty).argmax())], (seed, penalty)
         found.append(tuple(best))
@@ -447,12 +527,14 @@ def test_unfinished_search_returns_the_best_live_hypothesis() -> None:
     out = beam_search(model, src, mask, bos_id=BOS, eos_id=EOS, beam=3, max_len_a=0.0, max_len_b=2)
     allowed = [v for v in range(VOCAB) if v not in (PAD, EOS)]
     firsts = [[a] for a in allowed]
-    first = _score(model, src.expand(len(firsts), -1), mask.expand(len(firsts), -1), firsts,
-                   [1] * len(firsts))
+    first = _score(
+        model, src.expand(len(firsts), -1), mask.expand(len(firsts), -1), firsts, [1] * len(firsts)
+    )
     top3 = [allowed[i] for i in first.topk(3).indices.tolist()]
     pairs = [[a, b] for a in top3 for b in allowed]
-    total = _score(model, src.expand(len(pairs), -1), mask.expand(len(pairs), -1), pairs,
-                   [2] * len(pairs))
+    total = _score(
+        model, src.expand(len(pairs), -1), mask.expand(len(pairs), -1), pairs, [2] * len(pairs)
+    )
     assert out == [pairs[int(total.argmax())]]
     assert out != [pairs[int(total.argmin())]]
 
@@ -465,7 +547,9 @@ def test_search_same_alone_and_in_a_padded_batch(search: str) -> None:
 
     def run(s, m):
         if search == "greedy":
-            return greedy_decode(model, s, m, bos_id=BOS, eos_id=EOS, max_len=max_lengths(m, 1.5, 2))
+            return greedy_decode(
+                model, s, m, bos_id=BOS, eos_id=EOS, max_len=max_lengths(m, 1.5, 2)
+            )
         return beam_search(model, s, m, bos_id=BOS, eos_id=EOS, beam=3, max_len_a=1.5, max_len_b=2)
 
     batched = run(src, mask)
@@ -482,7 +566,9 @@ def test_greedy_matches_teacher_forced_argmax() -> None:
         for i, out in enumerate(outs):
             full = out + [EOS] if len(out) < limits[i] else out
             tin = torch.tensor([[BOS] + full[:-1]])
-            logits = model.eval()(src[i : i + 1], mask[i : i + 1], tin, torch.ones_like(tin, dtype=torch.bool))
+            logits = model.eval()(
+                src[i : i + 1], mask[i : i + 1], tin, torch.ones_like(tin, dtype=torch.bool)
+            )
             logits[..., PAD] = float("-inf")  # search never emits padding
             assert logits.argmax(-1)[0].tolist() == full
 

@@ -66,7 +66,9 @@ def CAPE_2d(  # noqa: N802  appendix A, verbatim apart from the `rho_form` switc
         x += rng.uniform(-max_local_shift, +max_local_shift, size=x.shape)
         y += rng.uniform(-max_local_shift, +max_local_shift, size=y.shape)
         # scaling
-        lambdas = np.exp(rng.uniform(-np.log(max_scale), +np.log(max_scale), size=[batch_size, 1, 1]))
+        lambdas = np.exp(
+            rng.uniform(-np.log(max_scale), +np.log(max_scale), size=[batch_size, 1, 1])
+        )
         x *= lambdas
         y *= lambdas
 
@@ -95,7 +97,9 @@ def CAPE_2d_xy(n_patches, batch_size, augment, max_global_shift, max_local_shift
         y += rng.uniform(-max_global_shift, +max_global_shift, size=[batch_size, 1, 1])
         x += rng.uniform(-max_local_shift, +max_local_shift, size=x.shape)
         y += rng.uniform(-max_local_shift, +max_local_shift, size=y.shape)
-        lambdas = np.exp(rng.uniform(-np.log(max_scale), +np.log(max_scale), size=[batch_size, 1, 1]))
+        lambdas = np.exp(
+            rng.uniform(-np.log(max_scale), +np.log(max_scale), size=[batch_size, 1, 1])
+        )
         x *= lambdas
         y *= lambdas
     return x, y
@@ -153,7 +157,10 @@ def test_sinusoidal_1d_matches_numpy(dim):
 
 def test_sinusoidal_1d_freq_scale_and_base():
     t = torch.empty(4, 7).uniform_(0, 3, generator=gen(1))  # seconds
-    close(sinusoidal_1d(t, 32, freq_scale=30.0), np_sinusoid_1d(t.double().numpy(), 32, freq_scale=30.0))
+    close(
+        sinusoidal_1d(t, 32, freq_scale=30.0),
+        np_sinusoid_1d(t.double().numpy(), 32, freq_scale=30.0),
+    )
     close(sinusoidal_1d(t, 32, base=50.0), np_sinusoid_1d(t.double().numpy(), 32, base=50.0))
     # not the same thing as without the scale
     assert not torch.allclose(sinusoidal_1d(t, 32, freq_scale=30.0), sinusoidal_1d(t, 32))
@@ -167,7 +174,9 @@ def test_dot_product_depends_only_on_offset(dim):
         for n in (0.0, 3.0, 17.25, -40.5, 1000.5):
             e = sinusoidal_1d(torch.tensor([n, n + m]), dim).double()
             assert (e[0] @ e[1]).item() == pytest.approx(closed_form, abs=5e-3)
-    assert (sinusoidal_1d(torch.tensor([5.0]), dim)[0].norm() ** 2).item() == pytest.approx(dim / 2, rel=1e-5)
+    assert (sinusoidal_1d(torch.tensor([5.0]), dim)[0].norm() ** 2).item() == pytest.approx(
+        dim / 2, rel=1e-5
+    )
 
 
 # -- 2D -------------------------------------------------------------------------------------
@@ -179,7 +188,9 @@ def test_cape2d_frequencies_against_numpy():
             half = dim // 2
             w = cape2d_frequencies(dim, rho=rho_form)
             rho = np_rho(half, rho_form)
-            expected = np.pi * np.stack([rho * np.cos(np.arange(half)), rho * np.sin(np.arange(half))])
+            expected = np.pi * np.stack(
+                [rho * np.cos(np.arange(half)), rho * np.sin(np.arange(half))]
+            )
             np.testing.assert_allclose(w.double().numpy(), expected, rtol=1e-6, atol=1e-6)
     # exact rho runs from 10^(2/K) to 10 (seeds README)
     w = cape2d_frequencies(8)
@@ -318,7 +329,10 @@ def test_sine_nd_needs_positions_and_masks_padding():
 def test_cape1d_eval_is_sinpos_of_token_indices():
     dim, t = 32, 50
     expected = np_sinusoid_1d(np.arange(t), dim)
-    for enc in (CAPE1d(dim), CAPE1d(dim, max_global_shift=5.0, max_local_shift=0.5, max_global_scaling=2.0).eval()):
+    for enc in (
+        CAPE1d(dim),
+        CAPE1d(dim, max_global_shift=5.0, max_local_shift=0.5, max_global_scaling=2.0).eval(),
+    ):
         out = enc(torch.zeros(3, t, dim))
         assert out.shape == (3, t, dim)
         close(out[2], expected)
@@ -327,7 +341,9 @@ def test_cape1d_eval_is_sinpos_of_token_indices():
 def test_cape1d_eval_with_normalisation_is_sinpos_of_centred_positions():
     dim, t = 32, 12
     lengths = torch.tensor([12, 5, 1])
-    enc = CAPE1d(dim, max_global_shift=5.0, max_local_shift=0.5, max_global_scaling=1.5, normalize=True).eval()
+    enc = CAPE1d(
+        dim, max_global_shift=5.0, max_local_shift=0.5, max_global_scaling=1.5, normalize=True
+    ).eval()
     out = enc(torch.zeros(3, t, dim), lengths=lengths)
     for b, n in enumerate(lengths.tolist()):
         pos = np.arange(n) - (n - 1) / 2
@@ -344,13 +360,17 @@ def test_cape1d_hop_is_sinusoid_of_timestamps():
     out = enc(torch.zeros(2, t, dim), hop=0.03)
     centres = (np.arange(t) + 0.5) * 0.03
     close(out[1], np_sinusoid_1d(centres, dim, freq_scale=30.0))
-    torch.testing.assert_close(out, sinusoidal_1d(timestamps(2, t, 0.03), dim, freq_scale=30.0)[:, :, 0])
+    torch.testing.assert_close(
+        out, sinusoidal_1d(timestamps(2, t, 0.03), dim, freq_scale=30.0)[:, :, 0]
+    )
     hop = torch.tensor([0.01, 0.012])
     lengths = torch.tensor([40, 31])
     out = enc(torch.zeros(2, t, dim), hop=hop, lengths=lengths)
     for b in range(2):
         n = int(lengths[b])
-        close(out[b, :n], np_sinusoid_1d((np.arange(n) + 0.5) * float(hop[b]), dim, freq_scale=30.0))
+        close(
+            out[b, :n], np_sinusoid_1d((np.arange(n) + 0.5) * float(hop[b]), dim, freq_scale=30.0)
+        )
         assert (out[b, n:] == 0).all()
     with pytest.raises(ValueError):
         enc(torch.zeros(2, t, dim), hop=0.03, positions=torch.zeros(2, t))
@@ -405,7 +425,9 @@ def recover_xy(emb):
     e = emb.double().numpy()
     phase = np.arctan2(e[..., 2:], e[..., :2])  # [..., 2]
     rho = np_rho(2, "exact")
-    w = np.pi * np.stack([rho * np.cos(np.arange(2)), rho * np.sin(np.arange(2))], axis=1)  # [k, (x, y)]
+    w = np.pi * np.stack(
+        [rho * np.cos(np.arange(2)), rho * np.sin(np.arange(2))], axis=1
+    )  # [k, (x, y)]
     return np.linalg.solve(w, phase[..., None])[..., 0]
 
 
@@ -419,7 +441,9 @@ def test_cape2d_auto_local_shift_is_extent_over_n_per_axis(height, width):
     extent = 0.02  # small, so that the phases do not wrap and positions can be read back
     enc = CAPE2d(4, max_local_shift="auto", extent=extent).train()
     out = enc(torch.zeros(64, height, width, 4), generator=gen(1))
-    grid = np.stack(np.meshgrid(np.linspace(-extent, extent, width), np.linspace(-extent, extent, height)), -1)
+    grid = np.stack(
+        np.meshgrid(np.linspace(-extent, extent, width), np.linspace(-extent, extent, height)), -1
+    )
     eps = recover_xy(out) - grid  # [B, H, W, 2]
     for axis, n in ((0, width), (1, height)):
         bound = np.abs(eps[..., axis]).max()
@@ -432,7 +456,9 @@ def test_cape2d_auto_local_shift_follows_call_extent():
     height, width, extent = 3, 5, 0.01
     enc = CAPE2d(4, max_local_shift="auto", extent=0.02).train()
     out = enc(torch.zeros(64, height, width, 4), extent=extent, generator=gen(1))
-    grid = np.stack(np.meshgrid(np.linspace(-extent, extent, width), np.linspace(-extent, extent, height)), -1)
+    grid = np.stack(
+        np.meshgrid(np.linspace(-extent, extent, width), np.linspace(-extent, extent, height)), -1
+    )
     eps = recover_xy(out) - grid
     assert np.abs(eps[..., 0]).max() <= extent / width + 1e-6
 
@@ -449,7 +475,9 @@ def test_cape2d_train_global_shift_and_scale_shared_by_patches():
     xy = recover_xy(enc(torch.zeros(8, 3, 4, 4), generator=gen(2)))
     lam = xy / np.where(grid == 0, np.nan, grid)
     lam0 = np.nanmean(lam, axis=(1, 2, 3))
-    np.testing.assert_allclose(lam, np.where(np.isnan(lam), np.nan, lam0[:, None, None, None]), rtol=1e-4)
+    np.testing.assert_allclose(
+        lam, np.where(np.isnan(lam), np.nan, lam0[:, None, None, None]), rtol=1e-4
+    )
     assert lam0.min() >= 1 / 1.5 - 1e-5 and lam0.max() <= 1.5 + 1e-5 and lam0.std() > 1e-3
 
 
@@ -560,7 +588,9 @@ def test_add_to_equals_sum_and_has_identity_gradient(case):
     # and without autograd, add_to leaves later calls (and the cache) intact
     y2 = enc.add_to(x.clone(), generator=gen(9), **kw)
     torch.testing.assert_close(y2, expected, rtol=0, atol=0)
-    torch.testing.assert_close(enc.add_to(x.clone(), generator=gen(9), **kw), expected, rtol=0, atol=0)
+    torch.testing.assert_close(
+        enc.add_to(x.clone(), generator=gen(9), **kw), expected, rtol=0, atol=0
+    )
 
 
 # -- dtypes and autocast --------------------------------------------------------------------
@@ -570,10 +600,15 @@ def test_add_to_equals_sum_and_has_identity_gradient(case):
 def test_cape1d_low_precision_is_float32_cast(dtype):
     dim = 32
     # given positions up to 1e5, fractional
-    p = torch.cat([torch.linspace(0, 1e5, 300), torch.empty(100).uniform_(9e4, 1e5, generator=gen(0))])[None]
+    p = torch.cat(
+        [torch.linspace(0, 1e5, 300), torch.empty(100).uniform_(9e4, 1e5, generator=gen(0))]
+    )[None]
     p = p.expand(2, -1)
     x32 = torch.zeros(2, p.shape[1], dim)
-    for enc in (CAPE1d(dim).eval(), CAPE1d(dim, max_global_shift=5.0, max_global_scaling=1.2).train()):
+    for enc in (
+        CAPE1d(dim).eval(),
+        CAPE1d(dim, max_global_shift=5.0, max_global_scaling=1.2).train(),
+    ):
         lo = enc(x32.to(dtype), positions=p, generator=gen(1))
         hi = enc(x32, positions=p, generator=gen(1))
         assert lo.dtype == dtype and hi.dtype == torch.float32
@@ -587,7 +622,11 @@ def test_cape1d_low_precision_is_float32_cast(dtype):
     x = torch.zeros(1, 100_001, 8)
     lo = enc(x.to(dtype))
     assert lo.dtype == dtype and torch.equal(lo, enc(x).to(dtype))
-    close(enc(x)[0, -5:], np_sinusoid_1d(np.arange(99_996, 100_001), 8, omega=np_omega(8).astype(np.float32)), atol=2e-2)
+    close(
+        enc(x)[0, -5:],
+        np_sinusoid_1d(np.arange(99_996, 100_001), 8, omega=np_omega(8).astype(np.float32)),
+        atol=2e-2,
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -600,8 +639,10 @@ def test_cape2d_and_sine_nd_low_precision_is_float32_cast(dtype):
     p = torch.rand(2, 5, 2) * 1000
     enc = SineND(16, max_global_shift=3.0).train()
     xs = torch.zeros(2, 5, 16)
-    assert torch.equal(enc(xs.to(dtype), positions=p, generator=gen(0)),
-                       enc(xs, positions=p, generator=gen(0)).to(dtype))
+    assert torch.equal(
+        enc(xs.to(dtype), positions=p, generator=gen(0)),
+        enc(xs, positions=p, generator=gen(0)).to(dtype),
+    )
 
 
 @pytest.mark.parametrize("kind", ["cape1d", "cape2d"])
@@ -716,8 +757,10 @@ def test_property_no_crash_finite_padding_zero(data):
     pos_dim = data.draw(st.integers(1, 4)) if kind == "sine" else (2 if kind == "cape2d" else 1)
     opts = dict(normalize=normalize)
     if augment:
-        opts.update(max_global_shift=data.draw(st.floats(0, 10)),
-                    max_global_scaling=data.draw(st.floats(1, 3)))
+        opts.update(
+            max_global_shift=data.draw(st.floats(0, 10)),
+            max_global_scaling=data.draw(st.floats(1, 3)),
+        )
         if kind == "cape2d" and data.draw(st.booleans()):
             opts["max_local_shift"] = "auto"
         else:

@@ -70,7 +70,9 @@ def test_hops_edge_cases_and_errors():
     assert hops[0].item() == 1
     # the mean gives a single frame: every hop gives 1 frame
     hops, _ = padding_free_hops([0.026, 0.025])
-    assert all(_frames(round(d * SR), h) == 1 for d, h in zip([0.026, 0.025], hops.tolist(), strict=True))
+    assert all(
+        _frames(round(d * SR), h) == 1 for d, h in zip([0.026, 0.025], hops.tolist(), strict=True)
+    )
     with pytest.raises(ValueError, match="durations_s"):
         padding_free_hops([0.01, 1.0])
     with pytest.raises(ValueError, match="durations_s"):
@@ -123,7 +125,9 @@ def test_frame_times_follow_the_audio():
         start = int(at * SR)
         w[start : start + t.numel()] += torch.sin(2 * np.pi * 1000 * t)
         waves.append(w)
-    batch = padding_free_features(waves, generator=torch.Generator().manual_seed(0), normalize=False)
+    batch = padding_free_features(
+        waves, generator=torch.Generator().manual_seed(0), normalize=False
+    )
     assert len(set(batch.hops.tolist())) == 3  # really different hops
     for b, at in enumerate(bursts):
         loudest = batch.features[b].logsumexp(dim=1).argmax()
@@ -188,7 +192,9 @@ def test_padded_features_pad_with_zeros():
     lengths = torch.tensor([w.numel() for w in waves])
     again = padded_features(stacked, wave_lengths=lengths)
     assert all(torch.equal(a, b) for a, b in zip(batch, again, strict=True))
-    free = padding_free_features(stacked, wave_lengths=lengths, generator=torch.Generator().manual_seed(0))
+    free = padding_free_features(
+        stacked, wave_lengths=lengths, generator=torch.Generator().manual_seed(0)
+    )
     assert free.hops.tolist() == padding_free_hops(durations)[0].tolist()
 
 

@@ -346,8 +346,11 @@ def test_text_pools_partition_each_source():
 
     pools = {s: set(text_pool(s, source="digits")) for s in ("train", "val", "test")}
     assert text_pool("test_unseen_voices", source="digits") == text_pool("test", source="digits")
-    assert not (pools["train"] & pools["val"] or pools["train"] & pools["test"]
-                or pools["val"] & pools["test"])
+    assert not (
+        pools["train"] & pools["val"]
+        or pools["train"] & pools["test"]
+        or pools["val"] & pools["test"]
+    )
     total = sum(len(p) for p in pools.values())
     assert 0.8 < len(pools["train"]) / total < 0.9  # 85% by CRC-32
     assert all(set(s) <= set("abcdefghijklmnopqrstuvwxyz ") for s in pools["val"])
@@ -359,8 +362,9 @@ def test_text_pools_partition_each_source():
 def test_digits_corpus_says_digits_and_keeps_its_text_setting(tmp_path):
     pytest.importorskip("soundfile")
     words = set("zero one two three four five six seven eight nine".split())
-    make_speech_corpus(tmp_path, train=2, val=0, test_per_bin=0, seed=7, workers=1,
-                       text="digits", progress=False)
+    make_speech_corpus(
+        tmp_path, train=2, val=0, test_per_bin=0, seed=7, workers=1, text="digits", progress=False
+    )
     records = load_manifest(tmp_path, "train")
     assert all(set(r["text"].split()) <= words and r["source"] == "digits" for r in records)
     assert json.loads((tmp_path / "corpus.json").read_text())["text"] == "digits"

@@ -44,10 +44,12 @@ def test_incomplete_beta_closed_forms():
         for a in (0.5, 1.0, 2.5, 40.0):
             assert regularized_incomplete_beta(a, 1.0, x) == pytest.approx(x**a, abs=1e-12)
             assert regularized_incomplete_beta(1.0, a, x) == pytest.approx(
-                1 - (1 - x) ** a, abs=1e-12)
+                1 - (1 - x) ** a, abs=1e-12
+            )
         # symmetry I_x(a, b) = 1 - I_{1-x}(b, a)
         assert regularized_incomplete_beta(2.5, 7.0, x) == pytest.approx(
-            1.0 - regularized_incomplete_beta(7.0, 2.5, 1.0 - x), abs=1e-12)
+            1.0 - regularized_incomplete_beta(7.0, 2.5, 1.0 - x), abs=1e-12
+        )
     # I_{1/2}(a, a) = 1/2
     assert regularized_incomplete_beta(13.3, 13.3, 0.5) == pytest.approx(0.5, abs=1e-12)
     with pytest.raises(ValueError, match="x must"):
@@ -119,9 +121,38 @@ def test_welch_degenerate_cases():
 
 
 # t_{0.975, df} for df = 1..30 as printed (3 decimals) in the standard statistics tables
-PRINTED_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-                2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-                2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+PRINTED_T975 = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)
 
 
 def test_t_quantile_975_is_the_printed_table():

@@ -100,8 +100,14 @@ def test_summary_of_a_resumed_run_covers_every_session(tmp_path: Path) -> None:
 
     def trainer(steps: int) -> Trainer:
         seed_everything(0)
-        return Trainer(_mlp(), _loss, data, lambda m: {"loss": F.mse_loss(m(x), y).item()},
-                       TrainConfig(**{**cfg.to_dict(), "steps": steps}), tmp_path / "run")
+        return Trainer(
+            _mlp(),
+            _loss,
+            data,
+            lambda m: {"loss": F.mse_loss(m(x), y).item()},
+            TrainConfig(**{**cfg.to_dict(), "steps": steps}),
+            tmp_path / "run",
+        )
 
     first = trainer(10).fit()  # session 1: steps 1-10
     second = trainer(20).fit(resume=True)  # session 2: steps 11-20
@@ -164,7 +170,13 @@ def test_metrics_logger_writes_tensorboard_events_read_back_exactly(tmp_path: Pa
         logger.log(step, {"loss": 10.0 * step, "lr": 0.5}, "train")
     logger.close()
     got = _tb_scalars(logger.tensorboard_dir)
-    assert got["train/loss"] == [(1, 1.0), (2, 0.5), (3, pytest.approx(1 / 3)), (4, 40.0), (5, 50.0)]
+    assert got["train/loss"] == [
+        (1, 1.0),
+        (2, 0.5),
+        (3, pytest.approx(1 / 3)),
+        (4, 40.0),
+        (5, 50.0),
+    ]
 
 
 def test_engine_times_account_for_the_loop(tmp_path: Path) -> None:
@@ -241,8 +253,11 @@ def test_from_dict_goes_through_from_mapping() -> None:
     # the same messages as every other config section: the dotted key and what is allowed
     with pytest.raises(ValueError, match=r"train\.lr must be a number, got 'x'"):
         TrainConfig.from_dict({"lr": "x"})
-    with pytest.raises(ValueError, match=r"unknown config key\(s\) \['train\.stepz'\]; allowed under "
-                       r"train: \[.*'steps'"):
+    with pytest.raises(
+        ValueError,
+        match=r"unknown config key\(s\) \['train\.stepz'\]; allowed under "
+        r"train: \[.*'steps'",
+    ):
         TrainConfig.from_dict({"stepz": 3})
     with pytest.raises(ValueError, match=r"train\.optimizer must be one of \['adamw', 'adagrad'\]"):
         TrainConfig.from_dict({"optimizer": "sgd"})
@@ -462,11 +477,13 @@ def test_batches_resume_mid_epoch_and_read_what_the_sampler_forms(tmp_path: Path
     def run(folder: str, steps: int) -> nn.Module:
         seed_everything(0)
         model = _mlp()
-        cfg = TrainConfig(steps=steps, batch_size=1, lr=1e-2, schedule="constant", checkpoint_every=3,
-                          seed=0)
+        cfg = TrainConfig(
+            steps=steps, batch_size=1, lr=1e-2, schedule="constant", checkpoint_every=3, seed=0
+        )
         sampler = DurationBatchSampler(durations, 6, seed=5)
         Trainer(model, _loss, indexed, None, cfg, tmp_path / folder, collate, batches=sampler).fit(
-            resume=True)
+            resume=True
+        )
         return model
 
     full = run("full", 10)
@@ -492,8 +509,15 @@ def test_step_metrics_stay_tensors_until_logged(tmp_path: Path) -> None:
         return out, {"twice": 2 * out.detach(), "const": 1.5}
 
     cfg = TrainConfig(steps=10, batch_size=16, log_every=5, seed=0)
-    Trainer(_mlp(), loss, data, None, cfg, tmp_path,
-            on_step_end=lambda t, step, m: seen.__setitem__(step, dict(m))).fit()
+    Trainer(
+        _mlp(),
+        loss,
+        data,
+        None,
+        cfg,
+        tmp_path,
+        on_step_end=lambda t, step, m: seen.__setitem__(step, dict(m)),
+    ).fit()
     for m in seen.values():
         assert all(isinstance(m[k], torch.Tensor) for k in ("loss", "twice", "grad_norm"))
         assert m["const"] == 1.5
@@ -518,8 +542,9 @@ def test_git_state_names_uncommitted_tracked_files(tmp_path: Path) -> None:
     (tmp_path / "model.py").write_text("a = 1\n")
     subprocess.run([*git, "add", "model.py"], cwd=tmp_path, check=True)
     subprocess.run([*git, "commit", "-qm", "x"], cwd=tmp_path, check=True)
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True,
-                          text=True, check=True).stdout.strip()
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True, check=True
+    ).stdout.strip()
     (tmp_path / "runs.txt").write_text("untracked\n")
     assert git_state(tmp_path) == {"commit": head, "changed": [], "changed_count": 0}
     (tmp_path / "model.py").write_text("a = 2\n")

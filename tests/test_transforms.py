@@ -23,8 +23,8 @@ def test_closed_form_values():
 
 def test_invariant_to_colours_and_polarity():
     a = contrast_image(_glyph([0.9, 0.1, 0.2], [0.1, 0.3, 0.8]))
-    b = contrast_image(_glyph([0.1, 0.3, 0.8], [0.9, 0.1, 0.2]))     # swapped colours
-    c = contrast_image(_glyph([0.2, 0.9, 0.1], [0.8, 0.1, 0.3]))     # channels permuted
+    b = contrast_image(_glyph([0.1, 0.3, 0.8], [0.9, 0.1, 0.2]))  # swapped colours
+    c = contrast_image(_glyph([0.2, 0.9, 0.1], [0.8, 0.1, 0.3]))  # channels permuted
     torch.testing.assert_close(a, b)
     torch.testing.assert_close(a, c)
 

@@ -18,8 +18,9 @@ from cape.lab.experiments.translation.config import TranslationConfig
 from cape.lab.experiments.translation.report import bleu_table, nll_curve_cells, nll_table
 
 TINY_MODEL = {"dim": 32, "encoder_layers": 1, "decoder_layers": 1, "heads": 2, "ffn_dim": 64}
-needs_apertium = pytest.mark.skipif(shutil.which("apertium") is None,
-                                    reason="apertium is not installed")
+needs_apertium = pytest.mark.skipif(
+    shutil.which("apertium") is None, reason="apertium is not installed"
+)
 
 
 def _cfg(*overrides: str, preset: str = "quick") -> TranslationConfig:
@@ -49,8 +50,11 @@ def test_a_seed_gives_the_same_initial_weights_to_rows_without_learned_positions
         seed_everything(1)
         models[row.name] = T.make_model(cfg, row, 1.05, 96, 0).state_dict()
     ref = models["sinpos"]
-    same = [n for n, sd in models.items()
-            if sd.keys() == ref.keys() and all(torch.equal(sd[k], ref[k]) for k in ref)]
+    same = [
+        n
+        for n, sd in models.items()
+        if sd.keys() == ref.keys() and all(torch.equal(sd[k], ref[k]) for k in ref)
+    ]
     assert same == ["sinpos", "CAPE", "nopos", "CAPE Δ=10", "CAPE Δ=50", "rotary+CAPE"]
     first = next(iter(ref))
     seed_everything(2)
@@ -58,15 +62,21 @@ def test_a_seed_gives_the_same_initial_weights_to_rows_without_learned_positions
     assert not torch.equal(other[first], ref[first])  # another seed, other weights
 
 
-@pytest.mark.parametrize(("override", "key"), [
-    ('rows=[{"name": "x", "position": "wavelet"}]', "rows[x].position"),
-    ('rows=[{"name": "x", "position": "cape1d", "options": {"alpha": -1}}]', "rows[x].options.alpha"),
-    ("train.best_metric=loss", "train.best_metric"),
-    ("model.heads=5", "model.dim"),
-    ("model.label_smoothing=1.5", "model.label_smoothing"),
-    ("eval.beam=-1", "eval.beam"),
-    ("data.vocab_size=10", "data.vocab_size"),
-])
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ('rows=[{"name": "x", "position": "wavelet"}]', "rows[x].position"),
+        (
+            'rows=[{"name": "x", "position": "cape1d", "options": {"alpha": -1}}]',
+            "rows[x].options.alpha",
+        ),
+        ("train.best_metric=loss", "train.best_metric"),
+        ("model.heads=5", "model.dim"),
+        ("model.label_smoothing=1.5", "model.label_smoothing"),
+        ("eval.beam=-1", "eval.beam"),
+        ("data.vocab_size=10", "data.vocab_size"),
+    ],
+)
 def test_bad_config_names_the_key(override: str, key: str) -> None:
     with pytest.raises(ValueError, match=key.replace("[", r"\[").replace("]", r"\]")):
         _cfg(override)
@@ -108,14 +118,36 @@ def _results(nll_rows: dict[str, list[float]]) -> dict:
     for k, (row, values) in enumerate(nll_rows.items()):
         for seed in (0, 1):
             for split, bin_ in (("test", "all"), ("test", "short"), ("test_41+", "all")):
-                records.append({"row": row, "seed": seed, "split": split, "bin": bin_,
-                                "bleu": 10.0 * k + seed, "src_words": 5.0, "sentences": 3})
-            records.append({"row": row, "seed": seed, "split": "stacked", "bin": "0-31",
-                            "tokens": 64, "nll": values[0] + seed})
-            curves[f"{row}/seed{seed}"] = {"total": [v * 10 for v in values],
-                                           "count": [10.0] * len(values)}
-    return {"config": {"rows": [{"name": n} for n in nll_rows]}, "records": records,
-            "curves": curves}
+                records.append(
+                    {
+                        "row": row,
+                        "seed": seed,
+                        "split": split,
+                        "bin": bin_,
+                        "bleu": 10.0 * k + seed,
+                        "src_words": 5.0,
+                        "sentences": 3,
+                    }
+                )
+            records.append(
+                {
+                    "row": row,
+                    "seed": seed,
+                    "split": "stacked",
+                    "bin": "0-31",
+                    "tokens": 64,
+                    "nll": values[0] + seed,
+                }
+            )
+            curves[f"{row}/seed{seed}"] = {
+                "total": [v * 10 for v in values],
+                "count": [10.0] * len(values),
+            }
+    return {
+        "config": {"rows": [{"name": n} for n in nll_rows]},
+        "records": records,
+        "curves": curves,
+    }
 
 
 def test_report_tables_and_curve_are_means_over_seeds() -> None:
@@ -125,7 +157,9 @@ def test_report_tables_and_curve_are_means_over_seeds() -> None:
     assert "41+ words" in table
     assert "| sinpos | **1.50 ± 0.71** |" in nll_table(res)
     cells = {(c["row"], c["position"]): c["mean"] for c in nll_curve_cells(res)}
-    assert cells[("CAPE", 4.0)] == pytest.approx(2.0) and cells[("sinpos", 12.0)] == pytest.approx(1.0)
+    assert cells[("CAPE", 4.0)] == pytest.approx(2.0) and cells[("sinpos", 12.0)] == pytest.approx(
+        1.0
+    )
     assert len(cells) == 4  # 16 positions in groups of 8, for two rows
 
 
@@ -136,12 +170,24 @@ def tiny_run(tmp_path_factory):
     pytest.importorskip("sentencepiece")
     pytest.importorskip("sacrebleu")
     root = tmp_path_factory.mktemp("mt")
-    sets = [f"data.root={root / 'corpus'}", "data.limit=3000", "data.vocab_size=300",
-            "data.train=200", "data.val=8", "train.steps=4", "train.batch_size=8",
-            "train.eval_every=2", "train.checkpoint_every=2", "train.warmup_steps=1",
-            "eval.test=12", "eval.long_per_bucket=3", "eval.stacked=3", "eval.beam=2",
-            'rows=[{"name": "CAPE", "position": "cape1d"}, {"name": "relpos", "position": "relpos"}]',
-            *(f"model.{k}={v}" for k, v in TINY_MODEL.items())]
+    sets = [
+        f"data.root={root / 'corpus'}",
+        "data.limit=3000",
+        "data.vocab_size=300",
+        "data.train=200",
+        "data.val=8",
+        "train.steps=4",
+        "train.batch_size=8",
+        "train.eval_every=2",
+        "train.checkpoint_every=2",
+        "train.warmup_steps=1",
+        "eval.test=12",
+        "eval.long_per_bucket=3",
+        "eval.stacked=3",
+        "eval.beam=2",
+        'rows=[{"name": "CAPE", "position": "cape1d"}, {"name": "relpos", "position": "relpos"}]',
+        *(f"model.{k}={v}" for k, v in TINY_MODEL.items()),
+    ]
     exp = EXPERIMENTS["translation"]
     cfg, mapping = resolve_config(exp.config_cls, exp.presets, "quick", [], sets)
     out = root / "run"
@@ -218,18 +264,43 @@ def test_experiment_under_torchrun_two_cpu_ranks(tmp_path) -> None:
     import sys
 
     pytest.importorskip("sentencepiece")
-    sets = [f"data.root={tmp_path / 'corpus'}", "data.limit=2000", "data.vocab_size=300",
-            "data.train=64", "data.val=6", "train.steps=2", "train.batch_size=8",
-            "train.eval_every=2", "train.checkpoint_every=2", "train.warmup_steps=1",
-            "eval.test=10", "eval.long_per_bucket=2", "eval.stacked=2", "eval.beam=2",
-            'rows=[{"name": "CAPE", "position": "cape1d"}]',
-            *(f"model.{k}={v}" for k, v in TINY_MODEL.items())]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "-m", "cape.lab", "experiment", "translation", "--out", str(tmp_path / "run")]
+    sets = [
+        f"data.root={tmp_path / 'corpus'}",
+        "data.limit=2000",
+        "data.vocab_size=300",
+        "data.train=64",
+        "data.val=6",
+        "train.steps=2",
+        "train.batch_size=8",
+        "train.eval_every=2",
+        "train.checkpoint_every=2",
+        "train.warmup_steps=1",
+        "eval.test=10",
+        "eval.long_per_bucket=2",
+        "eval.stacked=2",
+        "eval.beam=2",
+        'rows=[{"name": "CAPE", "position": "cape1d"}]',
+        *(f"model.{k}={v}" for k, v in TINY_MODEL.items()),
+    ]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "cape.lab",
+        "experiment",
+        "translation",
+        "--out",
+        str(tmp_path / "run"),
+    ]
     for s in sets:
         cmd += ["--set", s]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    res = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
     assert res.returncode == 0, res.stderr[-4000:]
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     test = [r for r in results["records"] if r["split"] == "test" and r["bin"] == "all"]
@@ -245,8 +316,11 @@ def test_finished_reports_a_study_in_progress(tiny_run, tmp_path) -> None:
 
     cfg, mapping, out, results = tiny_run
     # one more seed and a row that never ran: only the finished runs are reported
-    more = {**mapping, "seeds": [0, 1],
-            "rows": mapping["rows"] + [{"name": "sinpos", "position": "sinpos"}]}
+    more = {
+        **mapping,
+        "seeds": [0, 1],
+        "rows": mapping["rows"] + [{"name": "sinpos", "position": "sinpos"}],
+    }
     (tmp_path / "more.yaml").write_text(yaml.safe_dump(more, allow_unicode=True))
     argv = ["translation", "--config", str(tmp_path / "more.yaml"), "--out", str(out)]
     assert experiment_main([*argv, "--finished"]) == 0
@@ -269,9 +343,19 @@ def test_a_model_json_of_cape_0_1_builds_the_same_model(position: str) -> None:
     from cape.lab.apps.translate import _current_spec
     from cape.models import Seq2Seq
 
-    old = dict(vocab_size=20, dim=16, encoder_layers=1, decoder_layers=1, heads=2, ffn_dim=32,
-               dropout=0.0, position=position, pad_id=0, tie_embeddings=True,
-               position_options={"max_global_shift": 5.0, "max_local_shift": 0.5, "alpha": 1.1})
+    old = dict(
+        vocab_size=20,
+        dim=16,
+        encoder_layers=1,
+        decoder_layers=1,
+        heads=2,
+        ffn_dim=32,
+        dropout=0.0,
+        position=position,
+        pad_id=0,
+        tie_embeddings=True,
+        position_options={"max_global_shift": 5.0, "max_local_shift": 0.5, "alpha": 1.1},
+    )
     model = Seq2Seq(**_current_spec(old))
     assert model.position == ("cape1d" if position == "cape" else "rotary")
     assert model.alpha == 1.1 and model.augmentation == Augmentation(5.0, 0.5)

@@ -76,9 +76,16 @@ def test_bad_config_names_key_and_allowed(override, words):
 def test_row_model_changes_only_that_row():
     from cape.lab.experiments.vision.run import make_model
 
-    cfg = resolve_config(VisionConfig, PRESETS, "quick", [], [
-        "rows=[{name: base, position: cape2d}, {name: small, position: cape2d, "
-        "model: {dim: 32, depth: 2}}]"])[0]
+    cfg = resolve_config(
+        VisionConfig,
+        PRESETS,
+        "quick",
+        [],
+        [
+            "rows=[{name: base, position: cape2d}, {name: small, position: cape2d, "
+            "model: {dim: 32, depth: 2}}]"
+        ],
+    )[0]
     base, small = (make_model(cfg, row, 36) for row in cfg.rows)
     assert len(base.encoder.layers) == cfg.model.depth == 4 and len(small.encoder.layers) == 2
     assert base.patch_embed.out_channels == 96 and small.patch_embed.out_channels == 32
@@ -93,8 +100,20 @@ def test_cli_bad_config_exit_codes(capsys):
     assert cli(["experiment", "vision", "--print-config"]) == 0
     assert "vision-quick" in capsys.readouterr().out
     # --rows picks rows of the preset by name, with their options
-    assert cli(["experiment", "vision", "--preset", "cpu-full", "--rows", "sinpos,CAPE d64",
-                "--print-config"]) == 0
+    assert (
+        cli(
+            [
+                "experiment",
+                "vision",
+                "--preset",
+                "cpu-full",
+                "--rows",
+                "sinpos,CAPE d64",
+                "--print-config",
+            ]
+        )
+        == 0
+    )
     rows = yaml.safe_load(capsys.readouterr().out)["rows"]
     assert [r["name"] for r in rows] == ["sinpos", "CAPE d64"] and rows[1]["model"] == {"dim": 64}
     assert cli(["experiment", "vision", "--rows", "sinpos,nobody", "--print-config"]) == 2
@@ -169,13 +188,27 @@ def test_univit_loss_draws_sizes_from_the_list():
 
 
 TINY = [
-    "name=tiny", "seeds=[0]",
-    "data.train=48", "data.val=16", "data.test=16", "data.test_fonts=8", "data.native=12",
+    "name=tiny",
+    "seeds=[0]",
+    "data.train=48",
+    "data.val=16",
+    "data.test=16",
+    "data.test_fonts=8",
+    "data.native=12",
     "data.workers=1",
-    "model.dim=16", "model.depth=1", "model.heads=2",
-    "train.steps=3", "train.batch_size=16", "train.eval_every=3", "train.checkpoint_every=3",
-    "train.warmup_steps=0", "train.log_every=1",
-    "eval.sizes=[8,16]", "eval.batch_size=8", "eval.extents=['1',ratio,sqrt]", "eval.tta=true",
+    "model.dim=16",
+    "model.depth=1",
+    "model.heads=2",
+    "train.steps=3",
+    "train.batch_size=16",
+    "train.eval_every=3",
+    "train.checkpoint_every=3",
+    "train.warmup_steps=0",
+    "train.log_every=1",
+    "eval.sizes=[8,16]",
+    "eval.batch_size=8",
+    "eval.extents=['1',ratio,sqrt]",
+    "eval.tta=true",
     "eval.native_bins=[12,40,129]",
     "rows=[{name: nopos, position: nopos, train_size: 12}, "
     "{name: CAPE, position: cape2d, train_size: 12, options: {preset: image}}, "
@@ -203,18 +236,29 @@ def test_experiment_end_to_end(tiny_run):
     rows = {r["row"] for r in recs}
     assert rows == {"nopos", "CAPE", "UniViT", "abspos ft", "packed"}
     for row in rows:
-        plain = {r["size"] for r in recs if r["row"] == row and r["method"] == "plain"
-                 and r["set"] == "test"}
+        plain = {
+            r["size"]
+            for r in recs
+            if r["row"] == row and r["method"] == "plain" and r["set"] == "test"
+        }
         assert plain == {8, 12, 16}  # eval sizes and the training size
         assert {r["bin"] for r in recs if r["row"] == row and r["set"] == "native"} == {
-            "12-39", "40-128"}
+            "12-39",
+            "40-128",
+        }
         assert any(r["set"] == "test_fonts" for r in recs if r["row"] == row)
         assert any(r["method"] == "tta" for r in recs if r["row"] == row)
     # extents only for the continuous encodings; gamma = 1 equals the plain result
     assert not any(r["method"].startswith("extent") for r in recs if r["row"] == "nopos")
     for size in (8, 12, 16):
-        one = [r["acc"] for r in recs if r["row"] == "CAPE" and r["size"] == size
-               and r["set"] == "test" and r["method"] in ("plain", "extent 1")]
+        one = [
+            r["acc"]
+            for r in recs
+            if r["row"] == "CAPE"
+            and r["size"] == size
+            and r["set"] == "test"
+            and r["method"] in ("plain", "extent 1")
+        ]
         assert len(one) == 2 and one[0] == one[1]
     for r in recs:
         assert 0.0 <= r["acc"] <= 100.0 or (r["set"] == "native" and math.isnan(r["acc"]))
@@ -258,13 +302,20 @@ def test_rerun_with_other_settings_reevaluates_or_refuses(tiny_run, tmp_path, ca
     real = Trainer._train_step
     Trainer._train_step = lambda self: steps.append(1) or real(self)  # type: ignore[method-assign]
     try:
-        assert cli(["experiment", "vision", *args, "--set", "eval.sizes=[8,16,20]",
-                    "--out", str(run)]) == 0
+        assert (
+            cli(["experiment", "vision", *args, "--set", "eval.sizes=[8,16,20]", "--out", str(run)])
+            == 0
+        )
     finally:
         Trainer._train_step = real  # type: ignore[method-assign]
     assert not steps
     recs = json.loads((run / "results.json").read_text())["records"]
-    assert {r["size"] for r in recs if r["row"] == "CAPE" and r["method"] == "plain"} == {8, 12, 16, 20}
+    assert {r["size"] for r in recs if r["row"] == "CAPE" and r["method"] == "plain"} == {
+        8,
+        12,
+        16,
+        20,
+    }
     # another model: refused with the key named (exit 2), nothing overwritten
     capsys.readouterr()
     assert cli(["experiment", "vision", *args, "--set", "model.dim=8", "--out", str(run)]) == 2
@@ -284,14 +335,16 @@ def test_runs_restored_from_eval_json_alone(tiny_run, tmp_path, monkeypatch, cap
     training = tmp_path / "training"
     shutil.copytree(out / "run", training)
     (training / "cape" / "seed9").mkdir()
-    shutil.copyfile(training / "cape" / "seed0" / "settings.json",
-                    training / "cape" / "seed9" / "settings.json")
+    shutil.copyfile(
+        training / "cape" / "seed0" / "settings.json", training / "cape" / "seed9" / "settings.json"
+    )
     assert cli(["plot", str(training), "--archive", str(tmp_path / "docs9")]) == 0
     assert (tmp_path / "docs9" / "cape" / "seed0" / "settings.json").is_file()
     assert not (tmp_path / "docs9" / "cape" / "seed9").exists()
     assert cli(["plot", str(out / "run"), "--archive", str(tmp_path / "docs")]) == 0
-    kept = sorted(str(p.relative_to(tmp_path / "docs")) for p in (tmp_path / "docs").rglob("*")
-                  if p.is_file())
+    kept = sorted(
+        str(p.relative_to(tmp_path / "docs")) for p in (tmp_path / "docs").rglob("*") if p.is_file()
+    )
     assert "nopos/seed0/eval.json" in kept and "cape/seed0/settings.json" in kept
     assert "report.md" in kept and "accuracy_vs_resolution.png" in kept
     assert not any("checkpoints" in k or k.endswith(".safetensors") for k in kept)
@@ -341,7 +394,14 @@ def test_registry_names_modules():
 
     for exp in EXPERIMENTS.values():
         mod = importlib.import_module(exp.module)
-        for name in ("run_experiment", "train_run", "load_run", "eval_records", "run_dir", "redraw"):
+        for name in (
+            "run_experiment",
+            "train_run",
+            "load_run",
+            "eval_records",
+            "run_dir",
+            "redraw",
+        ):
             assert hasattr(mod, name)
 
 
@@ -353,13 +413,31 @@ def test_experiment_under_torchrun_two_cpu_ranks(tmp_path):
     import subprocess
     import sys
 
-    rows = ("rows=[{name: CAPE, position: cape2d, train_size: 12}, "
-            "{name: packed, position: cape2d, train_size: 12, univit_sizes: [8, 16], packed: true}]")
-    args = [a for a in TINY if not a.startswith("rows=")] + [rows, "data.native=0",
-                                                              "data.test_fonts=0"]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "-m", "cape.lab", "experiment", "vision", "--out", str(tmp_path / "run"),
-           "--set", f"data.root={tmp_path / 'data'}"]
+    rows = (
+        "rows=[{name: CAPE, position: cape2d, train_size: 12}, "
+        "{name: packed, position: cape2d, train_size: 12, univit_sizes: [8, 16], packed: true}]"
+    )
+    args = [a for a in TINY if not a.startswith("rows=")] + [
+        rows,
+        "data.native=0",
+        "data.test_fonts=0",
+    ]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "cape.lab",
+        "experiment",
+        "vision",
+        "--out",
+        str(tmp_path / "run"),
+        "--set",
+        f"data.root={tmp_path / 'data'}",
+    ]
     for a in args:
         cmd += ["--set", a]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -387,14 +465,31 @@ def test_paper_claims_from_records():
     for row, by_size in means.items():
         for size, m in by_size.items():
             for seed, d in ((0, -1.0), (1, 1.0)):
-                records.append({"row": row, "seed": seed, "set": "test", "size": size,
-                                "method": "plain", "acc": m + d})
+                records.append(
+                    {
+                        "row": row,
+                        "seed": seed,
+                        "set": "test",
+                        "size": size,
+                        "method": "plain",
+                        "acc": m + d,
+                    }
+                )
                 if row in ("sinpos", "CAPE"):  # TTA: +2 everywhere but sinpos at 96 (-1)
                     gain = -1.0 if (row, size) == ("sinpos", 96) else 2.0
-                    records.append({"row": row, "seed": seed, "set": "test", "size": size,
-                                    "method": "tta", "acc": m + d + gain})
-    rows = [{"name": n, "train_size": 32, "univit_sizes": [24, 32] if "Uni" in n else []}
-            for n in means]
+                    records.append(
+                        {
+                            "row": row,
+                            "seed": seed,
+                            "set": "test",
+                            "size": size,
+                            "method": "tta",
+                            "acc": m + d + gain,
+                        }
+                    )
+    rows = [
+        {"name": n, "train_size": 32, "univit_sizes": [24, 32] if "Uni" in n else []} for n in means
+    ]
     results = {"config": {"rows": rows, "eval": {"sizes": [24, 32, 56, 96]}}, "records": records}
     got = {claim: (measured, holds) for claim, measured, holds in paper_claims(results)}
     assert got["CAPE ≥ sinpos at 32 px"] == ("70.0 ± 1.4 vs 70.0 ± 1.4", True)
@@ -402,15 +497,23 @@ def test_paper_claims_from_records():
     assert got["CAPE > sinpos at 24 px"][1] is True and got["CAPE > sinpos at 96 px"][1] is False
     # abspos drops 52 points, CAPE 40
     assert got["abspos loses more than CAPE from 32 to 96 px"] == (
-        "abspos -52.0, CAPE -40.0 points", True)
+        "abspos -52.0, CAPE -40.0 points",
+        True,
+    )
     # best single-resolution rows: 50, 72, 60, 35 -> UniViT -0.5, -3.0, -0.5, -5.0
-    measured, holds = got["UniViT CAPE within 1 point of the best single-resolution row at each size"]
+    measured, holds = got[
+        "UniViT CAPE within 1 point of the best single-resolution row at each size"
+    ]
     assert measured == "24 px -0.5, 32 px -3.0, 56 px -0.5, 96 px -5.0" and holds is False
     assert got["TTA helps CAPE at every size"][1] is True
     assert got["TTA helps sinpos at every size"] == (
-        "24 px +2.0, 32 px +2.0, 56 px +2.0, 96 px -1.0", False)
-    assert paper_claims({"config": {"rows": rows[1:2], "eval": {"sizes": [24]}},
-                         "records": records}) == []  # no CAPE row: nothing to check
+        "24 px +2.0, 32 px +2.0, 56 px +2.0, 96 px -1.0",
+        False,
+    )
+    assert (
+        paper_claims({"config": {"rows": rows[1:2], "eval": {"sizes": [24]}}, "records": records})
+        == []
+    )  # no CAPE row: nothing to check
     # one seed has no spread: the mean alone, no "± 0.0"
     seed0 = {"config": results["config"], "records": [r for r in records if r["seed"] == 0]}
     got = {claim: measured for claim, measured, _ in paper_claims(seed0)}
@@ -421,19 +524,37 @@ def test_frequency_study_claim_pairs_rows_that_differ_only_in_freq_scale():
     from cape.lab.experiments.vision.report import paper_claims
 
     def row(name, position, options, **extra):
-        return {"name": name, "position": position, "options": options, "train_size": 32,
-                "univit_sizes": [], "model": {}, **extra}
+        return {
+            "name": name,
+            "position": position,
+            "options": options,
+            "train_size": 32,
+            "univit_sizes": [],
+            "model": {},
+            **extra,
+        }
 
-    rows = [row("CAPE", "cape2d", {"preset": "image"}),
-            row("sinpos", "sinpos2d", {}),
-            row("CAPE d64", "cape2d", {"preset": "image"}, model={"dim": 64}),
-            row("CAPE freq 0.4", "cape2d", {"preset": "image", "freq_scale": 0.4}),
-            row("sinpos freq 0.4", "sinpos2d", {"freq_scale": 0.4}),
-            row("lonely freq 0.4", "cape2d", {"preset": "image", "freq_scale": 0.4}, train_size=24)]
-    means = {"CAPE": 50.0, "sinpos": 57.0, "CAPE d64": 80.0, "CAPE freq 0.4": 60.0,
-             "sinpos freq 0.4": 55.0, "lonely freq 0.4": 99.0}
-    records = [{"row": n, "seed": s, "set": "test", "size": 32, "method": "plain", "acc": m + d}
-               for n, m in means.items() for s, d in ((0, -2.0), (1, 2.0))]
+    rows = [
+        row("CAPE", "cape2d", {"preset": "image"}),
+        row("sinpos", "sinpos2d", {}),
+        row("CAPE d64", "cape2d", {"preset": "image"}, model={"dim": 64}),
+        row("CAPE freq 0.4", "cape2d", {"preset": "image", "freq_scale": 0.4}),
+        row("sinpos freq 0.4", "sinpos2d", {"freq_scale": 0.4}),
+        row("lonely freq 0.4", "cape2d", {"preset": "image", "freq_scale": 0.4}, train_size=24),
+    ]
+    means = {
+        "CAPE": 50.0,
+        "sinpos": 57.0,
+        "CAPE d64": 80.0,
+        "CAPE freq 0.4": 60.0,
+        "sinpos freq 0.4": 55.0,
+        "lonely freq 0.4": 99.0,
+    }
+    records = [
+        {"row": n, "seed": s, "set": "test", "size": 32, "method": "plain", "acc": m + d}
+        for n, m in means.items()
+        for s, d in ((0, -2.0), (1, 2.0))
+    ]
     results = {"config": {"rows": rows, "eval": {"sizes": [32]}}, "records": records}
     got = {claim: (measured, holds) for claim, measured, holds in paper_claims(results)}
     # each scaled row is compared with the row equal in all else (not CAPE d64, not a 24 px row)

@@ -30,6 +30,7 @@ def test_images_per_second_from_the_median_batch_time(monkeypatch):
     assert not models["a"].training  # timed in eval mode (no dropout)
     by = {(r["row"], r["size"]): r["images_per_s"] for r in recs}
     # 6 images in 20 ms (a) and 40 ms (b), at each size
-    assert by == pytest.approx({("a", 8): 300.0, ("b", 8): 150.0, ("a", 12): 300.0, ("b", 12): 150.0})
+    assert by == pytest.approx(
+        {("a", 8): 300.0, ("b", 8): 150.0, ("a", 12): 300.0, ("b", 12): 150.0}
+    )
     assert {r["batch_size"] for r in recs} == {6}
-

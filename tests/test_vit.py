@@ -8,7 +8,16 @@ import torch
 from cape.models.vit import ViT
 
 # the 2-D `cape.build` names of the vision study
-VIT_POSITIONS = ("nopos", "abspos2d", "sinpos2d", "cape2d", "lff", "sine-2d", "embed-2d", "rotary2d")
+VIT_POSITIONS = (
+    "nopos",
+    "abspos2d",
+    "sinpos2d",
+    "cape2d",
+    "lff",
+    "sine-2d",
+    "embed-2d",
+    "rotary2d",
+)
 
 SMALL = dict(image_size=32, patch=4, dim=32, depth=2, heads=2, mlp_ratio=2)
 
@@ -46,7 +55,9 @@ def test_abspos2d_table_and_resampling() -> None:
     x = torch.randn(2, 3, 32, 32)
     tokens, _ = model.embed(x)
     patches = model.patch_embed(x).permute(0, 2, 3, 1).flatten(1, 2)
-    torch.testing.assert_close(tokens[:, 1:] - patches, model.position.table.flatten(0, 1)[None].expand(2, -1, -1))
+    torch.testing.assert_close(
+        tokens[:, 1:] - patches, model.position.table.flatten(0, 1)[None].expand(2, -1, -1)
+    )
     # other grids: resampled table, not nothing
     small = torch.randn(2, 3, 24, 24)
     tokens, _ = model.embed(small)
@@ -117,8 +128,17 @@ def _where_data(n: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]
 def _train(position: str, steps: int = 60) -> float:
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(0)
-    model = ViT(2, image_size=16, patch=4, dim=32, depth=2, heads=2, mlp_ratio=2,
-                position=position, channels=1)
+    model = ViT(
+        2,
+        image_size=16,
+        patch=4,
+        dim=32,
+        depth=2,
+        heads=2,
+        mlp_ratio=2,
+        position=position,
+        channels=1,
+    )
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     x, y = _where_data(64, g)
     for _ in range(steps):
@@ -149,6 +169,7 @@ def test_unknown_position() -> None:
 
 
 # -- packed batches of images of different native sizes (forward_packed) --------------------
+
 
 def _packed_model(position: str, **kw) -> ViT:
     opts = {"preset": "image"} if position == "cape2d" else None
@@ -223,8 +244,16 @@ def test_packed_order_invariant(position: str) -> None:
     [
         ("cape2d", {"preset": "image"}),
         ("cape2d", {"preset": "image", "normalize": True, "max_local_shift": (0.1, 0.2)}),
-        ("rotary2d", {"augmentation": {"max_global_shift": 0.5, "max_local_shift": 0.1,
-                                       "max_global_scaling": 1.4}}),
+        (
+            "rotary2d",
+            {
+                "augmentation": {
+                    "max_global_shift": 0.5,
+                    "max_local_shift": 0.1,
+                    "max_global_scaling": 1.4,
+                }
+            },
+        ),
     ],
 )
 def test_packed_same_size_train_draws_equal_stacked(position: str, options: dict) -> None:

@@ -29,9 +29,12 @@ def _close_figures():
 
 def _summary(metric: str = "acc", seed: int = 0) -> list[dict]:
     rng = np.random.default_rng(seed)
-    recs = [{"row": row, "size": size, "seed": s, metric: float(rng.normal(50 + size, 3))}
-            for row, seeds in (("cape2d", 3), ("sinpos2d", 2), ("nopos", 1))
-            for size in (48, 16, 32, 24) for s in range(seeds)]
+    recs = [
+        {"row": row, "size": size, "seed": s, metric: float(rng.normal(50 + size, 3))}
+        for row, seeds in (("cape2d", 3), ("sinpos2d", 2), ("nopos", 1))
+        for size in (48, 16, 32, 24)
+        for s in range(seeds)
+    ]
     return summarize(recs, ["row", "size"], metric)
 
 
@@ -47,8 +50,17 @@ def _check_png(path: Path, min_size: tuple[int, int] = (300, 200)) -> None:
 
 
 def test_plot_curves_png(tmp_path: Path) -> None:
-    path = plot_curves(_summary(), tmp_path / "a" / "curves.png", x="size", series="row",
-                       y_label="top-1 (%)", x_label="px", title="t", vline=32, logx=True)
+    path = plot_curves(
+        _summary(),
+        tmp_path / "a" / "curves.png",
+        x="size",
+        series="row",
+        y_label="top-1 (%)",
+        x_label="px",
+        title="t",
+        vline=32,
+        logx=True,
+    )
     assert path == tmp_path / "a" / "curves.png"
     _check_png(path)
     with Image.open(path) as im:
@@ -57,8 +69,16 @@ def test_plot_curves_png(tmp_path: Path) -> None:
 
 def test_curves_figure_plots_the_means() -> None:
     summary = _summary()
-    fig = _curves_figure(summary, x="size", series="row", y_label="y", x_label="x",
-                         series_order=["nopos", "cape2d"], vline=24, percent=True)
+    fig = _curves_figure(
+        summary,
+        x="size",
+        series="row",
+        y_label="y",
+        x_label="x",
+        series_order=["nopos", "cape2d"],
+        vline=24,
+        percent=True,
+    )
     ax = fig.axes[0]
     lines = {ln.get_label(): ln for ln in ax.get_lines() if not ln.get_label().startswith("_")}
     assert list(lines) == ["nopos", "cape2d", "sinpos2d", "train size"]
@@ -76,8 +96,11 @@ def test_curves_figure_plots_the_means() -> None:
 
 def test_many_series_stay_distinguishable_with_the_legend_beside_the_axes() -> None:
     # 25 rows (the vision cpu-full preset): no two lines share colour, marker and line style
-    summary = [{"row": f"row {i}", "size": s, "mean": float(i + s), "std": 0.0, "n": 1}
-               for i in range(25) for s in (24, 32)]
+    summary = [
+        {"row": f"row {i}", "size": s, "mean": float(i + s), "std": 0.0, "n": 1}
+        for i in range(25)
+        for s in (24, 32)
+    ]
     fig = _curves_figure(summary, x="size", series="row", y_label="y", x_label="x")
     ax = fig.axes[0]
     styles = [(ln.get_color(), ln.get_marker(), ln.get_linestyle()) for ln in ax.get_lines()]
@@ -100,8 +123,9 @@ def test_plot_curves_errors(tmp_path: Path) -> None:
         plot_curves(_summary(), tmp_path / "p.png", **{**kw, "series": "encoding"})
     with pytest.raises(ValueError, match="must be a number"):
         plot_curves(_summary(), tmp_path / "p.png", **{**kw, "x": "row", "series": "size"})
-    cells = summarize([{"row": "a", "size": 1, "seed": s, "value": 1.0} for s in (0, 1)],
-                      ["row", "size", "seed"])
+    cells = summarize(
+        [{"row": "a", "size": 1, "seed": s, "value": 1.0} for s in (0, 1)], ["row", "size", "seed"]
+    )
     with pytest.raises(ValueError, match="two cells for row='a', size=1"):
         plot_curves(cells, tmp_path / "p.png", **kw)
     assert not list(tmp_path.iterdir())
@@ -110,13 +134,23 @@ def test_plot_curves_errors(tmp_path: Path) -> None:
 def test_plot_tradeoff_png_and_data(tmp_path: Path) -> None:
     acc = _summary("acc")
     speed = [c for c in _summary("images_per_s", seed=1) if c["size"] != 48]  # 48 unmatched
-    speed += summarize([{"row": "other", "size": 16, "images_per_s": 10.0}], ["row", "size"],
-                       "images_per_s")
-    path = plot_tradeoff(speed, acc, tmp_path / "t.png", key="size", series="row",
-                         x_label="images/s", y_label="acc", annotate="size")
+    speed += summarize(
+        [{"row": "other", "size": 16, "images_per_s": 10.0}], ["row", "size"], "images_per_s"
+    )
+    path = plot_tradeoff(
+        speed,
+        acc,
+        tmp_path / "t.png",
+        key="size",
+        series="row",
+        x_label="images/s",
+        y_label="acc",
+        annotate="size",
+    )
     _check_png(path)
-    fig = _tradeoff_figure(speed, acc, key="size", series="row", x_label="x", y_label="y",
-                           annotate="size")
+    fig = _tradeoff_figure(
+        speed, acc, key="size", series="row", x_label="x", y_label="y", annotate="size"
+    )
     ax = fig.axes[0]
     lines = {ln.get_label(): ln for ln in ax.get_lines() if not ln.get_label().startswith("_")}
     assert list(lines) == ["cape2d", "sinpos2d", "nopos"]  # "other" has no accuracy
@@ -190,7 +224,9 @@ def test_importing_viz_does_not_need_matplotlib() -> None:
     import subprocess
     import sys
 
-    code = ("import sys; sys.modules['matplotlib'] = None; import cape.lab.viz, cape.lab.report; "
-            "print('ok')")
+    code = (
+        "import sys; sys.modules['matplotlib'] = None; import cape.lab.viz, cape.lab.report; "
+        "print('ok')"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr

@@ -26,9 +26,7 @@ def check_even(name: str, value: object, *, multiple: int = 2) -> int:
     return value
 
 
-def check_float(
-    name: str, value: object, *, minimum: float = 0.0, strict: bool = False
-) -> float:
+def check_float(name: str, value: object, *, minimum: float = 0.0, strict: bool = False) -> float:
     """`value` must be a finite real >= `minimum` (> when `strict`)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
@@ -58,7 +56,9 @@ def check_choice(name: str, value: object, allowed: Sequence[object]) -> object:
     return value
 
 
-def check_tensor(name: str, value: object, *, ndims: Sequence[int], floating: bool = False) -> torch.Tensor:
+def check_tensor(
+    name: str, value: object, *, ndims: Sequence[int], floating: bool = False
+) -> torch.Tensor:
     """`value` must be a tensor of one of the ranks `ndims` (and floating point if asked)."""
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")

@@ -60,8 +60,10 @@ class Augmentation:
     @property
     def random(self) -> bool:
         """True when training draws anything at all."""
-        return _nonzero(self.max_global_shift) or _nonzero(self.max_local_shift) or (
-            self.max_global_scaling > 1.0
+        return (
+            _nonzero(self.max_global_shift)
+            or _nonzero(self.max_local_shift)
+            or (self.max_global_scaling > 1.0)
         )
 
     def __call__(
@@ -245,7 +247,9 @@ def augment_pair(
     src = source.to(torch.float32) * alpha
     tgt = target.to(torch.float32)
     if not training:
-        return _apply(src, source_mask, None, None, None), _apply(tgt, target_mask, None, None, None)
+        return _apply(src, source_mask, None, None, None), _apply(
+            tgt, target_mask, None, None, None
+        )
     shift, scale = _global_draws(src, max_global_shift, max_global_scaling, generator)
     src_local = _local_draw(src, max_local_shift, generator)
     tgt_local = _local_draw(tgt, max_local_shift, generator)

@@ -44,7 +44,11 @@ class Encoding:
     """
 
     def __init__(
-        self, cls: type, *, fixed: Mapping[str, Any] | None = None, augments: bool = False,
+        self,
+        cls: type,
+        *,
+        fixed: Mapping[str, Any] | None = None,
+        augments: bool = False,
         presets: tuple[str, ...] = (),
     ) -> None:
         self.cls, self.fixed = cls, dict(fixed or {})
@@ -82,7 +86,9 @@ class Encoding:
             options.update(fields)
         elif self.augments:
             aug = Augmentation(**fields) if fields else None
-            options["augmentation"] = aug if aug is not None and (aug.random or aug.normalize) else None
+            options["augmentation"] = (
+                aug if aug is not None and (aug.random or aug.normalize) else None
+            )
         return self.cls(dim, **self.fixed, **options)
 
     def _augmentation_fields(self, options: dict[str, Any]) -> dict[str, Any]:
@@ -98,7 +104,9 @@ class Encoding:
         if isinstance(given, Mapping):
             unknown = sorted(set(given) - set(AUGMENTATION_FIELDS))
             if unknown:
-                raise TypeError(f"unknown augmentation field(s) {unknown}; allowed: {list(AUGMENTATION_FIELDS)}")
+                raise TypeError(
+                    f"unknown augmentation field(s) {unknown}; allowed: {list(AUGMENTATION_FIELDS)}"
+                )
             return dict(given)
         raise TypeError(f"augmentation must be a cape.Augmentation or a mapping, got {given!r}")
 
@@ -131,7 +139,9 @@ for _name, _encoding in ENCODINGS.items():
 
 def _entry(name: object, key: str = "name") -> Encoding:
     if not isinstance(name, str):
-        raise TypeError(f"{key} must be a cape.build name (str), got {type(name).__name__} {name!r}")
+        raise TypeError(
+            f"{key} must be a cape.build name (str), got {type(name).__name__} {name!r}"
+        )
     if name.lower() not in ENCODINGS:
         raise ValueError(f"{key} must be one of {sorted(ENCODINGS)}, got {name!r}")
     return ENCODINGS[name.lower()]

@@ -200,6 +200,8 @@ def as_positions(
     if pos.dim() == 2:
         pos = pos[..., None]
     if dims is not None and pos.shape[-1] != dims:
-        raise ValueError(f"{name} must have {dims} coordinate(s) in its last axis, got shape {tuple(positions.shape)}")
+        raise ValueError(
+            f"{name} must have {dims} coordinate(s) in its last axis, got shape {tuple(positions.shape)}"
+        )
     check_finite(name, pos, mask)
     return _zero_padding(pos, mask)

@@ -104,7 +104,9 @@ class PositionalEncoding(nn.Module):
         self.dim = dim
         self.pos_dim = pos_dim
         if augmentation is not None and not isinstance(augmentation, Augmentation):
-            raise TypeError(f"augmentation must be a cape.Augmentation or None, got {augmentation!r}")
+            raise TypeError(
+                f"augmentation must be a cape.Augmentation or None, got {augmentation!r}"
+            )
         self.augmentation = augmentation
 
     # -- to implement ----------------------------------------------------------------------
@@ -114,8 +116,13 @@ class PositionalEncoding(nn.Module):
 
     # -- the positions it reads ------------------------------------------------------------
     def sequence_positions(
-        self, batch: int, length: int, *, hop: float | torch.Tensor | None = None,
-        mask: torch.Tensor | None = None, device: torch.device | str | None = None,
+        self,
+        batch: int,
+        length: int,
+        *,
+        hop: float | torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+        device: torch.device | str | None = None,
     ) -> torch.Tensor:
         """Positions of a sequence: token indices 0..T-1, or frame-centre timestamps (i + 0.5) *
         hop seconds when `hop` is given (float, [B] or [B, T]) -> [B, T, 1] float32, 0 at padding."""
@@ -134,7 +141,12 @@ class PositionalEncoding(nn.Module):
         return timestamps(batch, length, hop, mask=mask, device=device)
 
     def grid_positions(
-        self, height: int, width: int, *, extent: float | None = None, batch: int = 1,
+        self,
+        height: int,
+        width: int,
+        *,
+        extent: float | None = None,
+        batch: int = 1,
         device: torch.device | str | None = None,
     ) -> torch.Tensor:
         """Positions of an H x W patch grid, row-major -> [B, H*W, M] (a broadcast view).
@@ -217,12 +229,16 @@ class PositionalEncoding(nn.Module):
         grids = None
         if positions is not None and isinstance(grid, list):  # the grids positions come from
             grids, grid = check_grids(grid, positions.shape[0]), None
-        layouts = [k for k, v in (("positions", positions), ("hop", hop), ("grid", grid)) if v is not None]
+        layouts = [
+            k for k, v in (("positions", positions), ("hop", hop), ("grid", grid)) if v is not None
+        ]
         if len(layouts) > 1:
             raise ValueError(f"give one of positions, hop and grid, got {layouts}")
         if grid is not None or (isinstance(x, torch.Tensor) and x.dim() == 4):
             if mask is not None or lengths is not None:
-                raise ValueError("mask/lengths apply to given positions; a full grid has no padding")
+                raise ValueError(
+                    "mask/lengths apply to given positions; a full grid has no padding"
+                )
             self.check_content(x, ndims=(3, 4))
             return self.forward_grid(x, grid, extent, generator)
         if extent is not None and grids is None:
@@ -236,14 +252,18 @@ class PositionalEncoding(nn.Module):
         mask = resolve_mask(batch, length, lengths, mask)
         validate = positions is not None
         if positions is None:
-            positions = self.sequence_positions(batch, length, hop=hop, mask=mask, device=ref.device)
+            positions = self.sequence_positions(
+                batch, length, hop=hop, mask=mask, device=ref.device
+            )
         elif x is not None and tuple(positions.shape[:2]) != (batch, length):
             raise ValueError(
                 f"positions must start with [B, T] = [{batch}, {length}], got {tuple(positions.shape)}"
             )
         dtype = None if x is None else x.dtype
         aug = None if grids is None else self.grid_augmentation(grids, extent, ref.device)
-        return self.encode(positions, mask, generator, dtype=dtype, augmentation=aug, validate=validate)
+        return self.encode(
+            positions, mask, generator, dtype=dtype, augmentation=aug, validate=validate
+        )
 
     def grid_augmentation(
         self, grids: list[tuple[int, int]], extent: float | None, device: torch.device
@@ -253,7 +273,10 @@ class PositionalEncoding(nn.Module):
         return None
 
     def forward_grid(
-        self, x: torch.Tensor | None, grid: tuple[int, int] | None, extent: float | None,
+        self,
+        x: torch.Tensor | None,
+        grid: tuple[int, int] | None,
+        extent: float | None,
         generator: torch.Generator | None,
     ) -> torch.Tensor:
         """The embedding of a full H x W grid (`grid_positions`), in x's shape ([B, H, W, D] or
@@ -261,7 +284,9 @@ class PositionalEncoding(nn.Module):
         height, width, batch, shape = resolve_grid(x, grid, self.dim)
         device = x.device if x is not None else torch.device("cpu")
         pos = self.grid_positions(height, width, extent=extent, batch=batch, device=device)
-        out = self.encode(pos, None, generator, dtype=None if x is None else x.dtype, validate=False)
+        out = self.encode(
+            pos, None, generator, dtype=None if x is None else x.dtype, validate=False
+        )
         return out.reshape(shape)
 
     def check_content(self, x: torch.Tensor | None, ndims: tuple[int, ...] = (3,)) -> None:
@@ -286,8 +311,11 @@ class PositionalEncoding(nn.Module):
             return x + emb
         cache = getattr(self, "_cache", None)
         fresh = (
-            emb._base is None and not emb.requires_grad and emb.is_contiguous()
-            and emb.shape == x.shape and emb.dtype == x.dtype
+            emb._base is None
+            and not emb.requires_grad
+            and emb.is_contiguous()
+            and emb.shape == x.shape
+            and emb.dtype == x.dtype
             and not (cache is not None and cache.holds(emb))
         )
         return emb.add_(x) if fresh else x + emb

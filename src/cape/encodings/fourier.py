@@ -62,7 +62,9 @@ class LearnableFourierFeatures(PositionalEncoding):
         if fourier:
             check_int("fourier_dim", fourier_dim)
             if fourier_dim % 2:
-                raise ValueError(f"fourier_dim must be even ([cos || sin] pairs), got {fourier_dim}")
+                raise ValueError(
+                    f"fourier_dim must be even ([cos || sin] pairs), got {fourier_dim}"
+                )
         if not mlp and fourier_dim != dim // groups:
             raise ValueError(
                 f"fourier_dim must equal dim / groups = {dim // groups} when mlp=False "
@@ -139,7 +141,6 @@ class LearnableFourierFeatures(PositionalEncoding):
         kind = ("learnable" if self.learnable else "fixed") + "-fourier" if self.fourier else ""
         kind = "+".join(k for k in (kind, "mlp" if self.mlp else "") if k)
         return (
-            super().extra_repr()
-            + f", groups={self.groups}, group_dim={self.group_dim}, {kind}, "
+            super().extra_repr() + f", groups={self.groups}, group_dim={self.group_dim}, {kind}, "
             f"fourier_dim={self.fourier_dim}, hidden_dim={self.hidden_dim}, gamma={self.gamma}"
         )

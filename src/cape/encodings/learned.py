@@ -75,7 +75,10 @@ class AbsPos1d(PositionalEncoding):
         return self.table[self.index(positions[..., 0])].to(torch.float32)
 
     def extra_repr(self) -> str:
-        return super().extra_repr() + f", num_positions={self.num_positions}, overflow={self.overflow!r}"
+        return (
+            super().extra_repr()
+            + f", num_positions={self.num_positions}, overflow={self.overflow!r}"
+        )
 
 
 def _grid(name: str, grid: object) -> tuple[int, int]:
@@ -128,12 +131,19 @@ class AbsPos2d(PositionalEncoding):
         return out[0].permute(1, 2, 0).to(self.table.dtype)
 
     def grid_positions(
-        self, height: int, width: int, *, extent: float | None = None, batch: int = 1,
+        self,
+        height: int,
+        width: int,
+        *,
+        extent: float | None = None,
+        batch: int = 1,
         device: torch.device | str | None = None,
     ) -> torch.Tensor:
         """Cell centres of an H x W grid in the table's frame -> [B, H*W, 2] (x, y)."""
         if extent is not None:
-            raise ValueError("extent applies to continuous encodings; AbsPos2d's table spans the image")
+            raise ValueError(
+                "extent applies to continuous encodings; AbsPos2d's table spans the image"
+            )
         check_int("height", height)
         check_int("width", width)
         ys = (2 * torch.arange(height, device=device, dtype=torch.float32) + 1) / height - 1
@@ -150,14 +160,21 @@ class AbsPos2d(PositionalEncoding):
         return out[0, :, :, 0].t().reshape(batch, length, self.dim)
 
     def forward_grid(
-        self, x: torch.Tensor | None, grid: tuple[int, int] | None, extent: float | None,
+        self,
+        x: torch.Tensor | None,
+        grid: tuple[int, int] | None,
+        extent: float | None,
         generator: torch.Generator | None,
     ) -> torch.Tensor:
         if extent is not None:
-            raise ValueError("extent applies to continuous encodings; AbsPos2d's table spans the image")
+            raise ValueError(
+                "extent applies to continuous encodings; AbsPos2d's table spans the image"
+            )
         if x is not None and x.dim() == 4:
             if grid is not None and tuple(grid) != tuple(x.shape[1:3]):
-                raise ValueError(f"grid {tuple(grid)} does not match x's grid {tuple(x.shape[1:3])}")
+                raise ValueError(
+                    f"grid {tuple(grid)} does not match x's grid {tuple(x.shape[1:3])}"
+                )
             table = self.resample((x.shape[1], x.shape[2]))
             return table.to(x.dtype)[None].expand(x.shape)
         height, width = _grid("grid", self.grid if grid is None else grid)
@@ -178,11 +195,19 @@ class AbsPos2d(PositionalEncoding):
         return emb.to(dtype)[None].expand(batch, -1, -1)
 
     def forward(  # type: ignore[override]
-        self, x: torch.Tensor | None = None, *, grid: tuple[int, int] | None = None,
+        self,
+        x: torch.Tensor | None = None,
+        *,
+        grid: tuple[int, int] | None = None,
         **kwargs: object,
     ) -> torch.Tensor:
         """As `PositionalEncoding.forward`; x [B, T, D] without positions means the table's grid."""
-        if grid is None and kwargs.get("positions") is None and isinstance(x, torch.Tensor) and x.dim() == 3:
+        if (
+            grid is None
+            and kwargs.get("positions") is None
+            and isinstance(x, torch.Tensor)
+            and x.dim() == 3
+        ):
             grid = self.grid  # a full grid by default: [B, H0*W0(+1), D]
         return super().forward(x, grid=grid, **kwargs)  # type: ignore[arg-type]
 

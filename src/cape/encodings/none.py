@@ -52,7 +52,11 @@ class NoPos(nn.Module):
             return x.new_zeros(()).expand(x.shape)
         if positions is not None:
             if not isinstance(positions, torch.Tensor) or positions.dim() not in (2, 3):
-                got = tuple(positions.shape) if isinstance(positions, torch.Tensor) else type(positions).__name__
+                got = (
+                    tuple(positions.shape)
+                    if isinstance(positions, torch.Tensor)
+                    else type(positions).__name__
+                )
                 raise ValueError(f"positions must be a tensor [B, T] or [B, T, M], got {got}")
             shape = (positions.shape[0], positions.shape[1], self.dim)
             return positions.new_zeros((), dtype=torch.float32).expand(shape)

@@ -75,7 +75,9 @@ class RelPos(nn.Module):
             mask = None  # the key mask does not describe these positions
         pos = as_positions(positions, mask=mask, dims=1, name=name)[..., 0]
         if pos.shape[1] != length:
-            raise ValueError(f"{name} must have length {length}, got shape {tuple(positions.shape)}")
+            raise ValueError(
+                f"{name} must have length {length}, got shape {tuple(positions.shape)}"
+            )
         return pos
 
     def index(

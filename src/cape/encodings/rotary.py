@@ -52,11 +52,18 @@ class Rotary(nn.Module):
         self.base = check_float("base", base, minimum=1.0, strict=True)
         self.freq_scale = check_float("freq_scale", freq_scale, strict=True)
         if augmentation is not None and not isinstance(augmentation, Augmentation):
-            raise TypeError(f"augmentation must be a cape.Augmentation or None, got {augmentation!r}")
+            raise TypeError(
+                f"augmentation must be a cape.Augmentation or None, got {augmentation!r}"
+            )
         self.augmentation = augmentation
 
     def grid_positions(
-        self, height: int, width: int, *, extent: float | None = None, batch: int = 1,
+        self,
+        height: int,
+        width: int,
+        *,
+        extent: float | None = None,
+        batch: int = 1,
         device: torch.device | str | None = None,
     ) -> torch.Tensor:
         """(x, y) of an H x W patch grid in [-extent, extent] (extent 1) -> [B, H*W, 2]."""
@@ -113,7 +120,10 @@ class Rotary(nn.Module):
                     offset = k - mean_normalize(k, k_mask)  # [B, 1, M] mean broadcast
                     q, k = q - offset[:, :1], k - offset[:, :1]
                 q, k = augment_pair(
-                    q, k, mask, k_mask,
+                    q,
+                    k,
+                    mask,
+                    k_mask,
                     max_global_shift=aug.max_global_shift,
                     max_local_shift=aug.max_local_shift,
                     max_global_scaling=aug.max_global_scaling,

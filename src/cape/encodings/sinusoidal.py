@@ -29,11 +29,16 @@ __all__ = ["CAPE1d", "CAPE2d", "SineND", "PRESETS"]
 # The papers' values per modality (CAPE sec. 5, appendices C.2, D.1).
 PRESETS: dict[str, dict[str, object]] = {
     # MT: Dmax 5-50 tokens (5 best for 6L-6L), emax 0.5 keeps token order, no scaling/mean-norm
-    "text": dict(max_global_shift=5.0, max_local_shift=0.5, max_global_scaling=1.0, normalize=False),
+    "text": dict(
+        max_global_shift=5.0, max_local_shift=0.5, max_global_scaling=1.0, normalize=False
+    ),
     # ASR: time in seconds, omega x30, Dmax 60 s, emax = half the 30 ms frame step, lambda 1.1-2
     "audio": dict(
-        max_global_shift=60.0, max_local_shift=0.015, max_global_scaling=1.1,
-        normalize=True, freq_scale=30.0,
+        max_global_shift=60.0,
+        max_local_shift=0.015,
+        max_global_scaling=1.1,
+        normalize=True,
+        freq_scale=30.0,
     ),
     # ViT: Dmax 0.5, emax 1/N per axis ("auto"), lambda 1.4
     "image": dict(max_global_shift=0.5, max_local_shift="auto", max_global_scaling=1.4),
@@ -48,14 +53,22 @@ class _PerSampleLocalShift:
         self.base, self.max_local_shift = base, max_local_shift
 
     def __call__(
-        self, positions: torch.Tensor, mask: torch.Tensor | None = None, *,
-        training: bool = True, generator: torch.Generator | None = None,
+        self,
+        positions: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        *,
+        training: bool = True,
+        generator: torch.Generator | None = None,
     ) -> torch.Tensor:
         return augment_positions(
-            positions, mask, max_global_shift=self.base.max_global_shift,
+            positions,
+            mask,
+            max_global_shift=self.base.max_global_shift,
             max_local_shift=self.max_local_shift,
-            max_global_scaling=self.base.max_global_scaling, normalize=self.base.normalize,
-            training=training, generator=generator,
+            max_global_scaling=self.base.max_global_scaling,
+            normalize=self.base.normalize,
+            training=training,
+            generator=generator,
         )
 
 
@@ -150,19 +163,34 @@ class CAPE1d(_Sinusoidal):
         float hop or none) is cached per length."""
         plain = positions is None and grid is None and extent is None and mask is None
         if (
-            plain and lengths is None and isinstance(x, torch.Tensor) and x.dim() == 3
-            and self._deterministic() and not isinstance(hop, torch.Tensor)
+            plain
+            and lengths is None
+            and isinstance(x, torch.Tensor)
+            and x.dim() == 3
+            and self._deterministic()
+            and not isinstance(hop, torch.Tensor)
         ):
             self.check_content(x, ndims=(3,))
             batch, length = x.shape[0], x.shape[1]
             key = (length, hop, x.device, x.dtype)
-            table = self._cache.get(key, lambda: self.encode(
-                self.sequence_positions(1, length, hop=hop, device=x.device),
-                dtype=x.dtype, validate=False))
+            table = self._cache.get(
+                key,
+                lambda: self.encode(
+                    self.sequence_positions(1, length, hop=hop, device=x.device),
+                    dtype=x.dtype,
+                    validate=False,
+                ),
+            )
             return table.expand(batch, length, self.dim)
         return super().forward(
-            x, positions=positions, mask=mask, lengths=lengths, hop=hop, grid=grid,
-            extent=extent, generator=generator,
+            x,
+            positions=positions,
+            mask=mask,
+            lengths=lengths,
+            hop=hop,
+            grid=grid,
+            extent=extent,
+            generator=generator,
         )
 
     def extra_repr(self) -> str:
@@ -200,7 +228,9 @@ class CAPE2d(_Sinusoidal):
             raise ValueError(f"dim must be even for CAPE2d, got {dim}")
         self.auto_local = max_local_shift == "auto"
         if isinstance(max_local_shift, str) and not self.auto_local:
-            raise ValueError(f"max_local_shift must be a number, per-axis numbers or 'auto', got {max_local_shift!r}")
+            raise ValueError(
+                f"max_local_shift must be a number, per-axis numbers or 'auto', got {max_local_shift!r}"
+            )
         local = 1.0 if self.auto_local else max_local_shift  # placeholder; the grid sets 1/N
         aug = _augmentation(max_global_shift, local, max_global_scaling, normalize)
         super().__init__(dim, 2, aug)
@@ -219,7 +249,12 @@ class CAPE2d(_Sinusoidal):
         return shifted_sine(positions, self.freqs2, self.offset)
 
     def grid_positions(
-        self, height: int, width: int, *, extent: float | None = None, batch: int = 1,
+        self,
+        height: int,
+        width: int,
+        *,
+        extent: float | None = None,
+        batch: int = 1,
         device: torch.device | str | None = None,
     ) -> torch.Tensor:
         """(x, y) of an H x W grid in [-extent, extent] (default: the module's extent)."""
@@ -248,7 +283,12 @@ class CAPE2d(_Sinusoidal):
         augmentation: Augmentation | None = None,
         validate: bool = True,
     ) -> torch.Tensor:
-        if augmentation is None and self.auto_local and self.training and self.augmentation is not None:
+        if (
+            augmentation is None
+            and self.auto_local
+            and self.training
+            and self.augmentation is not None
+        ):
             raise ValueError(
                 "max_local_shift='auto' needs a grid: call with grid=(H, W), x [B, H, W, D], or "
                 "positions with grid= each sample's (H, W)"
@@ -256,7 +296,10 @@ class CAPE2d(_Sinusoidal):
         return super().prepare(positions, mask, generator, augmentation, validate)
 
     def forward_grid(
-        self, x: torch.Tensor | None, grid: tuple[int, int] | None, extent: float | None,
+        self,
+        x: torch.Tensor | None,
+        grid: tuple[int, int] | None,
+        extent: float | None,
         generator: torch.Generator | None,
     ) -> torch.Tensor:
         height, width, batch, shape = resolve_grid(x, grid, self.dim)
@@ -265,9 +308,14 @@ class CAPE2d(_Sinusoidal):
         dtype = x.dtype if x is not None else torch.float32
         if self.augmentation is None or not (self.training and self.augmentation.random):
             key = (height, width, ext, device, dtype)
-            table = self._cache.get(key, lambda: self.encode(
-                grid_positions(height, width, extent=ext, batch=1, device=device), dtype=dtype,
-                validate=False))
+            table = self._cache.get(
+                key,
+                lambda: self.encode(
+                    grid_positions(height, width, extent=ext, batch=1, device=device),
+                    dtype=dtype,
+                    validate=False,
+                ),
+            )
             return table.reshape((1,) + shape[1:]).expand(shape)
         pos = grid_positions(height, width, extent=ext, batch=batch, device=device)
         aug = self.grid_augmentation([(height, width)], ext, device)
@@ -316,12 +364,19 @@ class SineND(PositionalEncoding):
         return axial_sinusoidal(positions, self.dim, base=self.base, freq_scale=self.freq_scale)
 
     def grid_positions(
-        self, height: int, width: int, *, extent: float | None = None, batch: int = 1,
+        self,
+        height: int,
+        width: int,
+        *,
+        extent: float | None = None,
+        batch: int = 1,
         device: torch.device | str | None = None,
     ) -> torch.Tensor:
         """The LFF paper's Sine-2D reads integer (column, row) indices of the grid (as float)."""
         if self.pos_dim != 2:
             return super().grid_positions(height, width, extent=extent, batch=batch, device=device)
         if extent is not None:
-            raise ValueError("extent applies to continuous coordinates; SineND reads (column, row) indices")
+            raise ValueError(
+                "extent applies to continuous coordinates; SineND reads (column, row) indices"
+            )
         return grid_indices(height, width, batch=batch, device=device).to(torch.float32)

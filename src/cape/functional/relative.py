@@ -149,7 +149,9 @@ def _check_attention_args(
             )
     check_tensor("index", index, ndims=(2, 3))
     if index.dtype != torch.long:
-        raise TypeError(f"index must be a torch.long tensor (see relative_index), got {index.dtype}")
+        raise TypeError(
+            f"index must be a torch.long tensor (see relative_index), got {index.dtype}"
+        )
     if index.dim() == 2:
         index = index[None]
     if index.shape[0] not in (1, b) or tuple(index.shape[1:]) != (tq, tk):

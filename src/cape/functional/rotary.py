@@ -45,7 +45,9 @@ def rotary_angles(
         omega = sinusoid_frequencies(head_dim, base=base, freq_scale=freq_scale, device=pos.device)
         return pos * omega  # [..., 1] * [hd/2]
     sinusoid_frequencies(head_dim, base=base, freq_scale=freq_scale)  # validates base, freq_scale
-    w = cape2d_frequencies(head_dim, freq_scale=freq_scale, device=pos.device)  # [2, hd/2], pi included
+    w = cape2d_frequencies(
+        head_dim, freq_scale=freq_scale, device=pos.device
+    )  # [2, hd/2], pi included
     return pos[..., 0:1] * w[0] + pos[..., 1:2] * w[1]
 
 

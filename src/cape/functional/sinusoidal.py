@@ -45,7 +45,11 @@ def sinusoid_frequencies(
 
 
 def cape2d_frequencies(
-    dim: int, *, rho: str = "exact", freq_scale: float = 1.0, device: torch.device | str | None = None
+    dim: int,
+    *,
+    rho: str = "exact",
+    freq_scale: float = 1.0,
+    device: torch.device | str | None = None,
 ) -> torch.Tensor:
     """CAPE's 2D frequencies, pi included -> [2, dim/2] float32 (rows: x, y).
 
@@ -86,7 +90,9 @@ def doubled_frequencies(freqs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
     return torch.cat([freqs, freqs], dim=-1).to(torch.float32), offset
 
 
-def shifted_sine(positions: torch.Tensor, freqs2: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
+def shifted_sine(
+    positions: torch.Tensor, freqs2: torch.Tensor, offset: torch.Tensor
+) -> torch.Tensor:
     """sin(p freqs2 + offset). positions: [..., M] -> [..., 2K] float32 (see doubled_frequencies).
 
     One fused multiply-add per axis and one in-place sine over a contiguous buffer: on a CPU
@@ -129,7 +135,9 @@ def sinusoidal_2d(positions: torch.Tensor, dim: int, *, rho: str = "exact") -> t
     phase_k = pi (w_x,k x + w_y,k y); E = [cos(phase) || sin(phase)] (appendix A `CAPE_2d`).
     """
     if positions.shape[-1] != 2:
-        raise ValueError(f"positions must end with 2 coordinates (x, y), got {tuple(positions.shape)}")
+        raise ValueError(
+            f"positions must end with 2 coordinates (x, y), got {tuple(positions.shape)}"
+        )
     return sinusoid(positions, cape2d_frequencies(dim, rho=rho, device=positions.device))
 
 
@@ -146,6 +154,8 @@ def axial_sinusoidal(
     """
     axes = positions.shape[-1]
     check_even("dim", dim, multiple=2 * axes)
-    omega = sinusoid_frequencies(dim // axes, base=base, freq_scale=freq_scale, device=positions.device)
+    omega = sinusoid_frequencies(
+        dim // axes, base=base, freq_scale=freq_scale, device=positions.device
+    )
     phase = positions.to(torch.float32)[..., None] * omega  # [..., M, dim/(2M)]
     return cos_sin(phase).flatten(-2)

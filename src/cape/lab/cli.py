@@ -36,7 +36,9 @@ def _data(args: argparse.Namespace, rest: list[str]) -> int:
         from cape.lab.data.speech.corpus import speech_main
 
         return speech_main(rest)
-    if args.what == "translation":  # WordNet + fortunes through Apertium (cape.lab.data.translation.corpus)
+    if (
+        args.what == "translation"
+    ):  # WordNet + fortunes through Apertium (cape.lab.data.translation.corpus)
         from cape.lab.data.translation.corpus import translation_main
 
         return translation_main(rest)
@@ -47,7 +49,9 @@ def _data(args: argparse.Namespace, rest: list[str]) -> int:
     p.add_argument("--sizes", default="24,32,56,96", help="comma-separated image sizes in px")
     p.add_argument("--train", type=int, default=10000, help="training images")
     p.add_argument("--val", type=int, default=2000, help="validation images")
-    p.add_argument("--test", type=int, default=2000, help="test images (train fonts and held-out fonts)")
+    p.add_argument(
+        "--test", type=int, default=2000, help="test images (train fonts and held-out fonts)"
+    )
     p.add_argument("--native", type=int, default=1000, help="test images at native sizes 12-128 px")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workers", type=int, default=None, help="render processes (default: 2)")
@@ -114,24 +118,38 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("bench", help="benchmarks of the cost of the encodings", add_help=False)
     p.add_argument("what", choices=_BENCHES, help="which benchmark")
     p.set_defaults(run=_bench)
-    p = sub.add_parser("data", help="make the offline data sets (cached, resumable)", add_help=False)
+    p = sub.add_parser(
+        "data", help="make the offline data sets (cached, resumable)", add_help=False
+    )
     p.add_argument("what", choices=["chars", "speech", "translation"], help="which data set")
     p.set_defaults(run=_data)
     for name, text in (
-        ("experiment", "train + evaluate + report a paper experiment (presets quick, cpu-full, paper)"),
+        (
+            "experiment",
+            "train + evaluate + report a paper experiment (presets quick, cpu-full, paper)",
+        ),
         ("train", "train one model (row and seed) of an experiment, resumable"),
         ("eval", "evaluate one trained model of an experiment"),
         ("plot", "redraw an experiment's report and plots from its results.json"),
     ):
         p = sub.add_parser(name, help=text, add_help=False)
         p.set_defaults(run=_experiments)
-    p = sub.add_parser("transcribe", help="transcribe WAV files with a trained speech model; "
-                       "with --transcripts, WER per duration bin", add_help=False)
+    p = sub.add_parser(
+        "transcribe",
+        help="transcribe WAV files with a trained speech model; "
+        "with --transcripts, WER per duration bin",
+        add_help=False,
+    )
     p.set_defaults(run=_transcribe)
-    p = sub.add_parser("translate", help="translate English sentences into Spanish with a "
-                       "trained translation model", add_help=False)
+    p = sub.add_parser(
+        "translate",
+        help="translate English sentences into Spanish with a trained translation model",
+        add_help=False,
+    )
     p.set_defaults(run=_translate)
-    p = sub.add_parser("demo", help="build every encoding, check its properties, plot similarities", add_help=False)
+    p = sub.add_parser(
+        "demo", help="build every encoding, check its properties, plot similarities", add_help=False
+    )
     p.set_defaults(run=_demo)
     p = sub.add_parser("encodings", help="list the encodings `cape.build` knows and their options")
     p.set_defaults(run=_encodings)
@@ -143,8 +161,11 @@ def main(argv: list[str] | None = None) -> int:
         extra = _EXTRA_OF_MODULE.get((err.name or "").partition(".")[0])
         if extra is None:  # not a dependency of an extra: a real bug, keep its traceback
             raise
-        print(f"cape {args.command}: error: the module {err.name!r} is not installed; "
-              f'install it with: pip install "cape[{extra}]"', file=sys.stderr)
+        print(
+            f"cape {args.command}: error: the module {err.name!r} is not installed; "
+            f'install it with: pip install "cape[{extra}]"',
+            file=sys.stderr,
+        )
         return 1
     except (ValueError, TypeError) as err:  # bad arguments or config
         print(f"cape {args.command}: error: {err}", file=sys.stderr)

@@ -86,8 +86,10 @@ def from_mapping(cls: type, mapping: Mapping[str, Any], prefix: str = "") -> Any
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(mapping) - set(fields))
     if unknown:
-        raise ValueError(f"unknown config key(s) {[prefix + k for k in unknown]}; allowed under "
-                         f"{prefix.rstrip('.') or 'the top level'}: {sorted(fields)}")
+        raise ValueError(
+            f"unknown config key(s) {[prefix + k for k in unknown]}; allowed under "
+            f"{prefix.rstrip('.') or 'the top level'}: {sorted(fields)}"
+        )
     hints = typing.get_type_hints(cls)
     kwargs = {}
     for name, value in mapping.items():
@@ -130,6 +132,7 @@ def _convert(hint: Any, value: Any, key: str) -> Any:
 
 def to_mapping(obj: Any) -> dict[str, Any]:
     """A dataclass config back to plain dicts/lists (for config.json in a run directory)."""
+
     def plain(v: Any) -> Any:
         if isinstance(v, tuple):
             return [plain(x) for x in v]

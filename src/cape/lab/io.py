@@ -66,8 +66,12 @@ def _jsonable(obj: Any, where: str) -> Any:
         return obj
     if isinstance(obj, Mapping):
         # json turns int / float / bool / None keys into strings itself; other keys would fail
-        return {k if isinstance(k, (str, int, float, bool)) or k is None else str(k):
-                _jsonable(v, f"{where}[{k!r}]") for k, v in obj.items()}
+        return {
+            k if isinstance(k, (str, int, float, bool)) or k is None else str(k): _jsonable(
+                v, f"{where}[{k!r}]"
+            )
+            for k, v in obj.items()
+        }
     if isinstance(obj, (list, tuple)):
         return [_jsonable(v, f"{where}[{i}]") for i, v in enumerate(obj)]
     if isinstance(obj, PurePath):
@@ -77,8 +81,10 @@ def _jsonable(obj: Any, where: str) -> Any:
         return _jsonable(value, where)
     if isinstance(obj, numbers.Real):
         return _jsonable(float(obj), where)
-    raise ValueError(f"{where} must be a JSON value, list, dict, path, number or array; "
-                     f"got {type(obj).__name__} {obj!r}")
+    raise ValueError(
+        f"{where} must be a JSON value, list, dict, path, number or array; "
+        f"got {type(obj).__name__} {obj!r}"
+    )
 
 
 def write_json(path: str | Path, obj: Any) -> Path:

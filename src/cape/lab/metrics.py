@@ -23,7 +23,12 @@ import numpy as np
 __all__ = ["DURATION_BINS", "wer", "cer", "error_counts", "wer_by_bin"]
 
 DURATION_BINS: tuple[tuple[float, float], ...] = (
-    (0, 6), (6, 10), (10, 15), (15, 20), (20, 30), (30, 45),
+    (0, 6),
+    (6, 10),
+    (10, 15),
+    (15, 20),
+    (20, 30),
+    (30, 45),
 )
 
 

@@ -106,8 +106,9 @@ def _format_value(col_format: str, value: Any) -> str:
     try:
         return col_format.format(value)
     except (KeyError, IndexError, ValueError) as e:
-        raise ValueError(f"col_format {col_format!r} must take one positional field, e.g. "
-                         f"'{{}} px': {e!r}") from None
+        raise ValueError(
+            f"col_format {col_format!r} must take one positional field, e.g. '{{}} px': {e!r}"
+        ) from None
 
 
 def pivot(

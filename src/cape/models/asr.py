@@ -93,7 +93,9 @@ def _resolve_position(
                 "module per layer: pass position='relpos' or 'rotary' with position_options"
             )
         if getattr(position, "kind", None) not in ("absolute", "none"):
-            raise TypeError(f"position must be a cape encoding module, got {type(position).__name__}")
+            raise TypeError(
+                f"position must be a cape encoding module, got {type(position).__name__}"
+            )
         feed = _feed(position)
         return feed, (None if feed == "none" else position), None
     if not isinstance(position, str):
@@ -117,8 +119,9 @@ def _resolve_position(
     return "seconds", None, factory
 
 
-def output_times(frame_times: torch.Tensor, lengths: torch.Tensor | None, stride: int,
-                 steps: int) -> torch.Tensor:
+def output_times(
+    frame_times: torch.Tensor, lengths: torch.Tensor | None, stride: int, steps: int
+) -> torch.Tensor:
     """Input frame times [B, F] seconds -> output frame times [B, steps] seconds.
 
     Output frame i stands for input frames [i * stride, (i + 1) * stride): its time is the mean
@@ -132,7 +135,9 @@ def output_times(frame_times: torch.Tensor, lengths: torch.Tensor | None, stride
     t = frame_times.float()
     if lengths is None:
         lengths = torch.full((batch,), frames, dtype=torch.int64, device=t.device)
-    last = (lengths.to(t.device).to(torch.int64) - 1).clamp(0, max(frames - 1, 0))[:, None]  # [B, 1]
+    last = (lengths.to(t.device).to(torch.int64) - 1).clamp(0, max(frames - 1, 0))[
+        :, None
+    ]  # [B, 1]
     prev = (last - 1).clamp_min(0)
     spacing = t.gather(1, last) - t.gather(1, prev)  # [B, 1]; 0 for a one-frame sample
     k = torch.arange(steps * stride, device=t.device)[None].expand(batch, -1)  # [B, steps * stride]
@@ -197,22 +202,42 @@ class CTCModel(nn.Module):
             )
         # the constructor's keywords: with a position *name* they rebuild the model (model.json)
         self.spec: dict[str, Any] = dict(
-            vocab_size=vocab_size, n_mels=n_mels, dim=dim, depth=depth, heads=heads,
-            ffn_dim=ffn_dim, kernel=kernel, stride=stride, position=position,
-            position_options=dict(position_options or {}), conv_dropout=conv_dropout,
-            dropout=dropout, layer_drop=layer_drop, relative_layers=relative_layers,
+            vocab_size=vocab_size,
+            n_mels=n_mels,
+            dim=dim,
+            depth=depth,
+            heads=heads,
+            ffn_dim=ffn_dim,
+            kernel=kernel,
+            stride=stride,
+            position=position,
+            position_options=dict(position_options or {}),
+            conv_dropout=conv_dropout,
+            dropout=dropout,
+            layer_drop=layer_drop,
+            relative_layers=relative_layers,
         )
         self.feed, absolute, relative_factory = _resolve_position(
             position, dict(position_options or {}), dim, heads, stride * _DEFAULT_HOP
         )
-        self.position_name = position.lower() if isinstance(position, str) else type(position).__name__
+        self.position_name = (
+            position.lower() if isinstance(position, str) else type(position).__name__
+        )
 
         self.conv = nn.Conv1d(n_mels, 2 * dim, kernel, stride=stride, padding=self.padding)
         self.glu = nn.GLU(dim=1)  # over channels: 2D -> D
         self.conv_dropout = nn.Dropout(_rate("conv_dropout", conv_dropout))
         self.encoder = TransformerEncoder(
-            depth, dim, heads, ffn_dim, position=absolute, relative_factory=relative_factory,
-            dropout=dropout, layer_drop=layer_drop, norm_first=True, final_norm=True,
+            depth,
+            dim,
+            heads,
+            ffn_dim,
+            position=absolute,
+            relative_factory=relative_factory,
+            dropout=dropout,
+            layer_drop=layer_drop,
+            norm_first=True,
+            final_norm=True,
             relative_layers=relative_layers,
         )
         self.head = nn.Linear(dim, vocab_size)
@@ -243,7 +268,9 @@ class CTCModel(nn.Module):
         if isinstance(hop, torch.Tensor):
             check_tensor("hop", hop, ndims=(1,), floating=True)
             if hop.shape[0] != batch:
-                raise ValueError(f"hop must be a float or a [B] = [{batch}] tensor, got {tuple(hop.shape)}")
+                raise ValueError(
+                    f"hop must be a float or a [B] = [{batch}] tensor, got {tuple(hop.shape)}"
+                )
             return hop.to(device) * self.stride
         return check_float("hop", hop, strict=True) * self.stride
 
@@ -294,8 +321,10 @@ class CTCModel(nn.Module):
         positions, kwargs = None, None
         if frame_times is not None and self.feed in ("hop", "seconds"):
             if frame_times.shape != features.shape[:2]:
-                raise ValueError(f"frame_times must have shape [B, F] = {list(features.shape[:2])}, "
-                                 f"got {list(frame_times.shape)}")
+                raise ValueError(
+                    f"frame_times must have shape [B, F] = {list(features.shape[:2])}, "
+                    f"got {list(frame_times.shape)}"
+                )
             times = output_times(frame_times, lengths, self.stride, steps)
             positions = times[..., None]  # [B, T', 1]
         elif self.feed == "hop":

@@ -74,7 +74,9 @@ class MultiheadAttention(nn.Module):
             if mod is None:
                 continue
             if not isinstance(mod, cls):
-                raise TypeError(f"{name} must be a cape.{cls.__name__} or None, got {type(mod).__name__}")
+                raise TypeError(
+                    f"{name} must be a cape.{cls.__name__} or None, got {type(mod).__name__}"
+                )
             if mod.head_dim != self.head_dim:
                 raise ValueError(
                     f"{name}.head_dim must equal dim / heads = {self.head_dim}, got {mod.head_dim}"
@@ -125,8 +127,9 @@ class MultiheadAttention(nn.Module):
         if query.dim() != 3 or query.shape[-1] != self.dim:
             raise ValueError(f"query must have shape [B, Tq, {self.dim}], got {tuple(query.shape)}")
         if cache is not None:
-            return self._forward_cached(query, key_value, cache, key_mask, causal, q_positions,
-                                        generator)
+            return self._forward_cached(
+                query, key_value, cache, key_mask, causal, q_positions, generator
+            )
         self_attn = key_value is None
         kv = query if self_attn else key_value
         assert kv is not None
@@ -135,7 +138,9 @@ class MultiheadAttention(nn.Module):
                 f"key_value must have shape [{query.shape[0]}, Tk, {self.dim}], got {tuple(kv.shape)}"
             )
         b, tq, tk = query.shape[0], query.shape[1], kv.shape[1]
-        if key_mask is not None and (key_mask.dtype != torch.bool or tuple(key_mask.shape) != (b, tk)):
+        if key_mask is not None and (
+            key_mask.dtype != torch.bool or tuple(key_mask.shape) != (b, tk)
+        ):
             raise ValueError(
                 f"key_mask must be bool [{b}, {tk}] (True at real keys), got "
                 f"{key_mask.dtype} {tuple(key_mask.shape)}"
@@ -156,14 +161,25 @@ class MultiheadAttention(nn.Module):
                 if k_positions is None:
                     k_positions = token_positions(b, tk, mask=key_mask, device=kv.device)
                 q, k = self.rotary(
-                    q, k, positions=q_positions, k_positions=k_positions,
-                    mask=query_mask, k_mask=key_mask, generator=generator,
+                    q,
+                    k,
+                    positions=q_positions,
+                    k_positions=k_positions,
+                    mask=query_mask,
+                    k_mask=key_mask,
+                    generator=generator,
                 )
 
         if self.relative is not None:
             out = self.relative(
-                q, k, v, q_positions=q_positions, k_positions=k_positions,
-                key_padding_mask=key_mask, is_causal=causal, dropout_p=p_drop,
+                q,
+                k,
+                v,
+                q_positions=q_positions,
+                k_positions=k_positions,
+                key_padding_mask=key_mask,
+                is_causal=causal,
+                dropout_p=p_drop,
             )
         elif key_mask is None:
             # nothing can leave a row without keys: let SDPA pick its fused kernels
@@ -181,17 +197,28 @@ class MultiheadAttention(nn.Module):
     ) -> AttentionCache:
         """Cross-attention keys/values of memory [B, S, D] (mask [B, S] bool), projected once."""
         if memory.dim() != 3 or memory.shape[-1] != self.dim:
-            raise ValueError(f"memory must have shape [B, S, {self.dim}], got {tuple(memory.shape)}")
+            raise ValueError(
+                f"memory must have shape [B, S, {self.dim}], got {tuple(memory.shape)}"
+            )
         b, s = memory.shape[:2]
-        if memory_mask is not None and (memory_mask.dtype != torch.bool or tuple(memory_mask.shape) != (b, s)):
-            raise ValueError(f"memory_mask must be bool [{b}, {s}], got {memory_mask.dtype} "
-                             f"{tuple(memory_mask.shape)}")
+        if memory_mask is not None and (
+            memory_mask.dtype != torch.bool or tuple(memory_mask.shape) != (b, s)
+        ):
+            raise ValueError(
+                f"memory_mask must be bool [{b}, {s}], got {memory_mask.dtype} "
+                f"{tuple(memory_mask.shape)}"
+            )
         k, v = self._split(self.k_proj(memory)), self._split(self.v_proj(memory))
         return AttentionCache(static=True, k=k, v=v, mask=memory_mask)
 
     def _forward_cached(
-        self, query: torch.Tensor, key_value: torch.Tensor | None, cache: AttentionCache,
-        key_mask: torch.Tensor | None, causal: bool, q_positions: torch.Tensor | None,
+        self,
+        query: torch.Tensor,
+        key_value: torch.Tensor | None,
+        cache: AttentionCache,
+        key_mask: torch.Tensor | None,
+        causal: bool,
+        q_positions: torch.Tensor | None,
         generator: torch.Generator | None,
     ) -> torch.Tensor:
         """Incremental attention. `cache.static` (cross-attention): keys/values come from the
@@ -219,10 +246,16 @@ class MultiheadAttention(nn.Module):
             allowed = None if cache.mask is None else cache.mask[:, None, None, :]
             return self._finish(q, cache.k, cache.v, allowed, None, None, p_drop)
         if key_value is not None:
-            raise ValueError("a self-attention cache takes key_value=None (the keys are the queries)")
-        if key_mask is not None and (key_mask.dtype != torch.bool or tuple(key_mask.shape) != (b, tq)):
-            raise ValueError(f"key_mask must be bool [{b}, {tq}] (the new tokens), got "
-                             f"{key_mask.dtype} {tuple(key_mask.shape)}")
+            raise ValueError(
+                "a self-attention cache takes key_value=None (the keys are the queries)"
+            )
+        if key_mask is not None and (
+            key_mask.dtype != torch.bool or tuple(key_mask.shape) != (b, tq)
+        ):
+            raise ValueError(
+                f"key_mask must be bool [{b}, {tq}] (the new tokens), got "
+                f"{key_mask.dtype} {tuple(key_mask.shape)}"
+            )
         if cache.k is not None and cache.k.shape[0] != b:
             raise ValueError(f"cached keys have {cache.k.shape[0]} rows, the query {b}")
         past = cache.length
@@ -239,7 +272,9 @@ class MultiheadAttention(nn.Module):
         if self.rotary is not None:
             aug = self.rotary.augmentation
             if aug is not None and (aug.normalize or (self.rotary.training and aug.random)):
-                raise ValueError("a self-attention cache needs rotary without (active) augmentation")
+                raise ValueError(
+                    "a self-attention cache needs rotary without (active) augmentation"
+                )
             q, k = self.rotary(q, k, positions=positions, mask=key_mask, generator=generator)
         mask = cache.mask
         if key_mask is not None or mask is not None:
@@ -261,20 +296,35 @@ class MultiheadAttention(nn.Module):
         return self._finish(q, cache.k, cache.v, allowed, positions, cache.positions, p_drop)
 
     def _finish(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor | None,
-        q_positions: torch.Tensor | None, k_positions: torch.Tensor | None, p_drop: float,
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        allowed: torch.Tensor | None,
+        q_positions: torch.Tensor | None,
+        k_positions: torch.Tensor | None,
+        p_drop: float,
     ) -> torch.Tensor:
         """Attention of q over k/v given a bool mask (True = may attend; None = all), then the
         output projection. Rows with no visible key give 0 (before the projection)."""
         b, _, tq, _ = q.shape
         if self.relative is not None:
-            out = self.relative(q, k, v, q_positions=q_positions, k_positions=k_positions,
-                                attn_mask=allowed, dropout_p=p_drop)
+            out = self.relative(
+                q,
+                k,
+                v,
+                q_positions=q_positions,
+                k_positions=k_positions,
+                attn_mask=allowed,
+                dropout_p=p_drop,
+            )
         elif allowed is None:
             out = F.scaled_dot_product_attention(q, k, v, dropout_p=p_drop)
         else:
             dead = ~allowed.any(dim=-1, keepdim=True)
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed | dead, dropout_p=p_drop)
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=allowed | dead, dropout_p=p_drop
+            )
             out = out.masked_fill(dead, 0.0)
         return self.out_proj(out.transpose(1, 2).reshape(b, tq, self.dim))
 

@@ -38,7 +38,9 @@ def _eval_mode(model: torch.nn.Module) -> Iterator[None]:
         model.train(was_training)
 
 
-def _check_inputs(model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, ids: dict[str, int]) -> None:
+def _check_inputs(
+    model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, ids: dict[str, int]
+) -> None:
     if not isinstance(model, Seq2Seq):
         raise TypeError(f"model must be a cape Seq2Seq, got {type(model).__name__}")
     check_tensor("src", src, ndims=(2,))
@@ -55,8 +57,9 @@ def _check_inputs(model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, ids
         raise ValueError(f"eos_id must differ from the model's pad_id ({model.pad_id})")
 
 
-def _step_log_probs(model: Seq2Seq, tokens: torch.Tensor, memory: torch.Tensor,
-                    memory_mask: torch.Tensor) -> torch.Tensor:
+def _step_log_probs(
+    model: Seq2Seq, tokens: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor
+) -> torch.Tensor:
     """Log-probabilities of the next token after `tokens` [N, t] -> [N, V] float32, pad = -inf."""
     return _log_probs(model, model.decode(tokens, memory, memory_mask, last_only=True)[:, -1])
 
@@ -95,8 +98,14 @@ def max_lengths(src_mask: torch.Tensor, max_len_a: float, max_len_b: float) -> t
 
 
 def greedy_decode(
-    model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, *, bos_id: int, eos_id: int,
-    max_len: int | torch.Tensor, cache: bool = True,
+    model: Seq2Seq,
+    src: torch.Tensor,
+    src_mask: torch.Tensor,
+    *,
+    bos_id: int,
+    eos_id: int,
+    max_len: int | torch.Tensor,
+    cache: bool = True,
 ) -> list[list[int]]:
     """Argmax decoding. src [B, S] ids, src_mask [B, S] bool -> B lists of ids (no BOS/EOS).
 
@@ -110,8 +119,10 @@ def greedy_decode(
     if isinstance(max_len, torch.Tensor):
         check_tensor("max_len", max_len, ndims=(1,))
         if max_len.shape[0] != batch or max_len.is_floating_point() or max_len.dtype == torch.bool:
-            raise ValueError(f"max_len must be an int or a [{batch}] integer tensor, got {max_len.dtype} "
-                             f"{list(max_len.shape)}")
+            raise ValueError(
+                f"max_len must be an int or a [{batch}] integer tensor, got {max_len.dtype} "
+                f"{list(max_len.shape)}"
+            )
         limits = max_len.to(src.device, torch.int64)
     else:
         limits = torch.full((batch,), check_int("max_len", max_len, minimum=0), device=src.device)
@@ -136,8 +147,16 @@ def greedy_decode(
 
 
 def beam_search(
-    model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, *, bos_id: int, eos_id: int,
-    beam: int = 4, max_len_a: float = 1.5, max_len_b: float = 10, length_penalty: float = 1.0,
+    model: Seq2Seq,
+    src: torch.Tensor,
+    src_mask: torch.Tensor,
+    *,
+    bos_id: int,
+    eos_id: int,
+    beam: int = 4,
+    max_len_a: float = 1.5,
+    max_len_b: float = 10,
+    length_penalty: float = 1.0,
     cache: bool = True,
 ) -> list[list[int]]:
     """Beam search over B sentences x `beam` hypotheses -> B lists of ids (no BOS/EOS).
@@ -167,7 +186,9 @@ def beam_search(
         if not cache:
             for t in range(steps):
                 flat = beams.tokens[:, :, : t + 1].reshape(batch * k, t + 1)
-                beams.advance(t, _step_log_probs(model, flat, memory, memory_mask), model.vocab_size)
+                beams.advance(
+                    t, _step_log_probs(model, flat, memory, memory_mask), model.vocab_size
+                )
                 if bool(beams.done.all()):
                     break
             return _strip(beams.best(), eos_id, pad)
@@ -178,7 +199,7 @@ def beam_search(
             parent = beams.advance(t, _log_probs(model, logits), model.vocab_size)
             keep = (~beams.done).nonzero()[:, 0]  # the step's one host sync
             n, n_keep = beams.done.shape[0], keep.shape[0]
-            rows = (parent + torch.arange(n, device=device)[:, None] * k)  # [n, K] flat parents
+            rows = parent + torch.arange(n, device=device)[:, None] * k  # [n, K] flat parents
             if n_keep < n:  # some sentences finished: record them, drop them from the batch
                 out.index_copy_(0, ids, beams.best())
                 if n_keep == 0:
@@ -193,8 +214,18 @@ def beam_search(
 class _Beams:
     """The beam search's bookkeeping for the active sentences (tensors on `device`)."""
 
-    def __init__(self, batch: int, k: int, steps: int, bos_id: int, eos_id: int, pad: int,
-                 penalty: float, limits: torch.Tensor, device: torch.device) -> None:
+    def __init__(
+        self,
+        batch: int,
+        k: int,
+        steps: int,
+        bos_id: int,
+        eos_id: int,
+        pad: int,
+        penalty: float,
+        limits: torch.Tensor,
+        device: torch.device,
+    ) -> None:
         neg_inf = float("-inf")
         self.k, self.steps, self.eos_id, self.penalty = k, steps, eos_id, penalty
         self.limits = limits
@@ -210,10 +241,19 @@ class _Beams:
     def advance(self, t: int, lp: torch.Tensor, vocab: int) -> torch.Tensor:
         """Step t with next-token log-probs lp [n*K, V] -> the parent beam of each hypothesis
         [n, K] (itself for done sentences)."""
-        batch, k, steps, eos_id, neg_inf = self.done.shape[0], self.k, self.steps, self.eos_id, float("-inf")
+        batch, k, steps, eos_id, neg_inf = (
+            self.done.shape[0],
+            self.k,
+            self.steps,
+            self.eos_id,
+            float("-inf"),
+        )
         done = self.done
-        cand = (self.scores[:, :, None] + lp.view(batch, k, vocab)).masked_fill(
-            done[:, None, None], neg_inf).view(batch, k * vocab)
+        cand = (
+            (self.scores[:, :, None] + lp.view(batch, k, vocab))
+            .masked_fill(done[:, None, None], neg_inf)
+            .view(batch, k * vocab)
+        )
         # finished: EOS among the best k candidates
         top_s, top_i = cand.topk(k, dim=1)
         is_eos = (top_i % vocab == eos_id) & torch.isfinite(top_s)
@@ -223,17 +263,24 @@ class _Beams:
         pool_s = torch.cat([self.fin_scores, new_fin], dim=1)
         self.fin_scores, keep = pool_s.topk(k, dim=1)
         self.fin_tokens = torch.cat([self.fin_tokens, prefix], dim=1).gather(
-            1, keep[..., None].expand(-1, -1, steps))
+            1, keep[..., None].expand(-1, -1, steps)
+        )
         # live: the best k candidates that do not end in EOS
-        live_s, live_i = cand.view(batch, k, vocab).index_fill(2, self.eos, neg_inf).view(
-            batch, -1).topk(k, dim=1)
+        live_s, live_i = (
+            cand.view(batch, k, vocab)
+            .index_fill(2, self.eos, neg_inf)
+            .view(batch, -1)
+            .topk(k, dim=1)
+        )
         parent = live_i // vocab
         grown = self.tokens.gather(1, parent[..., None].expand(-1, -1, steps + 1))
         grown[:, :, t + 1] = live_i % vocab
         grow = ~done
         self.tokens = torch.where(grow[:, None, None], grown, self.tokens)
         self.scores = torch.where(grow[:, None], live_s, self.scores)
-        self.done = done | (torch.isfinite(self.fin_scores).sum(dim=1) >= k) | (t + 1 >= self.limits)
+        self.done = (
+            done | (torch.isfinite(self.fin_scores).sum(dim=1) >= k) | (t + 1 >= self.limits)
+        )
         return torch.where(grow[:, None], parent, torch.arange(k, device=parent.device))
 
     def select(self, keep: torch.Tensor) -> None:
@@ -245,13 +292,19 @@ class _Beams:
         """The best finished hypothesis per sentence, else the best live one -> [n, steps]."""
         has_fin = torch.isfinite(self.fin_scores[:, 0])  # topk keeps the pool sorted: 0 is the best
         best_live = self.scores.argmax(dim=1)  # live hypotheses of a sentence share one length
-        live_best = self.tokens[torch.arange(self.done.shape[0], device=self.done.device), best_live, 1:]
+        live_best = self.tokens[
+            torch.arange(self.done.shape[0], device=self.done.device), best_live, 1:
+        ]
         return torch.where(has_fin[:, None], self.fin_tokens[:, 0], live_best)
 
 
 def sequence_nll(
-    model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor,
-    tgt_out: torch.Tensor, tgt_mask: torch.Tensor,
+    model: Seq2Seq,
+    src: torch.Tensor,
+    src_mask: torch.Tensor,
+    tgt_in: torch.Tensor,
+    tgt_out: torch.Tensor,
+    tgt_mask: torch.Tensor,
 ) -> torch.Tensor:
     """Teacher-forced per-token negative log-likelihood -> [B, T] float32, 0 at padding.
 
@@ -263,7 +316,9 @@ def sequence_nll(
     for name, t in (("tgt_in", tgt_in), ("tgt_out", tgt_out), ("tgt_mask", tgt_mask)):
         check_tensor(name, t, ndims=(2,))
         if t.shape != tgt_in.shape or t.shape[0] != src.shape[0]:
-            raise ValueError(f"{name} must have shape [{src.shape[0]}, T] like tgt_in, got {list(t.shape)}")
+            raise ValueError(
+                f"{name} must have shape [{src.shape[0]}, T] like tgt_in, got {list(t.shape)}"
+            )
     with _eval_mode(model):
         lp = model(src, src_mask, tgt_in, tgt_mask).log_softmax(dim=-1)
         nll = -lp.gather(-1, tgt_out[..., None].to(torch.long))[..., 0]

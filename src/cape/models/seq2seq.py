@@ -89,7 +89,9 @@ def _check_1d(name: str, encoding: nn.Module) -> None:
         raise ValueError(f"position {name!r} reads {encoding.pos_dim}-D positions; tokens need 1-D")
 
 
-def _check_mask(name: str, mask: torch.Tensor, shape: tuple[int, ...] | None = None) -> torch.Tensor:
+def _check_mask(
+    name: str, mask: torch.Tensor, shape: tuple[int, ...] | None = None
+) -> torch.Tensor:
     check_tensor(name, mask, ndims=(2,))
     if mask.dtype != torch.bool:
         raise TypeError(f"{name} must be a bool tensor (True at real tokens), got {mask.dtype}")
@@ -158,10 +160,18 @@ class Seq2Seq(nn.Module):
         self.alpha = check_float("alpha", alpha, strict=True)
         head_dim = dim // heads
         self._spec: dict[str, Any] = dict(
-            vocab_size=vocab_size, dim=dim, encoder_layers=encoder_layers,
-            decoder_layers=decoder_layers, heads=heads, ffn_dim=ffn_dim, dropout=dropout,
-            position=self.position, position_options=dict(self.position_options), alpha=alpha,
-            pad_id=pad_id, tie_embeddings=tie_embeddings,
+            vocab_size=vocab_size,
+            dim=dim,
+            encoder_layers=encoder_layers,
+            decoder_layers=decoder_layers,
+            heads=heads,
+            ffn_dim=ffn_dim,
+            dropout=dropout,
+            position=self.position,
+            position_options=dict(self.position_options),
+            alpha=alpha,
+            pad_id=pad_id,
+            tie_embeddings=tie_embeddings,
         )
 
         self.embed_scale = math.sqrt(dim)
@@ -198,7 +208,10 @@ class Seq2Seq(nn.Module):
             self.augmentation = None
         self._in_attention = factory is not None
         stack = dict(
-            relative_factory=factory, dropout=dropout, norm_first=True, activation="relu",
+            relative_factory=factory,
+            dropout=dropout,
+            norm_first=True,
+            activation="relu",
             final_norm=True,
         )
         self.encoder = TransformerEncoder(encoder_layers, dim, heads, ffn_dim, **stack)
@@ -218,7 +231,10 @@ class Seq2Seq(nn.Module):
 
     # -- positions -------------------------------------------------------------------------
     def _positions(
-        self, src_mask: torch.Tensor, tgt_mask: torch.Tensor | None, training: bool,
+        self,
+        src_mask: torch.Tensor,
+        tgt_mask: torch.Tensor | None,
+        training: bool,
         generator: torch.Generator | None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         _check_mask("src_mask", src_mask)
@@ -226,11 +242,15 @@ class Seq2Seq(nn.Module):
         if tgt_mask is not None:
             _check_mask("tgt_mask", tgt_mask)
             if tgt_mask.shape[0] != batch:
-                raise ValueError(f"tgt_mask must have {batch} rows like src_mask, got {tgt_mask.shape[0]}")
+                raise ValueError(
+                    f"tgt_mask must have {batch} rows like src_mask, got {tgt_mask.shape[0]}"
+                )
         device = src_mask.device
         src = token_positions(batch, src_len, mask=src_mask, device=device)
-        tgt = None if tgt_mask is None else token_positions(
-            batch, tgt_mask.shape[1], mask=tgt_mask, device=device
+        tgt = (
+            None
+            if tgt_mask is None
+            else token_positions(batch, tgt_mask.shape[1], mask=tgt_mask, device=device)
         )
         aug = self.augmentation
         if aug is None:
@@ -239,14 +259,23 @@ class Seq2Seq(nn.Module):
         tgt_in = src.new_zeros(batch, 0, 1) if tgt is None else tgt
         tgt_m = src_mask.new_zeros(batch, 0) if tgt_mask is None else tgt_mask
         src, tgt_out = augment_pair(
-            src, tgt_in, src_mask, tgt_m, alpha=self.alpha,
-            max_global_shift=aug.max_global_shift, max_local_shift=aug.max_local_shift,
-            max_global_scaling=aug.max_global_scaling, training=training, generator=generator,
+            src,
+            tgt_in,
+            src_mask,
+            tgt_m,
+            alpha=self.alpha,
+            max_global_shift=aug.max_global_shift,
+            max_local_shift=aug.max_local_shift,
+            max_global_scaling=aug.max_global_scaling,
+            training=training,
+            generator=generator,
         )
         return src, (None if tgt is None else tgt_out)
 
     def positions(
-        self, src_mask: torch.Tensor, tgt_mask: torch.Tensor | None = None,
+        self,
+        src_mask: torch.Tensor,
+        tgt_mask: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """src_mask [B, S], tgt_mask [B, T] | None (bool, True = real) ->
@@ -262,12 +291,18 @@ class Seq2Seq(nn.Module):
     def _check_pos(self, name: str, pos: torch.Tensor, batch: int, length: int) -> torch.Tensor:
         check_tensor(name, pos, ndims=(2, 3), floating=True)
         if tuple(pos.shape[:2]) != (batch, length) or (pos.dim() == 3 and pos.shape[2] != 1):
-            raise ValueError(f"{name} must have shape [{batch}, {length}, 1], got {list(pos.shape)}")
+            raise ValueError(
+                f"{name} must have shape [{batch}, {length}, 1], got {list(pos.shape)}"
+            )
         return pos if pos.dim() == 3 else pos[..., None]
 
     def _embed(
-        self, table: nn.Embedding, tokens: torch.Tensor, position: nn.Module | None,
-        pos: torch.Tensor, mask: torch.Tensor | None,
+        self,
+        table: nn.Embedding,
+        tokens: torch.Tensor,
+        position: nn.Module | None,
+        pos: torch.Tensor,
+        mask: torch.Tensor | None,
     ) -> torch.Tensor:
         x = table(tokens) * self.embed_scale
         if position is not None:
@@ -288,9 +323,14 @@ class Seq2Seq(nn.Module):
         return self.encoder(x, mask=src_mask, positions=src_pos if self._in_attention else None)
 
     def decode(
-        self, tgt: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor,
-        tgt_mask: torch.Tensor | None = None, tgt_pos: torch.Tensor | None = None,
-        *, last_only: bool = False,
+        self,
+        tgt: torch.Tensor,
+        memory: torch.Tensor,
+        memory_mask: torch.Tensor,
+        tgt_mask: torch.Tensor | None = None,
+        tgt_pos: torch.Tensor | None = None,
+        *,
+        last_only: bool = False,
     ) -> torch.Tensor:
         """tgt [B, T] decoder input ids, memory [B, S, D], memory_mask [B, S] bool,
         tgt_mask [B, T] bool (None = all real), tgt_pos [B, T, 1] (None = token indices, the
@@ -302,7 +342,9 @@ class Seq2Seq(nn.Module):
         batch, length = tgt.shape
         check_tensor("memory", memory, ndims=(3,), floating=True)
         if memory.shape[0] != batch or memory.shape[2] != self.dim:
-            raise ValueError(f"memory must have shape [{batch}, S, {self.dim}], got {list(memory.shape)}")
+            raise ValueError(
+                f"memory must have shape [{batch}, S, {self.dim}], got {list(memory.shape)}"
+            )
         _check_mask("memory_mask", memory_mask, tuple(memory.shape[:2]))
         if tgt_mask is not None:
             _check_mask("tgt_mask", tgt_mask, (batch, length))
@@ -312,7 +354,10 @@ class Seq2Seq(nn.Module):
         table = self.embed if self.tgt_embed is None else self.tgt_embed
         x = self._embed(table, tgt, self.tgt_position, tgt_pos, tgt_mask)
         h = self.decoder(
-            x, memory, mask=tgt_mask, memory_mask=memory_mask,
+            x,
+            memory,
+            mask=tgt_mask,
+            memory_mask=memory_mask,
             positions=tgt_pos if self._in_attention else None,
         )
         if last_only:
@@ -351,8 +396,12 @@ class Seq2Seq(nn.Module):
         return nn.functional.linear(h[:, 0], weight).float(), state
 
     def forward(
-        self, src: torch.Tensor, src_mask: torch.Tensor, tgt: torch.Tensor,
-        tgt_mask: torch.Tensor, generator: torch.Generator | None = None,
+        self,
+        src: torch.Tensor,
+        src_mask: torch.Tensor,
+        tgt: torch.Tensor,
+        tgt_mask: torch.Tensor,
+        generator: torch.Generator | None = None,
     ) -> torch.Tensor:
         """Teacher forcing: src [B, S], src_mask [B, S], tgt [B, T] (decoder inputs),
         tgt_mask [B, T] -> logits [B, T, V] float32. Positions from `positions()` (augmented

@@ -61,8 +61,16 @@ class _Block(nn.Module):
     """What both layer kinds share: options, the FFN sub-block and the residual wiring."""
 
     def __init__(
-        self, dim: int, heads: int, ffn_dim: int, dropout: float, layer_drop: float,
-        norm_first: bool, activation: str, relative: RelPos | None, rotary: Rotary | None,
+        self,
+        dim: int,
+        heads: int,
+        ffn_dim: int,
+        dropout: float,
+        layer_drop: float,
+        norm_first: bool,
+        activation: str,
+        relative: RelPos | None,
+        rotary: Rotary | None,
     ) -> None:
         super().__init__()
         check_int("ffn_dim", ffn_dim)
@@ -77,14 +85,19 @@ class _Block(nn.Module):
         )
         self.self_norm = nn.LayerNorm(dim)
         self.ffn = nn.Sequential(
-            nn.Linear(dim, ffn_dim), _ACTIVATIONS[activation](), nn.Dropout(dropout),
+            nn.Linear(dim, ffn_dim),
+            _ACTIVATIONS[activation](),
+            nn.Dropout(dropout),
             nn.Linear(ffn_dim, dim),
         )
         self.ffn_norm = nn.LayerNorm(dim)
         self.dropout = nn.Dropout(dropout)
 
     def _residual(
-        self, x: torch.Tensor, norm: nn.Module, branch: Callable[[torch.Tensor], torch.Tensor] | None
+        self,
+        x: torch.Tensor,
+        norm: nn.Module,
+        branch: Callable[[torch.Tensor], torch.Tensor] | None,
     ) -> torch.Tensor:
         """Pre-norm: x + f(norm(x)); post-norm: norm(x + f(x)). branch None = skipped (f = 0)."""
         if self.norm_first:
@@ -107,9 +120,18 @@ class TransformerEncoderLayer(_Block):
     """
 
     def __init__(
-        self, dim: int, heads: int, ffn_dim: int, *, dropout: float = 0.1,
-        layer_drop: float = 0.0, norm_first: bool = True, activation: str = "gelu",
-        relative: RelPos | None = None, rotary: Rotary | None = None, causal: bool = False,
+        self,
+        dim: int,
+        heads: int,
+        ffn_dim: int,
+        *,
+        dropout: float = 0.1,
+        layer_drop: float = 0.0,
+        norm_first: bool = True,
+        activation: str = "gelu",
+        relative: RelPos | None = None,
+        rotary: Rotary | None = None,
+        causal: bool = False,
     ) -> None:
         super().__init__(
             dim, heads, ffn_dim, dropout, layer_drop, norm_first, activation, relative, rotary
@@ -119,13 +141,19 @@ class TransformerEncoderLayer(_Block):
         self.causal = causal
 
     def forward(
-        self, x: torch.Tensor, *, mask: torch.Tensor | None = None,
-        positions: torch.Tensor | None = None, generator: torch.Generator | None = None,
+        self,
+        x: torch.Tensor,
+        *,
+        mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
     ) -> torch.Tensor:
         """x: [B, T, D], mask: [B, T] bool (True = real), positions: [B, T(, M)] -> [B, T, D]."""
+
         def attend(h: torch.Tensor) -> torch.Tensor:
-            return self.self_attn(h, key_mask=mask, causal=self.causal, q_positions=positions,
-                                  generator=generator)
+            return self.self_attn(
+                h, key_mask=mask, causal=self.causal, q_positions=positions, generator=generator
+            )
 
         x = self._residual(x, self.self_norm, attend)
         return self._ffn(x, generator)
@@ -139,9 +167,17 @@ class TransformerDecoderLayer(_Block):
     """
 
     def __init__(
-        self, dim: int, heads: int, ffn_dim: int, *, dropout: float = 0.1,
-        layer_drop: float = 0.0, norm_first: bool = True, activation: str = "gelu",
-        relative: RelPos | None = None, rotary: Rotary | None = None,
+        self,
+        dim: int,
+        heads: int,
+        ffn_dim: int,
+        *,
+        dropout: float = 0.1,
+        layer_drop: float = 0.0,
+        norm_first: bool = True,
+        activation: str = "gelu",
+        relative: RelPos | None = None,
+        rotary: Rotary | None = None,
     ) -> None:
         super().__init__(
             dim, heads, ffn_dim, dropout, layer_drop, norm_first, activation, relative, rotary
@@ -150,8 +186,13 @@ class TransformerDecoderLayer(_Block):
         self.cross_norm = nn.LayerNorm(dim)
 
     def forward(
-        self, x: torch.Tensor, memory: torch.Tensor | None, *, mask: torch.Tensor | None = None,
-        memory_mask: torch.Tensor | None = None, positions: torch.Tensor | None = None,
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor | None,
+        *,
+        mask: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
         cache: tuple[AttentionCache, AttentionCache] | None = None,
     ) -> torch.Tensor:
@@ -167,7 +208,11 @@ class TransformerDecoderLayer(_Block):
 
         def attend(h: torch.Tensor) -> torch.Tensor:
             return self.self_attn(
-                h, key_mask=mask, causal=True, q_positions=positions, generator=generator,
+                h,
+                key_mask=mask,
+                causal=True,
+                q_positions=positions,
+                generator=generator,
                 cache=self_cache,
             )
 
@@ -183,9 +228,17 @@ class _Stack(nn.Module):
     """Absolute encoding at the input, a list of layers, an optional final norm."""
 
     def __init__(
-        self, layer_cls: type[_Block], layers: int, dim: int, heads: int, ffn_dim: int,
-        position: nn.Module | None, relative_factory: Callable[[], nn.Module] | None,
-        relative_layers: str, final_norm: bool | None, **options: Any,
+        self,
+        layer_cls: type[_Block],
+        layers: int,
+        dim: int,
+        heads: int,
+        ffn_dim: int,
+        position: nn.Module | None,
+        relative_factory: Callable[[], nn.Module] | None,
+        relative_layers: str,
+        final_norm: bool | None,
+        **options: Any,
     ) -> None:
         super().__init__()
         check_int("layers", layers)
@@ -207,15 +260,21 @@ class _Stack(nn.Module):
                 rel = relative_factory()
             kinds = {"relative": rel} if isinstance(rel, RelPos) else {"rotary": rel}
             if rel is not None and not isinstance(rel, (RelPos, Rotary)):
-                raise TypeError(f"relative_factory must return a RelPos or Rotary, got {type(rel).__name__}")
+                raise TypeError(
+                    f"relative_factory must return a RelPos or Rotary, got {type(rel).__name__}"
+                )
             blocks.append(layer_cls(dim, heads, ffn_dim, **kinds, **options))
         self.layers = nn.ModuleList(blocks)
         final_norm = options.get("norm_first", True) if final_norm is None else final_norm
         self.norm = nn.LayerNorm(dim) if final_norm else None
 
     def _add_position(
-        self, x: torch.Tensor, mask: torch.Tensor | None, positions: torch.Tensor | None,
-        position_kwargs: dict[str, Any] | None, generator: torch.Generator | None,
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None,
+        positions: torch.Tensor | None,
+        position_kwargs: dict[str, Any] | None,
+        generator: torch.Generator | None,
     ) -> torch.Tensor:
         if self.position is None:
             return x
@@ -245,22 +304,46 @@ class TransformerEncoder(_Stack):
     """
 
     def __init__(
-        self, layers: int, dim: int, heads: int, ffn_dim: int, *,
+        self,
+        layers: int,
+        dim: int,
+        heads: int,
+        ffn_dim: int,
+        *,
         position: nn.Module | None = None,
         relative_factory: Callable[[], nn.Module] | None = None,
-        relative_layers: str = "all", final_norm: bool | None = None, dropout: float = 0.1,
-        layer_drop: float = 0.0, norm_first: bool = True, activation: str = "gelu",
+        relative_layers: str = "all",
+        final_norm: bool | None = None,
+        dropout: float = 0.1,
+        layer_drop: float = 0.0,
+        norm_first: bool = True,
+        activation: str = "gelu",
         causal: bool = False,
     ) -> None:
         super().__init__(
-            TransformerEncoderLayer, layers, dim, heads, ffn_dim, position, relative_factory,
-            relative_layers, final_norm, dropout=dropout, layer_drop=layer_drop,
-            norm_first=norm_first, activation=activation, causal=causal,
+            TransformerEncoderLayer,
+            layers,
+            dim,
+            heads,
+            ffn_dim,
+            position,
+            relative_factory,
+            relative_layers,
+            final_norm,
+            dropout=dropout,
+            layer_drop=layer_drop,
+            norm_first=norm_first,
+            activation=activation,
+            causal=causal,
         )
 
     def forward(
-        self, x: torch.Tensor, *, mask: torch.Tensor | None = None,
-        positions: torch.Tensor | None = None, position_kwargs: dict[str, Any] | None = None,
+        self,
+        x: torch.Tensor,
+        *,
+        mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        position_kwargs: dict[str, Any] | None = None,
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
         """x: [B, T, D], mask: [B, T] bool (True = real) -> [B, T, D].
@@ -285,16 +368,35 @@ class TransformerDecoder(_Stack):
     """
 
     def __init__(
-        self, layers: int, dim: int, heads: int, ffn_dim: int, *,
+        self,
+        layers: int,
+        dim: int,
+        heads: int,
+        ffn_dim: int,
+        *,
         position: nn.Module | None = None,
         relative_factory: Callable[[], nn.Module] | None = None,
-        relative_layers: str = "all", final_norm: bool | None = None, dropout: float = 0.1,
-        layer_drop: float = 0.0, norm_first: bool = True, activation: str = "gelu",
+        relative_layers: str = "all",
+        final_norm: bool | None = None,
+        dropout: float = 0.1,
+        layer_drop: float = 0.0,
+        norm_first: bool = True,
+        activation: str = "gelu",
     ) -> None:
         super().__init__(
-            TransformerDecoderLayer, layers, dim, heads, ffn_dim, position, relative_factory,
-            relative_layers, final_norm, dropout=dropout, layer_drop=layer_drop,
-            norm_first=norm_first, activation=activation,
+            TransformerDecoderLayer,
+            layers,
+            dim,
+            heads,
+            ffn_dim,
+            position,
+            relative_factory,
+            relative_layers,
+            final_norm,
+            dropout=dropout,
+            layer_drop=layer_drop,
+            norm_first=norm_first,
+            activation=activation,
         )
 
     def start_cache(
@@ -306,9 +408,15 @@ class TransformerDecoder(_Stack):
         return DecoderCache(len(self.layers), cross_attn=cross)
 
     def forward(
-        self, x: torch.Tensor, memory: torch.Tensor | None, *, mask: torch.Tensor | None = None,
-        memory_mask: torch.Tensor | None = None, positions: torch.Tensor | None = None,
-        position_kwargs: dict[str, Any] | None = None, generator: torch.Generator | None = None,
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor | None,
+        *,
+        mask: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        position_kwargs: dict[str, Any] | None = None,
+        generator: torch.Generator | None = None,
         cache: DecoderCache | None = None,
     ) -> torch.Tensor:
         """x: [B, T, D] targets, memory: [B, S, D] encoder output -> [B, T, D].
@@ -321,7 +429,9 @@ class TransformerDecoder(_Stack):
         """
         if cache is not None:
             if len(cache.self_attn) != len(self.layers):
-                raise ValueError(f"cache has {len(cache.self_attn)} layers, the decoder {len(self.layers)}")
+                raise ValueError(
+                    f"cache has {len(cache.self_attn)} layers, the decoder {len(self.layers)}"
+                )
             if positions is None:
                 b, t = x.shape[:2]
                 positions = token_positions(b, t, mask=mask, device=x.device) + cache.length
@@ -330,7 +440,11 @@ class TransformerDecoder(_Stack):
         x = self._add_position(x, mask, positions, position_kwargs, generator)
         for i, layer in enumerate(self.layers):
             x = layer(
-                x, memory, mask=mask, memory_mask=memory_mask, positions=positions,
+                x,
+                memory,
+                mask=mask,
+                memory_mask=memory_mask,
+                positions=positions,
                 generator=generator,
                 cache=None if cache is None else (cache.self_attn[i], cache.cross_attn[i]),
             )

@@ -102,7 +102,9 @@ class ViT(nn.Module):
             raise ValueError(
                 f"image_size {self.image_size} must be a multiple of patch={self.patch}"
             )
-        encoding_class(position, key="position")  # a `cape.build` name, or a ValueError listing them
+        encoding_class(
+            position, key="position"
+        )  # a `cape.build` name, or a ValueError listing them
         self.position_name = position.lower()
         self.grid = (self.image_size[0] // self.patch, self.image_size[1] // self.patch)
         self.dim = dim
@@ -137,8 +139,14 @@ class ViT(nn.Module):
 
         self.dropout = nn.Dropout(dropout)
         self.encoder = TransformerEncoder(
-            depth, dim, heads, int(mlp_ratio * dim), relative_factory=relative_factory,
-            dropout=dropout, norm_first=True, final_norm=True,
+            depth,
+            dim,
+            heads,
+            int(mlp_ratio * dim),
+            relative_factory=relative_factory,
+            dropout=dropout,
+            norm_first=True,
+            final_norm=True,
         )
         self.head = nn.Linear(dim, num_classes)
 
@@ -146,15 +154,17 @@ class ViT(nn.Module):
     def patch_grid(self, images: torch.Tensor) -> tuple[int, int]:
         """Check images [B, C, H, W] -> the patch grid (H/patch, W/patch)."""
         if not isinstance(images, torch.Tensor) or images.dim() != 4:
-            shape = tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
+            shape = (
+                tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
+            )
             raise ValueError(f"images must be a tensor [B, C, H, W], got {shape}")
         if images.shape[1] != self.channels:
-            raise ValueError(f"images must have {self.channels} channels, got {tuple(images.shape)}")
+            raise ValueError(
+                f"images must have {self.channels} channels, got {tuple(images.shape)}"
+            )
         height, width = images.shape[-2:]
         if height % self.patch or width % self.patch:
-            raise ValueError(
-                f"image size {height}x{width} is not a multiple of patch={self.patch}"
-            )
+            raise ValueError(f"image size {height}x{width} is not a multiple of patch={self.patch}")
         return height // self.patch, width // self.patch
 
     @property
@@ -175,7 +185,10 @@ class ViT(nn.Module):
         return True
 
     def patch_positions(
-        self, grid: tuple[int, int], *, extent: float | None = None,
+        self,
+        grid: tuple[int, int],
+        *,
+        extent: float | None = None,
         generator: torch.Generator | None = None,
     ) -> torch.Tensor | None:
         """The additive positions of an H' x W' patch grid: [1, H'W', D] float32, row-major
@@ -189,9 +202,7 @@ class ViT(nn.Module):
         if extent is not None and self.position is None and self.layer_position is None:
             raise ValueError(f"extent rescales positions; {self.position_name!r} has none")
 
-    def _rotary_positions(
-        self, positions: torch.Tensor | None, batch: int
-    ) -> torch.Tensor | None:
+    def _rotary_positions(self, positions: torch.Tensor | None, batch: int) -> torch.Tensor | None:
         """Patch positions [1 or B, T, 2] -> with the class token at (0, 0) first, [B, 1 + T, 2]."""
         if positions is None:
             return None
@@ -199,7 +210,10 @@ class ViT(nn.Module):
         return torch.cat([cls, positions], dim=1).expand(batch, -1, -1)
 
     def embed(
-        self, images: torch.Tensor, *, extent: float | None = None,
+        self,
+        images: torch.Tensor,
+        *,
+        extent: float | None = None,
         generator: torch.Generator | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """images [B, C, H, W] -> (tokens [B, 1 + H'W', D], rotary positions [B, 1 + H'W', 2] or None).
@@ -214,8 +228,11 @@ class ViT(nn.Module):
         if self.position is not None:
             x = x + self.position(x, grid=(height, width), extent=extent, generator=generator)
         rotary = self.layer_position
-        grid = None if rotary is None else rotary.grid_positions(
-            height, width, extent=extent, device=x.device)
+        grid = (
+            None
+            if rotary is None
+            else rotary.grid_positions(height, width, extent=extent, device=x.device)
+        )
         return self._with_cls(x), self._rotary_positions(grid, batch)
 
     def _with_cls(self, x: torch.Tensor) -> torch.Tensor:
@@ -223,7 +240,10 @@ class ViT(nn.Module):
         return self.dropout(torch.cat([cls[None, None].expand(x.shape[0], 1, -1), x], dim=1))
 
     def forward(
-        self, images: torch.Tensor | list[torch.Tensor], *, extent: float | None = None,
+        self,
+        images: torch.Tensor | list[torch.Tensor],
+        *,
+        extent: float | None = None,
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
         """images [B, C, H, W] (H, W multiples of patch) -> logits [B, num_classes].
@@ -237,7 +257,10 @@ class ViT(nn.Module):
         return self.head(x[:, 0])
 
     def embed_packed(
-        self, images: list[torch.Tensor], *, extent: float | None = None,
+        self,
+        images: list[torch.Tensor],
+        *,
+        extent: float | None = None,
         generator: torch.Generator | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """A packed batch: images [C, H_i, W_i] of different sizes (multiples of patch) ->
@@ -260,12 +283,18 @@ class ViT(nn.Module):
             )
         mask = torch.cat([real.new_ones(batch, 1), real], dim=1)
         rotary = self.layer_position
-        grid = None if rotary is None else packed_positions(
-            rotary, grids, t_max, extent=extent, device=x.device)
+        grid = (
+            None
+            if rotary is None
+            else packed_positions(rotary, grids, t_max, extent=extent, device=x.device)
+        )
         return self._with_cls(x), mask, self._rotary_positions(grid, batch)
 
     def forward_packed(
-        self, images: list[torch.Tensor], *, extent: float | None = None,
+        self,
+        images: list[torch.Tensor],
+        *,
+        extent: float | None = None,
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
         """images: list of [C, H_i, W_i] (any sizes, multiples of patch) -> logits [B, num_classes].

@@ -62,20 +62,25 @@ def check_packed(images: object, channels: int, patch: int) -> list[Grid]:
 def _padded(tables: dict[Grid, torch.Tensor], grids: list[Grid], t_max: int) -> torch.Tensor:
     """One [T_g, ...] table per distinct grid -> [B, T_max, ...] in list order, 0 at padding."""
     sizes = list(tables)
-    stacked = torch.stack([
-        F.pad(t, (0, 0) * (t.dim() - 1) + (0, t_max - t.shape[0])) for t in tables.values()
-    ])
+    stacked = torch.stack(
+        [F.pad(t, (0, 0) * (t.dim() - 1) + (0, t_max - t.shape[0])) for t in tables.values()]
+    )
     ids = torch.tensor([sizes.index(g) for g in grids], device=stacked.device)
     return stacked[ids]
 
 
 def packed_positions(
-    encoding: nn.Module, grids: list[Grid], t_max: int, *, extent: float | None,
+    encoding: nn.Module,
+    grids: list[Grid],
+    t_max: int,
+    *,
+    extent: float | None,
     device: torch.device,
 ) -> torch.Tensor:
     """Each image's `encoding.grid_positions(H_i, W_i)`, padded -> [B, T_max, M] (0 at padding)."""
     tables = {
-        g: encoding.grid_positions(*g, extent=extent, device=device)[0] for g in dict.fromkeys(grids)
+        g: encoding.grid_positions(*g, extent=extent, device=device)[0]
+        for g in dict.fromkeys(grids)
     }
     return _padded(tables, grids, t_max)
 

@@ -63,10 +63,10 @@ def _read_spec(file: Path) -> dict[str, Any]:
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{file} is not valid JSON: {e}") from e
     if not isinstance(spec, dict) or not isinstance(spec.get("model"), dict):
-        raise ValueError(f"{file} must hold an object with a \"model\" object (CTCModel keywords)")
+        raise ValueError(f'{file} must hold an object with a "model" object (CTCModel keywords)')
     features = spec.get("features")
     if not isinstance(features, dict) or any(k not in features for k in _FEATURE_KEYS):
-        raise ValueError(f"{file} must hold a \"features\" object with keys {list(_FEATURE_KEYS)}")
+        raise ValueError(f'{file} must hold a "features" object with keys {list(_FEATURE_KEYS)}')
     try:
         check_int("features.sample_rate", features["sample_rate"])
         check_int("features.n_mels", features["n_mels"])
@@ -103,12 +103,14 @@ def load_asr_model(
     try:
         device = torch.device(device)
     except RuntimeError as e:
-        raise ValueError(f"device must be a torch device such as 'cpu' or 'cuda:0', got {device!r}") from e
+        raise ValueError(
+            f"device must be a torch device such as 'cpu' or 'cuda:0', got {device!r}"
+        ) from e
     spec = _read_spec(spec_file)
     try:
         model = CTCModel(**spec["model"])
     except (TypeError, ValueError) as e:
-        raise ValueError(f"{spec_file}: \"model\" is not valid CTCModel keywords: {e}") from e
+        raise ValueError(f'{spec_file}: "model" is not valid CTCModel keywords: {e}') from e
     if model.n_mels != spec["features"]["n_mels"]:
         raise ValueError(
             f"{spec_file}: model n_mels {model.n_mels} != features n_mels {spec['features']['n_mels']}"
@@ -170,7 +172,9 @@ def transcribe(
     hop = feat["hop_ms"] if hop_ms is None else check_float("hop_ms", hop_ms, strict=True)
     hop_s = frame_hop_seconds(hop, sr)  # the hop in whole samples, as training used it
     if model.vocab_size != VOCAB_SIZE:
-        raise ValueError(f"the model must output the {VOCAB_SIZE} letter classes, has {model.vocab_size}")
+        raise ValueError(
+            f"the model must output the {VOCAB_SIZE} letter classes, has {model.vocab_size}"
+        )
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()  # dropout / layer drop would make decoding random
@@ -181,7 +185,11 @@ def transcribe(
                 check_tensor(f"waves[{i}]", wave, ndims=(1,), floating=True)
                 try:
                     feats = log_mel(
-                        wave.to(device), sr, hop_ms=hop, win_ms=feat["win_ms"], n_mels=feat["n_mels"]
+                        wave.to(device),
+                        sr,
+                        hop_ms=hop,
+                        win_ms=feat["win_ms"],
+                        n_mels=feat["n_mels"],
                     )
                 except ValueError as e:
                     raise ValueError(f"waves[{i}]: {e}") from e
@@ -299,7 +307,9 @@ def _table(result: dict[str, Any]) -> str:
     """Markdown table: WER/CER % per duration bin, then all utterances."""
     lines = ["| duration (s) | utterances | WER % | CER % |", "|---|---:|---:|---:|"]
     for b in result["bins"]:
-        lines.append(f"| {b['low']:g}-{b['high']:g} | {b['count']} | {_pct(b['wer'])} | {_pct(b['cer'])} |")
+        lines.append(
+            f"| {b['low']:g}-{b['high']:g} | {b['count']} | {_pct(b['wer'])} | {_pct(b['cer'])} |"
+        )
     lines.append(
         f"| all ({result['seconds']:.1f} s) | {result['utterances']} | "
         f"{_pct(result['wer'])} | {_pct(result['cer'])} |"
@@ -358,7 +368,9 @@ def transcribe_main(argv: list[str]) -> int:
     model_path = Path(args.model)
     if args.checkpoint is not None and not (model_path / SPEC_FILE).is_file():
         raise ValueError(f"--checkpoint needs a run folder (with {SPEC_FILE}), got {model_path}")
-    model, spec = load_asr_model(model_path, checkpoint=args.checkpoint or "best", device=args.device)
+    model, spec = load_asr_model(
+        model_path, checkpoint=args.checkpoint or "best", device=args.device
+    )
     feat = spec["features"]
     if args.transcripts is None:
         for file in _audio_files(args.audio):
@@ -373,10 +385,16 @@ def transcribe_main(argv: list[str]) -> int:
     )
     print(_table(result))
     if result["unlisted"]:
-        print(f"({result['unlisted']} WAV file(s) in {args.audio[0]} not in {args.transcripts}: ignored)")
+        print(
+            f"({result['unlisted']} WAV file(s) in {args.audio[0]} not in {args.transcripts}: ignored)"
+        )
     if args.out is not None:
-        settings = {"model": str(model_path), "checkpoint": spec["checkpoint"],
-                    "hop_ms": args.hop_ms or feat["hop_ms"], "beam": args.beam}
+        settings = {
+            "model": str(model_path),
+            "checkpoint": spec["checkpoint"],
+            "hop_ms": args.hop_ms or feat["hop_ms"],
+            "beam": args.beam,
+        }
         text = json.dumps(_json_safe({"settings": settings, **result}), indent=2) + "\n"
         atomic_write(args.out, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
         print(f"scores -> {args.out}")

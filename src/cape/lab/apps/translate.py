@@ -24,8 +24,15 @@ from cape.lab.train.checkpoint import load_checkpoint, pick_checkpoint
 from cape.models.search import beam_search, greedy_decode, max_lengths
 from cape.models.seq2seq import Seq2Seq
 
-__all__ = ["load_translation_model", "translate", "translate_ids", "normalize_source", "pad_batch",
-           "source_ids", "translate_main"]
+__all__ = [
+    "load_translation_model",
+    "translate",
+    "translate_ids",
+    "normalize_source",
+    "pad_batch",
+    "source_ids",
+    "translate_main",
+]
 
 _SPACES = re.compile(r"\s+")
 
@@ -48,27 +55,39 @@ def _current_spec(model: dict[str, Any]) -> dict[str, Any]:
     return model
 
 
-def load_translation_model(run: str | Path, *, device: str | torch.device = "cpu",
-                           checkpoint: str = "best") -> tuple[Seq2Seq, Tokenizer, dict[str, Any]]:
+def load_translation_model(
+    run: str | Path, *, device: str | torch.device = "cpu", checkpoint: str = "best"
+) -> tuple[Seq2Seq, Tokenizer, dict[str, Any]]:
     """(model in eval mode, tokenizer, model.json) of a run folder; `checkpoint`: "best" (the
     newest step when best/ was never saved), "latest", or a folder name in RUN/checkpoints."""
     run = Path(run)
     spec_path = run / "model.json"
     if not spec_path.is_file():
-        raise FileNotFoundError(f"run {str(run)!r} has no model.json: give a folder "
-                                "<out>/<row>/seed<k> of `cape experiment translation`")
+        raise FileNotFoundError(
+            f"run {str(run)!r} has no model.json: give a folder "
+            "<out>/<row>/seed<k> of `cape experiment translation`"
+        )
     spec = json.loads(spec_path.read_text(encoding="utf-8"))
     if spec.get("experiment") != "translation":
-        raise ValueError(f"run {str(run)!r} is a {spec.get('experiment')!r} run, not a translation one")
+        raise ValueError(
+            f"run {str(run)!r} is a {spec.get('experiment')!r} run, not a translation one"
+        )
     path = pick_checkpoint(run / "checkpoints", checkpoint)
     model = Seq2Seq(**_current_spec(spec["model"]))
     load_checkpoint(path, model)
     return model.to(device).eval(), Tokenizer(run / "bpe.model"), spec
 
 
-def translate(model: Seq2Seq, tokenizer: Tokenizer, texts: Sequence[str], *, beam: int = 4,
-              length_penalty: float = 1.0, batch_size: int = 64,
-              max_tokens: int | None = None) -> list[str]:
+def translate(
+    model: Seq2Seq,
+    tokenizer: Tokenizer,
+    texts: Sequence[str],
+    *,
+    beam: int = 4,
+    length_penalty: float = 1.0,
+    batch_size: int = 64,
+    max_tokens: int | None = None,
+) -> list[str]:
     """Translations of `texts` (in order). beam 0 = greedy. Sentences are decoded in batches
     of similar length (padding never changes an output; tested). max_tokens: longer sources
     are cut to that many BPE tokens (None: no cut)."""
@@ -80,13 +99,27 @@ def translate(model: Seq2Seq, tokenizer: Tokenizer, texts: Sequence[str], *, bea
     ids = tokenizer.encode_batch([normalize_source(t) for t in texts])
     if max_tokens is not None:
         ids = [s[:max_tokens] for s in ids]
-    return translate_ids(model, tokenizer, ids, beam=beam, length_penalty=length_penalty,
-                         batch_size=batch_size, device=device)
+    return translate_ids(
+        model,
+        tokenizer,
+        ids,
+        beam=beam,
+        length_penalty=length_penalty,
+        batch_size=batch_size,
+        device=device,
+    )
 
 
-def translate_ids(model: Seq2Seq, tokenizer: Tokenizer, ids: Sequence[Sequence[int]], *,
-                  beam: int, length_penalty: float, batch_size: int,
-                  device: torch.device) -> list[str]:
+def translate_ids(
+    model: Seq2Seq,
+    tokenizer: Tokenizer,
+    ids: Sequence[Sequence[int]],
+    *,
+    beam: int,
+    length_penalty: float,
+    batch_size: int,
+    device: torch.device,
+) -> list[str]:
     """`translate` from BPE ids (no BOS/EOS) to texts; what the experiment calls."""
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     out = [""] * len(ids)
@@ -95,11 +128,24 @@ def translate_ids(model: Seq2Seq, tokenizer: Tokenizer, ids: Sequence[Sequence[i
         src, mask = pad_batch([source_ids(ids[i], tokenizer) for i in idx], tokenizer.pad_id)
         src, mask = src.to(device), mask.to(device)
         if beam:
-            hyps = beam_search(model, src, mask, bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id,
-                               beam=beam, length_penalty=length_penalty)
+            hyps = beam_search(
+                model,
+                src,
+                mask,
+                bos_id=tokenizer.bos_id,
+                eos_id=tokenizer.eos_id,
+                beam=beam,
+                length_penalty=length_penalty,
+            )
         else:
-            hyps = greedy_decode(model, src, mask, bos_id=tokenizer.bos_id,
-                                 eos_id=tokenizer.eos_id, max_len=max_lengths(mask, 1.5, 10))
+            hyps = greedy_decode(
+                model,
+                src,
+                mask,
+                bos_id=tokenizer.bos_id,
+                eos_id=tokenizer.eos_id,
+                max_len=max_lengths(mask, 1.5, 10),
+            )
         for i, h in zip(idx, hyps, strict=True):
             out[i] = tokenizer.decode(h)
     return out
@@ -122,20 +168,26 @@ def source_ids(ids: Sequence[int], tokenizer: Tokenizer) -> list[int]:
 
 def translate_main(argv: list[str]) -> int:
     """`cape translate RUN [TEXT ...]`: translate each TEXT, or each line of stdin."""
-    p = argparse.ArgumentParser(prog="cape translate",
-                                description="Translate English sentences into Spanish with a "
-                                "trained `cape experiment translation` run.")
+    p = argparse.ArgumentParser(
+        prog="cape translate",
+        description="Translate English sentences into Spanish with a "
+        "trained `cape experiment translation` run.",
+    )
     p.add_argument("run", help="run folder <out>/<row>/seed<k> (holds model.json, bpe.model)")
     p.add_argument("text", nargs="*", help="sentences; none: read one sentence per stdin line")
     p.add_argument("--beam", type=int, default=4, help="beam width; 0 = greedy (default 4)")
     p.add_argument("--length-penalty", type=float, default=1.0)
-    p.add_argument("--checkpoint", default="best",
-                   help="best (default), latest, or a folder name in RUN/checkpoints")
+    p.add_argument(
+        "--checkpoint",
+        default="best",
+        help="best (default), latest, or a folder name in RUN/checkpoints",
+    )
     p.add_argument("--device", default="cpu")
     args = p.parse_args(argv)
     try:
-        model, tok, _ = load_translation_model(args.run, device=args.device,
-                                               checkpoint=args.checkpoint)
+        model, tok, _ = load_translation_model(
+            args.run, device=args.device, checkpoint=args.checkpoint
+        )
     except (FileNotFoundError, ValueError) as e:
         print(f"cape translate: {e}", file=sys.stderr)
         return 2

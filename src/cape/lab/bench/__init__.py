@@ -12,5 +12,10 @@ from cape.lab.bench.results import machine, write_results
 from cape.lab.timing import Timing, time_interleaved
 
 __all__ = [
-    "Timing", "time_interleaved", "saved_bytes", "cuda_peak_bytes", "machine", "write_results",
+    "Timing",
+    "time_interleaved",
+    "saved_bytes",
+    "cuda_peak_bytes",
+    "machine",
+    "write_results",
 ]

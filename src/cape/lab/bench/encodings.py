@@ -88,15 +88,35 @@ def _sequence_cases(family: str, shape: tuple[int, ...], audio: bool) -> list[Ca
     long = shape[1] >= 1000
     text_target = None if audio else (2.0 if long else 4.0)
     return [
-        Case(family, "cape1d train, all aug", shape, lambda d: build("cape1d", d, **cape), given,
-             True, text_target),
-        Case(family, "cape1d eval", shape, lambda d: build("cape1d", d, **cape), given, False,
-             1.3 if long and not audio else None),
+        Case(
+            family,
+            "cape1d train, all aug",
+            shape,
+            lambda d: build("cape1d", d, **cape),
+            given,
+            True,
+            text_target,
+        ),
+        Case(
+            family,
+            "cape1d eval",
+            shape,
+            lambda d: build("cape1d", d, **cape),
+            given,
+            False,
+            1.3 if long and not audio else None,
+        ),
         Case(family, "sinpos", shape, lambda d: build("sinpos", d, **freq), given),
         Case(family, "abspos", shape, lambda d: build("abspos", d, num_positions=shape[1])),
         Case(family, "lff + mlp", shape, lambda d: build("lff", d, pos_dim=1), pos),
-        Case(family, "rotary", shape, lambda d: build("rotary", _HEAD_DIM, **freq),
-             pos if audio else _with(), rotary=True),
+        Case(
+            family,
+            "rotary",
+            shape,
+            lambda d: build("rotary", _HEAD_DIM, **freq),
+            pos if audio else _with(),
+            rotary=True,
+        ),
     ]
 
 
@@ -105,17 +125,39 @@ def _vit_cases(shape: tuple[int, ...]) -> list[Case]:
     half = (grid[0] // 2, grid[1] // 2)
     pos = _with_positions(_grid)
     return [
-        Case("vit", "cape2d train, all aug", shape, lambda d: build("cape2d", d, preset="image"),
-             train=True, target=2.5),
-        Case("vit", "cape2d eval", shape, lambda d: build("cape2d", d, preset="image"),
-             train=False, target=1.3),
+        Case(
+            "vit",
+            "cape2d train, all aug",
+            shape,
+            lambda d: build("cape2d", d, preset="image"),
+            train=True,
+            target=2.5,
+        ),
+        Case(
+            "vit",
+            "cape2d eval",
+            shape,
+            lambda d: build("cape2d", d, preset="image"),
+            train=False,
+            target=1.3,
+        ),
         Case("vit", "sinpos2d", shape, lambda d: build("sinpos2d", d)),
         Case("vit", "abspos2d", shape, lambda d: build("abspos2d", d, grid=grid)),
-        Case("vit", f"abspos2d resampled from {half[0]}x{half[1]}", shape,
-             lambda d: build("abspos2d", d, grid=half)),
+        Case(
+            "vit",
+            f"abspos2d resampled from {half[0]}x{half[1]}",
+            shape,
+            lambda d: build("abspos2d", d, grid=half),
+        ),
         Case("vit", "lff + mlp (2d)", shape, lambda d: build("lff", d, pos_dim=2), pos),
-        Case("vit", "rotary (2d)", shape, lambda d: build("rotary", _HEAD_DIM, pos_dim=2), pos,
-             rotary=True),
+        Case(
+            "vit",
+            "rotary (2d)",
+            shape,
+            lambda d: build("rotary", _HEAD_DIM, pos_dim=2),
+            pos,
+            rotary=True,
+        ),
     ]
 
 
@@ -131,8 +173,14 @@ def _backward(outs: list[torch.Tensor]) -> None:
     torch.autograd.backward(outs, [torch.ones_like(o) for o in outs])
 
 
-def run_case(case: Case, *, runs: int = 20, device: str = "cpu", dtype: torch.dtype = torch.float32,
-             scale: float = 1.0) -> dict[str, Any]:
+def run_case(
+    case: Case,
+    *,
+    runs: int = 20,
+    device: str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    scale: float = 1.0,
+) -> dict[str, Any]:
     """Time and measure one case. scale: shrinks B (tests); shapes keep T, H, W and D."""
     dev = torch.device(device)
     shape = (max(1, int(case.shape[0] * scale)), *case.shape[1:])
@@ -158,13 +206,18 @@ def run_case(case: Case, *, runs: int = 20, device: str = "cpu", dtype: torch.dt
     saved = saved_bytes(lambda: case.outputs(enc, x), exclude=[x, *params])
     peak = cuda_peak_bytes(encoded, dev)
     row: dict[str, Any] = dict(
-        family=case.family, case=case.name, shape="x".join(map(str, shape)),
-        table_ms=base, table_iqr_ms=timings[0].iqr_ms,
-        encoding_ms=timings[1].median_ms, encoding_iqr_ms=timings[1].iqr_ms,
+        family=case.family,
+        case=case.name,
+        shape="x".join(map(str, shape)),
+        table_ms=base,
+        table_iqr_ms=timings[0].iqr_ms,
+        encoding_ms=timings[1].median_ms,
+        encoding_iqr_ms=timings[1].iqr_ms,
         ratio=timings[1].median_ms / base,
         fused_ms=timings[2].median_ms if has_fused else float("nan"),
         fused_ratio=timings[2].median_ms / base if has_fused else float("nan"),
-        saved_mib=saved / 2**20, peak_mib=float("nan") if peak is None else peak / 2**20,
+        saved_mib=saved / 2**20,
+        peak_mib=float("nan") if peak is None else peak / 2**20,
         target="" if case.target is None else f"<= {case.target}",
     )
     if case.target is not None:
@@ -173,8 +226,20 @@ def run_case(case: Case, *, runs: int = 20, device: str = "cpu", dtype: torch.dt
     return row
 
 
-COLUMNS = ["family", "case", "shape", "table_ms", "encoding_ms", "encoding_iqr_ms", "ratio",
-           "fused_ms", "fused_ratio", "saved_mib", "peak_mib", "target"]
+COLUMNS = [
+    "family",
+    "case",
+    "shape",
+    "table_ms",
+    "encoding_ms",
+    "encoding_iqr_ms",
+    "ratio",
+    "fused_ms",
+    "fused_ratio",
+    "saved_mib",
+    "peak_mib",
+    "target",
+]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -193,15 +258,31 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--runs must be >= 1, got {args.runs}")
     if not 0 < args.scale <= 1:
         p.error(f"--scale must lie in (0, 1], got {args.scale}")
-    rows = [run_case(c, runs=args.runs, device=args.device, scale=args.scale)
-            for c in CASES if c.family in families]
-    meta = {**machine(args.device), "dtype": "fp32", "runs": args.runs,
-            "times": "median ms of fwd+bwd; IQR = inter-quartile range; ratio = / table add, same run"}
-    notes = ("`encoding_ms`: x + enc(x); `fused_ms`: enc.add_to(x) (no second output buffer). "
-             "`saved_mib`: memory kept for the backward beyond x and the parameters; `peak_mib`: "
-             "CUDA allocator peak above the input (NaN on CPU). Rotary rotates q and k: 2x the data.")
-    write_results(args.out, "encodings", rows, title="Cost of each encoding against adding a table",
-                  columns=COLUMNS, meta=meta, notes=notes)
+    rows = [
+        run_case(c, runs=args.runs, device=args.device, scale=args.scale)
+        for c in CASES
+        if c.family in families
+    ]
+    meta = {
+        **machine(args.device),
+        "dtype": "fp32",
+        "runs": args.runs,
+        "times": "median ms of fwd+bwd; IQR = inter-quartile range; ratio = / table add, same run",
+    }
+    notes = (
+        "`encoding_ms`: x + enc(x); `fused_ms`: enc.add_to(x) (no second output buffer). "
+        "`saved_mib`: memory kept for the backward beyond x and the parameters; `peak_mib`: "
+        "CUDA allocator peak above the input (NaN on CPU). Rotary rotates q and k: 2x the data."
+    )
+    write_results(
+        args.out,
+        "encodings",
+        rows,
+        title="Cost of each encoding against adding a table",
+        columns=COLUMNS,
+        meta=meta,
+        notes=notes,
+    )
     return 0
 
 

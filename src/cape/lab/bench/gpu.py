@@ -42,6 +42,7 @@ def _sequence(name: str, **kw: Any) -> Factory:
         if isinstance(enc, LearnableFourierFeatures):  # its positions are given: token indices
             given["positions"] = torch.arange(50.0, device=dev)[None, :, None].expand(4, 50, 1)
         return enc, lambda m: m.add_to(x, **given).square().mean()
+
     return make
 
 
@@ -49,11 +50,24 @@ def _image(name: str, **kw: Any) -> Factory:
     def make(dev: torch.device) -> tuple[nn.Module, Loss]:
         from cape.models import ViT
 
-        vit = ViT(10, image_size=32, patch=4, dim=64, depth=2, heads=2, position=name,
-                  position_options=kw).to(dev).train()
+        vit = (
+            ViT(
+                10,
+                image_size=32,
+                patch=4,
+                dim=64,
+                depth=2,
+                heads=2,
+                position=name,
+                position_options=kw,
+            )
+            .to(dev)
+            .train()
+        )
         x = torch.randn(4, 3, 40, 32, device=dev)
         y = torch.randint(0, 10, (4,), device=dev)
         return vit, lambda m: nn.functional.cross_entropy(m(x), y)
+
     return make
 
 
@@ -68,7 +82,9 @@ def _ctc(name: str) -> Factory:
         def loss(m: nn.Module) -> torch.Tensor:
             log_probs, out_lengths = m(feats, lengths, hop=0.01)
             return log_probs.float().logsumexp(-1).mean() + out_lengths.float().mean() * 0
+
         return net, loss
+
     return make
 
 
@@ -142,8 +158,12 @@ def check_graph_step(device: torch.device, replays: int = 5) -> dict[str, Any]:
     close = abs(eager - values[-1]) <= 0.5 * abs(values[-1]) + 1e-3
     ok = moved and distinct and close and all(v == v for v in values)
     detail = f"losses {', '.join(f'{v:.4f}' for v in values)}; eager after: {eager:.4f}"
-    return dict(check="graph", case="encoder cape1d AdamW step", result="ok" if ok else "FAILED",
-                detail=detail)
+    return dict(
+        check="graph",
+        case="encoder cape1d AdamW step",
+        result="ok" if ok else "FAILED",
+        detail=detail,
+    )
 
 
 def check_bf16(name: str, device: torch.device, rtol: float = 0.05) -> dict[str, Any]:
@@ -161,13 +181,20 @@ def check_bf16(name: str, device: torch.device, rtol: float = 0.05) -> dict[str,
     (l32, g32), (l16, g16) = out
     finite = all(v == v and abs(v) != float("inf") for v in (l16, g16))
     ok = finite and abs(l16 - l32) <= rtol * abs(l32) + 1e-3 and abs(g16 - g32) <= rtol * g32 + 1e-3
-    return dict(check="bf16", case=name, result="ok" if ok else "FAILED",
-                detail=f"loss {l32:.4f} -> {l16:.4f}, grad norm {g32:.4f} -> {g16:.4f}")
+    return dict(
+        check="bf16",
+        case=name,
+        result="ok" if ok else "FAILED",
+        detail=f"loss {l32:.4f} -> {l16:.4f}, grad norm {g32:.4f} -> {g16:.4f}",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="cape bench gpu", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="cape bench gpu",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--device", default="cuda", help="a CUDA device, e.g. cuda or cuda:1")
     p.add_argument("--out", default=None, help="folder for gpu.md / gpu.csv")
     args = p.parse_args(argv)
@@ -184,6 +211,12 @@ def main(argv: list[str] | None = None) -> int:
     rows += [check_bf16(name, device) for name in SYNC_CASES]
     for r in rows:
         r.setdefault("detail", "")
-    write_results(args.out, "gpu", rows, title="The GPU path: host syncs, CUDA graphs, bf16",
-                  columns=["check", "case", "result", "detail"], meta=machine(device))
+    write_results(
+        args.out,
+        "gpu",
+        rows,
+        title="The GPU path: host syncs, CUDA graphs, bf16",
+        columns=["check", "case", "result", "detail"],
+        meta=machine(device),
+    )
     return 0 if all(r["result"] == "ok" for r in rows) else 1

@@ -56,7 +56,9 @@ def _cell(value: Any, digits: int) -> str:
     return str(value).replace("|", "\\|")
 
 
-def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], digits: int = 2) -> str:
+def markdown_table(
+    rows: Sequence[Mapping[str, Any]], columns: Sequence[str], digits: int = 2
+) -> str:
     """GitHub markdown table of `rows` restricted to `columns` (floats with `digits` decimals)."""
     if not columns:
         raise ValueError("columns must name at least one column")

@@ -45,13 +45,26 @@ from cape.models import TransformerDecoder, TransformerEncoder
 from cape.positions import token_positions
 
 __all__ = [
-    "SlowdownConfig", "PRESETS", "ENCODINGS", "MODELS", "DTYPES", "CAPE_TARGET",
-    "build_model", "update_fn", "run_cell", "table9_rows", "main",
+    "SlowdownConfig",
+    "PRESETS",
+    "ENCODINGS",
+    "MODELS",
+    "DTYPES",
+    "CAPE_TARGET",
+    "build_model",
+    "update_fn",
+    "run_cell",
+    "table9_rows",
+    "main",
 ]
 
 ENCODINGS = ("nopos", "relpos-100", "relpos-1000", "cape1d", "sinpos", "abspos", "lff", "rotary")
 MODELS = ("layer", "encoder", "decoder")
-DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPES: dict[str, torch.dtype] = {
+    "fp32": torch.float32,
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+}
 CAPE_TARGET = 1.02  # the issue's target: CAPE within 2% of nopos
 _CAPE = dict(preset="text", max_global_scaling=1.1, normalize=True)
 
@@ -115,7 +128,9 @@ def _relative(encoding: str, head_dim: int) -> Callable[[], nn.Module] | None:
     return None
 
 
-def build_model(kind: str, encoding: str, cfg: SlowdownConfig, *, max_length: int = 1000) -> nn.Module:
+def build_model(
+    kind: str, encoding: str, cfg: SlowdownConfig, *, max_length: int = 1000
+) -> nn.Module:
     """The `kind` model ("layer", "encoder", "decoder") with `encoding`, dropout 0, train mode.
 
     max_length: the longest input (abspos's table size).
@@ -128,7 +143,8 @@ def build_model(kind: str, encoding: str, cfg: SlowdownConfig, *, max_length: in
         raise ValueError(f"max_length must be an int >= 1, got {max_length!r}")
     options: dict[str, Any] = dict(
         position=_position(encoding, kind, cfg.dim, max_length),
-        relative_factory=_relative(encoding, cfg.head_dim), dropout=0.0,
+        relative_factory=_relative(encoding, cfg.head_dim),
+        dropout=0.0,
     )
     if kind == "decoder":
         model: nn.Module = TransformerDecoder(cfg.layers, cfg.dim, cfg.heads, cfg.ffn, **options)
@@ -140,7 +156,10 @@ def build_model(kind: str, encoding: str, cfg: SlowdownConfig, *, max_length: in
 
 
 def update_fn(
-    model: nn.Module, x: torch.Tensor, memory: torch.Tensor | None, dtype: torch.dtype,
+    model: nn.Module,
+    x: torch.Tensor,
+    memory: torch.Tensor | None,
+    dtype: torch.dtype,
     device: str | torch.device,
 ) -> Callable[[], None]:
     """One timed update of `model`: zero grads, forward (autocast unless fp32), backward.
@@ -170,7 +189,11 @@ def update_fn(
 
 
 def run_cell(
-    kind: str, length: int, dtype: str, encodings: Sequence[str], cfg: SlowdownConfig,
+    kind: str,
+    length: int,
+    dtype: str,
+    encodings: Sequence[str],
+    cfg: SlowdownConfig,
     device: str | torch.device = "cpu",
 ) -> list[dict[str, Any]]:
     """Time every encoding of one (model, dtype, length) cell round-robin; one row each.
@@ -199,8 +222,18 @@ def run_cell(
     for name, t in zip(encodings, timings, strict=True):
         ratio = t.median_ms / base
         target = ("ok" if ratio <= CAPE_TARGET else "MISSED") if name == "cape1d" else ""
-        rows.append(dict(model=kind, encoding=name, dtype=dtype, length=length,
-                         median_ms=t.median_ms, iqr_ms=t.iqr_ms, ratio=ratio, target=target))
+        rows.append(
+            dict(
+                model=kind,
+                encoding=name,
+                dtype=dtype,
+                length=length,
+                median_ms=t.median_ms,
+                iqr_ms=t.iqr_ms,
+                ratio=ratio,
+                target=target,
+            )
+        )
     return rows
 
 
@@ -220,13 +253,18 @@ def table9_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         if r["encoding"] == "nopos" and not only_nopos:
             continue
         key = (r["model"], r["encoding"])
-        out = grouped.setdefault(key, {"model": key[0], "encoding": key[1], **dict.fromkeys(cells, "")})
+        out = grouped.setdefault(
+            key, {"model": key[0], "encoding": key[1], **dict.fromkeys(cells, "")}
+        )
         out[_cell_name(r["dtype"], r["length"])] = r["ratio"]
     for out in grouped.values():
         ratios = [out[c] for c in cells if out[c] != ""]
         missed = sum(v > CAPE_TARGET for v in ratios)
-        out["target"] = "" if out["encoding"] != "cape1d" else (
-            "ok" if not missed else f"MISSED {missed}/{len(ratios)}")
+        out["target"] = (
+            ""
+            if out["encoding"] != "cape1d"
+            else ("ok" if not missed else f"MISSED {missed}/{len(ratios)}")
+        )
     return list(grouped.values())
 
 
@@ -257,20 +295,38 @@ def _lengths(p: argparse.ArgumentParser, text: str) -> list[int]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="cape bench slowdown", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--preset", choices=sorted(PRESETS), default=None,
-                   help="sizes: cpu (batch 8, D 256, FFN 1024, 3+20 updates) or paper (batch 50, "
-                        "D 768, FFN 3072, 10+100 updates); default cpu on a CPU, paper on CUDA")
-    for name, what in (("batch", "batch size"), ("dim", "model width D"), ("heads", "attention heads"),
-                       ("ffn", "FFN hidden size"), ("layers", "encoder / decoder layers"),
-                       ("warmup", "warm-up updates"), ("runs", "timed updates")):
+    p = argparse.ArgumentParser(
+        prog="cape bench slowdown",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        default=None,
+        help="sizes: cpu (batch 8, D 256, FFN 1024, 3+20 updates) or paper (batch 50, "
+        "D 768, FFN 3072, 10+100 updates); default cpu on a CPU, paper on CUDA",
+    )
+    for name, what in (
+        ("batch", "batch size"),
+        ("dim", "model width D"),
+        ("heads", "attention heads"),
+        ("ffn", "FFN hidden size"),
+        ("layers", "encoder / decoder layers"),
+        ("warmup", "warm-up updates"),
+        ("runs", "timed updates"),
+    ):
         p.add_argument(f"--{name}", type=int, default=None, help=f"{what} (overrides the preset)")
     p.add_argument("--models", default=",".join(MODELS), help=f"comma list of {', '.join(MODELS)}")
-    p.add_argument("--encodings", default=",".join(ENCODINGS),
-                   help=f"comma list of {', '.join(ENCODINGS)} (nopos is always timed: the reference)")
+    p.add_argument(
+        "--encodings",
+        default=",".join(ENCODINGS),
+        help=f"comma list of {', '.join(ENCODINGS)} (nopos is always timed: the reference)",
+    )
     p.add_argument("--lengths", default="10,100,1000", help="comma list of sequence lengths")
-    p.add_argument("--dtypes", default="fp32,bf16", help="comma list of fp32, bf16, fp16 (CUDA only)")
+    p.add_argument(
+        "--dtypes", default="fp32,bf16", help="comma list of fp32, bf16, fp16 (CUDA only)"
+    )
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     p.add_argument("--out", default=None, help="folder for slowdown.md/.csv and table9.md/.csv")
     return p
@@ -295,8 +351,11 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--dtypes fp16 needs --device cuda (CPU autocast: fp32 or bf16)")
     lengths = _lengths(p, args.lengths)
     preset = args.preset or ("paper" if device.type == "cuda" else "cpu")
-    given = {f.name: getattr(args, f.name) for f in fields(SlowdownConfig)
-             if getattr(args, f.name) is not None}
+    given = {
+        f.name: getattr(args, f.name)
+        for f in fields(SlowdownConfig)
+        if getattr(args, f.name) is not None
+    }
     try:
         cfg = replace(PRESETS[preset], **given)
     except ValueError as err:
@@ -309,25 +368,49 @@ def main(argv: list[str] | None = None) -> int:
                 cell = run_cell(kind, length, dtype, encodings, cfg, device)
                 rows += cell
                 summary = ", ".join(f"{r['encoding']} {r['ratio']:.2f}" for r in cell[1:])
-                print(f"[slowdown] {kind} {dtype} len {length}: nopos {cell[0]['median_ms']:.1f} ms; "
-                      f"{summary}", file=sys.stderr, flush=True)
+                print(
+                    f"[slowdown] {kind} {dtype} len {length}: nopos {cell[0]['median_ms']:.1f} ms; "
+                    f"{summary}",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 if device.type == "cuda":
                     torch.cuda.empty_cache()  # the next cell may be much longer
-    meta = {**machine(device), "preset": preset, **asdict(cfg),
-            "ratio": "median fwd+bwd time / nopos median, same cell, interleaved",
-            "precision": "bf16/fp16 = torch.autocast around the forward; fp32 params and loss"}
-    notes = ("`layer`: one encoder layer (absolute encodings added to its input); `encoder` / "
-             f"`decoder`: {cfg.layers} layers. relpos-K: learned relative keys, context K tokens to "
-             "each side, in every self-attention; rotary: in every self-attention; cape1d: train "
-             "mode, all augmentations (no mean-normalisation in the decoder). IQR = inter-quartile "
-             f"range. target: cape1d within {CAPE_TARGET - 1:.0%} of nopos.\n\n{_PAPER}")
-    write_results(args.out, "slowdown", rows, title="Slowdown of each encoding vs nopos (CAPE Table 9)",
-                  columns=["model", "encoding", "dtype", "length", "median_ms", "iqr_ms", "ratio", "target"],
-                  meta=meta, notes=notes, digits=3)
+    meta = {
+        **machine(device),
+        "preset": preset,
+        **asdict(cfg),
+        "ratio": "median fwd+bwd time / nopos median, same cell, interleaved",
+        "precision": "bf16/fp16 = torch.autocast around the forward; fp32 params and loss",
+    }
+    notes = (
+        "`layer`: one encoder layer (absolute encodings added to its input); `encoder` / "
+        f"`decoder`: {cfg.layers} layers. relpos-K: learned relative keys, context K tokens to "
+        "each side, in every self-attention; rotary: in every self-attention; cape1d: train "
+        "mode, all augmentations (no mean-normalisation in the decoder). IQR = inter-quartile "
+        f"range. target: cape1d within {CAPE_TARGET - 1:.0%} of nopos.\n\n{_PAPER}"
+    )
+    write_results(
+        args.out,
+        "slowdown",
+        rows,
+        title="Slowdown of each encoding vs nopos (CAPE Table 9)",
+        columns=["model", "encoding", "dtype", "length", "median_ms", "iqr_ms", "ratio", "target"],
+        meta=meta,
+        notes=notes,
+        digits=3,
+    )
     table = table9_rows(rows)
     cells = [k for k in table[0] if k not in ("model", "encoding", "target")]
-    write_results(args.out, "table9", table, title="Table 9: fwd+bwd time / nopos time",
-                  columns=["model", "encoding", *cells, "target"], meta=meta, notes=notes)
+    write_results(
+        args.out,
+        "table9",
+        table,
+        title="Table 9: fwd+bwd time / nopos time",
+        columns=["model", "encoding", *cells, "target"],
+        meta=meta,
+        notes=notes,
+    )
     return 0
 
 

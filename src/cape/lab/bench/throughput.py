@@ -39,8 +39,13 @@ def _per_second(count: float, ms: float) -> float:
 
 
 def vit_throughput(
-    model: str, sizes: Sequence[int], *, positions: Sequence[str] = VIT_POSITIONS, batch: int = 64,
-    runs: int = 10, device: str = "cpu",
+    model: str,
+    sizes: Sequence[int],
+    *,
+    positions: Sequence[str] = VIT_POSITIONS,
+    batch: int = 64,
+    runs: int = 10,
+    device: str = "cpu",
 ) -> list[dict[str, Any]]:
     """Images/s of `VIT_MODELS[model]` at each size in `sizes` (multiples of its patch)."""
     from cape.models import ViT
@@ -48,13 +53,27 @@ def vit_throughput(
     dim, depth, heads, mlp, patch, train_size = VIT_MODELS[model]
     bad = [s for s in sizes if s % patch or s < patch]
     if bad:
-        raise ValueError(f"sizes must be multiples of the patch {patch} (model {model!r}), got {bad}")
+        raise ValueError(
+            f"sizes must be multiples of the patch {patch} (model {model!r}), got {bad}"
+        )
     dev = torch.device(device)
     nets = []
     for name in positions:
         torch.manual_seed(0)
-        nets.append(ViT(1000, image_size=train_size, patch=patch, dim=dim, depth=depth, heads=heads,
-                        mlp_ratio=mlp, position=name).to(dev).eval())
+        nets.append(
+            ViT(
+                1000,
+                image_size=train_size,
+                patch=patch,
+                dim=dim,
+                depth=depth,
+                heads=heads,
+                mlp_ratio=mlp,
+                position=name,
+            )
+            .to(dev)
+            .eval()
+        )
     rows = []
     for size in sizes:
         images = torch.randn(batch, 3, size, size, device=dev)
@@ -63,19 +82,34 @@ def vit_throughput(
             def run() -> object:
                 with torch.inference_mode():
                     return net(images)
+
             return run
 
         timings = time_interleaved([infer(n) for n in nets], runs=runs, warmup=2, device=dev)
         for name, t in zip(positions, timings, strict=True):
-            rows.append(dict(model=model, position=name, size=size, tokens=(size // patch) ** 2,
-                             batch=batch, median_ms=t.median_ms, iqr_ms=t.iqr_ms,
-                             images_per_s=_per_second(batch, t.median_ms)))
+            rows.append(
+                dict(
+                    model=model,
+                    position=name,
+                    size=size,
+                    tokens=(size // patch) ** 2,
+                    batch=batch,
+                    median_ms=t.median_ms,
+                    iqr_ms=t.iqr_ms,
+                    images_per_s=_per_second(batch, t.median_ms),
+                )
+            )
     return rows
 
 
 def asr_throughput(
-    hops_ms: Sequence[float], *, seconds: float = 10.0, batch: int = 8, runs: int = 10,
-    device: str = "cpu", positions: Sequence[str] = ("cape1d", "relpos"),
+    hops_ms: Sequence[float],
+    *,
+    seconds: float = 10.0,
+    batch: int = 8,
+    runs: int = 10,
+    device: str = "cpu",
+    positions: Sequence[str] = ("cape1d", "relpos"),
 ) -> list[dict[str, Any]]:
     """Audio seconds per second of log-mel features + `CTCModel.small` at each STFT hop."""
     from cape.lab.data.speech.features import frame_hop_seconds, log_mel
@@ -94,25 +128,36 @@ def asr_throughput(
         nets.append(CTCModel.small(29, position=name).to(dev).eval())
     rows = []
     for hop in hops_ms:
+
         def infer(net: torch.nn.Module, hop: float = hop) -> Callable[[], object]:
             def run() -> object:
                 with torch.inference_mode():
                     feats = log_mel(wave, sample_rate, hop_ms=hop)
                     return net(feats, hop=frame_hop_seconds(hop, sample_rate))
+
             return run
 
         frames = log_mel(wave[:1], sample_rate, hop_ms=hop).shape[1]
         timings = time_interleaved([infer(n) for n in nets], runs=runs, warmup=2, device=dev)
         for name, t in zip(positions, timings, strict=True):
-            rows.append(dict(position=name, hop_ms=hop, frames=frames,
-                             model_frames=nets[0].output_length(frames), batch=batch,
-                             median_ms=t.median_ms, iqr_ms=t.iqr_ms,
-                             audio_s_per_s=_per_second(batch * seconds, t.median_ms)))
+            rows.append(
+                dict(
+                    position=name,
+                    hop_ms=hop,
+                    frames=frames,
+                    model_frames=nets[0].output_length(frames),
+                    batch=batch,
+                    median_ms=t.median_ms,
+                    iqr_ms=t.iqr_ms,
+                    audio_s_per_s=_per_second(batch * seconds, t.median_ms),
+                )
+            )
     return rows
 
 
-def _plot(rows: list[dict[str, Any]], out: Path, x: str, y: str, title: str, xlabel: str,
-          ylabel: str) -> None:
+def _plot(
+    rows: list[dict[str, Any]], out: Path, x: str, y: str, title: str, xlabel: str, ylabel: str
+) -> None:
     try:
         from cape.lab.viz import plot_curves
     except ImportError:  # matplotlib is the optional "plot" extra
@@ -138,7 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", default=None, help="vit: comma list of resolutions in px")
     p.add_argument("--hops", default="5,7.5,10,12.5,15,20,25,30", help="asr: STFT hops in ms")
     p.add_argument("--seconds", type=float, default=10.0, help="asr: utterance length in s")
-    p.add_argument("--batch", type=int, default=None, help="images (vit, 64) or utterances (asr, 8)")
+    p.add_argument(
+        "--batch", type=int, default=None, help="images (vit, 64) or utterances (asr, 8)"
+    )
     p.add_argument("--runs", type=int, default=10)
     p.add_argument("--device", default="cpu")
     p.add_argument("--out", default=None, help="folder for the .md, .csv and .png")
@@ -150,23 +197,48 @@ def main(argv: list[str] | None = None) -> int:
         patch = VIT_MODELS[args.model][4]
         default = ",".join(str(patch * n) for n in (4, 6, 8, 12, 16, 24) if patch * n <= 384)
         sizes = _numbers(p, "--sizes", args.sizes or default, int)
-        rows = vit_throughput(args.model, sizes, batch=args.batch or 64, runs=args.runs,
-                              device=args.device)
+        rows = vit_throughput(
+            args.model, sizes, batch=args.batch or 64, runs=args.runs, device=args.device
+        )
         name, x, y = f"throughput-vit-{args.model}", "size", "images_per_s"
-        columns = ["model", "position", "size", "tokens", "batch", "median_ms", "iqr_ms", "images_per_s"]
-        title, xlabel, ylabel = (f"ViT-{args.model} inference throughput vs resolution",
-                                 "image size (px)", "images / s")
+        columns = [
+            "model",
+            "position",
+            "size",
+            "tokens",
+            "batch",
+            "median_ms",
+            "iqr_ms",
+            "images_per_s",
+        ]
+        title, xlabel, ylabel = (
+            f"ViT-{args.model} inference throughput vs resolution",
+            "image size (px)",
+            "images / s",
+        )
     else:
         if args.seconds <= 0:
             p.error(f"--seconds must be > 0, got {args.seconds}")
         hops = _numbers(p, "--hops", args.hops, float)
-        rows = asr_throughput(hops, seconds=args.seconds, batch=args.batch or 8, runs=args.runs,
-                              device=args.device)
+        rows = asr_throughput(
+            hops, seconds=args.seconds, batch=args.batch or 8, runs=args.runs, device=args.device
+        )
         name, x, y = "throughput-asr", "hop_ms", "audio_s_per_s"
-        columns = ["position", "hop_ms", "frames", "model_frames", "batch", "median_ms", "iqr_ms",
-                   "audio_s_per_s"]
-        title, xlabel, ylabel = ("CTC model throughput vs STFT hop (features + model)",
-                                 "STFT hop (ms)", "audio seconds / s")
+        columns = [
+            "position",
+            "hop_ms",
+            "frames",
+            "model_frames",
+            "batch",
+            "median_ms",
+            "iqr_ms",
+            "audio_s_per_s",
+        ]
+        title, xlabel, ylabel = (
+            "CTC model throughput vs STFT hop (features + model)",
+            "STFT hop (ms)",
+            "audio seconds / s",
+        )
     write_results(args.out, name, rows, title=title, columns=columns, meta=meta)
     if args.out is not None:
         _plot(rows, Path(args.out) / f"{name}.png", x, y, title, xlabel, ylabel)

@@ -54,8 +54,9 @@ def step_flops(layers: int, dim: int, ffn: int, batch: int, length: int) -> floa
 def _time_step(args: argparse.Namespace, ffn: int, dtype: torch.dtype):
     """Median time of one AdamW training step of the encoder (autocast for bf16)."""
     torch.manual_seed(0)
-    model = TransformerEncoder(args.layers, args.dim, args.heads, ffn, dropout=0.0,
-                               position=build(args.position, args.dim))
+    model = TransformerEncoder(
+        args.layers, args.dim, args.heads, ffn, dropout=0.0, position=build(args.position, args.dim)
+    )
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     x = torch.randn(args.batch, args.length, args.dim)
 
@@ -82,24 +83,41 @@ def engine_overhead(steps: int, batch: int, seed: int = 0) -> dict[str, float]:
     images = rng.integers(0, 256, size=(n, _SIZE, _SIZE, 3), dtype=np.uint8)
     data = ArrayImageDataset(images, rng.integers(0, _CLASSES, size=n), normalize=True)
     seed_everything(seed)
-    model = ViT(_CLASSES, image_size=_SIZE, patch=4, dim=128, depth=4, heads=4, mlp_ratio=2,
-                position="cape2d")
+    model = ViT(
+        _CLASSES,
+        image_size=_SIZE,
+        patch=4,
+        dim=128,
+        depth=4,
+        heads=4,
+        mlp_ratio=2,
+        position="cape2d",
+    )
 
     def loss_fn(m: nn.Module, b: tuple[torch.Tensor, torch.Tensor]):
         x, y = b  # x [B, 3, 32, 32] float, y [B] int64
         logits = m(x)  # [B, 36]
         return F.cross_entropy(logits, y), {"acc": (logits.argmax(-1) == y).float().mean()}
 
-    cfg = TrainConfig(steps=steps, batch_size=batch, log_every=1, eval_every=0,
-                      checkpoint_every=max(1, steps // 2), seed=seed, device="cpu")
+    cfg = TrainConfig(
+        steps=steps,
+        batch_size=batch,
+        log_every=1,
+        eval_every=0,
+        checkpoint_every=max(1, steps // 2),
+        seed=seed,
+        device="cpu",
+    )
     with tempfile.TemporaryDirectory(prefix="cape-bench-") as run_dir:
         return Trainer(model, loss_fn, data, None, cfg, run_dir).fit()
 
 
 def _print_engine(steps: int, batch: int) -> None:
-    print(f"\nengine: cape.lab.train.Trainer, {steps} steps of ViT(d128, depth 4, heads 4, cape2d) "
-          f"on random {_SIZE}x{_SIZE} images, batch {batch}, CPU fp32; log every step, "
-          f"checkpoint every {max(1, steps // 2)}")
+    print(
+        f"\nengine: cape.lab.train.Trainer, {steps} steps of ViT(d128, depth 4, heads 4, cape2d) "
+        f"on random {_SIZE}x{_SIZE} images, batch {batch}, CPU fp32; log every step, "
+        f"checkpoint every {max(1, steps // 2)}"
+    )
     out = engine_overhead(steps, batch)
     cats = ("data", "compute", "log", "checkpoint")
     loop = sum(out[f"time_{c}"] for c in cats)
@@ -110,10 +128,15 @@ def _print_engine(steps: int, batch: int) -> None:
         print(f"| {c} | {t:.3f} | {t / loop if loop else 0.0:.4f} | |")
     over = out["engine_overhead"]
     verdict = "ok" if over < ENGINE_TARGET else "over target"
-    print(f"| engine overhead (data + log + checkpoint) | {loop - out['time_compute']:.3f} | "
-          f"{over:.4f} | < {ENGINE_TARGET:.2f}: {verdict} |")
-    print(f"ViT step: {steps * batch / out['time_compute']:,.0f} images/s (compute), "
-          f"{steps * batch / loop:,.0f} images/s (whole loop)", flush=True)
+    print(
+        f"| engine overhead (data + log + checkpoint) | {loop - out['time_compute']:.3f} | "
+        f"{over:.4f} | < {ENGINE_TARGET:.2f}: {verdict} |"
+    )
+    print(
+        f"ViT step: {steps * batch / out['time_compute']:,.0f} images/s (compute), "
+        f"{steps * batch / loop:,.0f} images/s (whole loop)",
+        flush=True,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,11 +148,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--position", default="cape1d", help="an encoding name of cape.build")
     p.add_argument("--runs", type=int, default=10)
-    p.add_argument("--peak-size", type=int, default=2048,
-                   help="n of the n x n x n matmul that measures the peak (bf16 without CPU "
-                        "support for it is slow: use a small n there)")
-    p.add_argument("--engine-steps", type=int, default=30,
-                   help="Trainer steps of the engine-overhead section (0 skips it)")
+    p.add_argument(
+        "--peak-size",
+        type=int,
+        default=2048,
+        help="n of the n x n x n matmul that measures the peak (bf16 without CPU "
+        "support for it is slow: use a small n there)",
+    )
+    p.add_argument(
+        "--engine-steps",
+        type=int,
+        default=30,
+        help="Trainer steps of the engine-overhead section (0 skips it)",
+    )
     p.add_argument("--engine-batch", type=int, default=128, help="its batch size (images)")
     args = p.parse_args(argv)
     if args.engine_steps < 0 or args.engine_batch < 1:
@@ -138,17 +169,24 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--peak-size must be >= 1, got {args.peak_size}")
     ffn = 4 * args.dim
     flops = step_flops(args.layers, args.dim, ffn, args.batch, args.length)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; encoder {args.layers} x "
-          f"d{args.dim} ffn{ffn}, B{args.batch} T{args.length}, position {args.position}")
-    print("| precision | step ms (IQR) | tokens/s | achieved GFLOP/s | matmul peak GFLOP/s | fraction |")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; encoder {args.layers} x "
+        f"d{args.dim} ffn{ffn}, B{args.batch} T{args.length}, position {args.position}"
+    )
+    print(
+        "| precision | step ms (IQR) | tokens/s | achieved GFLOP/s | matmul peak GFLOP/s | fraction |"
+    )
     print("|---|---|---|---|---|---|")
     for name, dtype in (("fp32", torch.float32), ("bf16 autocast", torch.bfloat16)):
         timing = _time_step(args, ffn, dtype)
         peak = matmul_peak(dtype, n=args.peak_size)
         achieved = flops / (timing.median_ms / 1e3)
         tokens = args.batch * args.length / (timing.median_ms / 1e3)
-        print(f"| {name} | {timing.median_ms:.1f} ({timing.iqr_ms:.1f}) | {tokens:,.0f} | "
-              f"{achieved / 1e9:.1f} | {peak / 1e9:.1f} | {achieved / peak:.0%} |", flush=True)
+        print(
+            f"| {name} | {timing.median_ms:.1f} ({timing.iqr_ms:.1f}) | {tokens:,.0f} | "
+            f"{achieved / 1e9:.1f} | {peak / 1e9:.1f} | {achieved / peak:.0%} |",
+            flush=True,
+        )
     if args.engine_steps:
         _print_engine(args.engine_steps, args.engine_batch)
     return 0

@@ -46,8 +46,17 @@ from torch.utils.data import Dataset
 from cape._checks import check_float, check_int
 
 __all__ = [
-    "WIDGETS", "QUESTIONS", "NONE", "SPLITS", "Screens", "answer_questions", "generate",
-    "make_splits", "majority_accuracy", "content_only_accuracy", "BoxDataset",
+    "WIDGETS",
+    "QUESTIONS",
+    "NONE",
+    "SPLITS",
+    "Screens",
+    "answer_questions",
+    "generate",
+    "make_splits",
+    "majority_accuracy",
+    "content_only_accuracy",
+    "BoxDataset",
 ]
 
 WIDGETS = ("button", "icon", "text", "image", "checkbox", "switch", "input", "slider")
@@ -113,8 +122,10 @@ def answer_questions(
     chosen = [
         _pick(other & (bot <= qt) & (left < qr) & (ql < right), -bot),
         _pick(other & (left == ql), zero),
-        _pick(other & (top <= qt) & (left <= ql) & (bot >= qb) & (right >= qr),
-              (bot - top) * (right - left)),
+        _pick(
+            other & (top <= qt) & (left <= ql) & (bot >= qb) & (right >= qr),
+            (bot - top) * (right - left),
+        ),
         _pick(other, dx * dx + dy * dy, centre),
     ]
     answers, valid = [], []
@@ -130,8 +141,15 @@ def _uniform_int(rng: np.random.Generator, low: np.ndarray, high: np.ndarray) ->
     return low + np.floor(rng.random(np.shape(low)) * (high - low + 1)).astype(np.int64)
 
 
-def _draw(rng: np.random.Generator, n: int, grid: int, min_boxes: int, max_boxes: int,
-          max_size: int, plant: float) -> dict[str, np.ndarray]:
+def _draw(
+    rng: np.random.Generator,
+    n: int,
+    grid: int,
+    min_boxes: int,
+    max_boxes: int,
+    max_size: int,
+    plant: float,
+) -> dict[str, np.ndarray]:
     """n candidate screens in grid units (query = box 0, planted target = box 1)."""
     size = (n, max_boxes)
     count = rng.integers(min_boxes, max_boxes + 1, n)
@@ -156,11 +174,20 @@ def _draw(rng: np.random.Generator, n: int, grid: int, min_boxes: int, max_boxes
     above = (question == _ABOVE) & planted & (b1 >= 1)
     new = {
         "above": (np.maximum(b1 - h1, 0), l1, b1, np.minimum(l1 + w1, grid - 1), above),
-        "aligned": (top[:, 1], ql, bottom[:, 1], np.minimum(ql + w1, grid - 1),
-                    (question == _ALIGNED) & planted),
-        "contains": (np.maximum(qt - margins[:, 0], 0), np.maximum(ql - margins[:, 1], 0),
-                     np.minimum(qb + margins[:, 2], grid - 1),
-                     np.minimum(qr + margins[:, 3], grid - 1), (question == _CONTAINS) & planted),
+        "aligned": (
+            top[:, 1],
+            ql,
+            bottom[:, 1],
+            np.minimum(ql + w1, grid - 1),
+            (question == _ALIGNED) & planted,
+        ),
+        "contains": (
+            np.maximum(qt - margins[:, 0], 0),
+            np.maximum(ql - margins[:, 1], 0),
+            np.minimum(qb + margins[:, 2], grid - 1),
+            np.minimum(qr + margins[:, 3], grid - 1),
+            (question == _CONTAINS) & planted,
+        ),
     }
     edges = [top, left, bottom, right]
     for *values, where in new.values():
@@ -171,8 +198,15 @@ def _draw(rng: np.random.Generator, n: int, grid: int, min_boxes: int, max_boxes
 
 
 def generate(
-    n: int, *, seed: int, parity: int = 0, canvas: int = 64, min_boxes: int = 5,
-    max_boxes: int = 9, max_size: int = 16, plant: float = 0.7,
+    n: int,
+    *,
+    seed: int,
+    parity: int = 0,
+    canvas: int = 64,
+    min_boxes: int = 5,
+    max_boxes: int = 9,
+    max_size: int = 16,
+    plant: float = 0.7,
 ) -> Screens:
     """n screens, deterministic by `seed` (the same seed with parity 1 gives the same screens
     moved by one cell). canvas: even, coordinates in [0, canvas - 1]. max_size: the largest
@@ -213,19 +247,34 @@ def generate(
         kept += int(keep.sum())
     out = {k: np.concatenate([p[k] for p in parts])[:n] for k in parts[0]}
     coords = np.where(out["mask"][..., None], 2 * out["boxes"] + parity, 0)
-    return Screens(coords.astype(np.int64), out["types"].astype(np.int64), out["mask"],
-                   out["query"].astype(np.int64), out["question"].astype(np.int64),
-                   out["answer"].astype(np.int64), canvas)
+    return Screens(
+        coords.astype(np.int64),
+        out["types"].astype(np.int64),
+        out["mask"],
+        out["query"].astype(np.int64),
+        out["question"].astype(np.int64),
+        out["answer"].astype(np.int64),
+        canvas,
+    )
 
 
 def make_splits(
-    train: int, val: int, test: int, *, seed: int = 0, canvas: int = 64, min_boxes: int = 5,
-    max_boxes: int = 9, max_size: int = 16, plant: float = 0.7,
+    train: int,
+    val: int,
+    test: int,
+    *,
+    seed: int = 0,
+    canvas: int = 64,
+    min_boxes: int = 5,
+    max_boxes: int = 9,
+    max_size: int = 16,
+    plant: float = 0.7,
 ) -> dict[str, Screens]:
     """train, val, test_seen (even coordinates, independent streams of `seed`) and test_unseen
     (test_seen's screens moved by one cell: odd coordinates). Other options: `generate`'s."""
-    options = dict(canvas=canvas, min_boxes=min_boxes, max_boxes=max_boxes, max_size=max_size,
-                   plant=plant)
+    options = dict(
+        canvas=canvas, min_boxes=min_boxes, max_boxes=max_boxes, max_size=max_size, plant=plant
+    )
     streams = [int(s) for s in np.random.SeedSequence(seed).generate_state(3)]
     return {
         "train": generate(train, seed=streams[0], **options),
@@ -251,6 +300,7 @@ def content_only_accuracy(train: Screens, test: Screens) -> float:
     of boxes and their widget types but no position: the target is any non-query box with equal
     chance (types are independent of geometry), so it answers the commonest non-query type, or
     "none" when P(none | question, N) (estimated on `train`) is larger."""
+
     def counts(s: Screens) -> tuple[np.ndarray, np.ndarray]:
         others = s.mask.copy()
         others[np.arange(len(s)), s.query] = False

@@ -41,12 +41,29 @@ class Experiment:
 
 
 EXPERIMENTS: dict[str, Experiment] = {
-    "vision": Experiment("vision", VisionConfig, VISION_PRESETS, "quick", "cape.lab.experiments.vision.run"),
-    "lff-generation": Experiment("lff-generation", GenerationConfig, LFF_GENERATION_PRESETS, "quick",
-                                 "cape.lab.experiments.lff_generation.run"),
-    "lff-boxes": Experiment("lff-boxes", LffBoxesConfig, LFF_BOXES_PRESETS, "quick",
-                            "cape.lab.experiments.lff_boxes.run"),
+    "vision": Experiment(
+        "vision", VisionConfig, VISION_PRESETS, "quick", "cape.lab.experiments.vision.run"
+    ),
+    "lff-generation": Experiment(
+        "lff-generation",
+        GenerationConfig,
+        LFF_GENERATION_PRESETS,
+        "quick",
+        "cape.lab.experiments.lff_generation.run",
+    ),
+    "lff-boxes": Experiment(
+        "lff-boxes",
+        LffBoxesConfig,
+        LFF_BOXES_PRESETS,
+        "quick",
+        "cape.lab.experiments.lff_boxes.run",
+    ),
     "asr": Experiment("asr", AsrConfig, ASR_PRESETS, "quick", "cape.lab.experiments.asr.run"),
-    "translation": Experiment("translation", TranslationConfig, TRANSLATION_PRESETS, "quick",
-                              "cape.lab.experiments.translation.run"),
+    "translation": Experiment(
+        "translation",
+        TranslationConfig,
+        TRANSLATION_PRESETS,
+        "quick",
+        "cape.lab.experiments.translation.run",
+    ),
 }

@@ -21,23 +21,44 @@ __all__ = ["experiment_main", "train_main", "eval_main", "plot_main"]
 def _parser(prog: str, *, row: bool) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog)
     p.add_argument("name", choices=sorted(EXPERIMENTS), help="which experiment")
-    p.add_argument("--preset", default=None, help="a preset of the experiment (quick, cpu-full, paper)")
-    p.add_argument("--config", action="append", default=[], metavar="FILE",
-                   help="YAML/TOML config merged over the preset (repeatable)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
-                   help="override one value, e.g. --set train.steps=100 (repeatable)")
+    p.add_argument(
+        "--preset", default=None, help="a preset of the experiment (quick, cpu-full, paper)"
+    )
+    p.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="YAML/TOML config merged over the preset (repeatable)",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="overrides",
+        help="override one value, e.g. --set train.steps=100 (repeatable)",
+    )
     p.add_argument("--out", type=Path, default=None, help="experiment folder (default runs/<name>)")
     if row:
         p.add_argument("--row", required=True, help="the row (model) name, as in the config's rows")
         p.add_argument("--seed", type=int, default=None, help="seed (default: the config's first)")
     else:
-        p.add_argument("--rows", default=None, metavar="NAME,NAME",
-                       help="run only these rows of the config (comma-separated names)")
-        p.add_argument("--print-config", action="store_true",
-                       help="print the resolved config as YAML and exit")
-        p.add_argument("--finished", action="store_true",
-                       help="train nothing: report the runs of --out that have finished "
-                            "(a study in progress); rows with none are left out")
+        p.add_argument(
+            "--rows",
+            default=None,
+            metavar="NAME,NAME",
+            help="run only these rows of the config (comma-separated names)",
+        )
+        p.add_argument(
+            "--print-config", action="store_true", help="print the resolved config as YAML and exit"
+        )
+        p.add_argument(
+            "--finished",
+            action="store_true",
+            help="train nothing: report the runs of --out that have finished "
+            "(a study in progress); rows with none are left out",
+        )
     return p
 
 
@@ -59,8 +80,9 @@ def _keep_rows(exp: Any, mapping: dict[str, Any], names: list[str]) -> tuple[Any
     """The config and mapping with only the rows `names`."""
     mapping = {**mapping, "rows": [r for r in mapping["rows"] if r["name"] in names]}
     ev = mapping.get("eval", {})  # eval lists of row names (e.g. hop_rows) keep the chosen
-    mapping["eval"] = {k: [n for n in v if n in names] if k.endswith("_rows") else v
-                       for k, v in ev.items()}
+    mapping["eval"] = {
+        k: [n for n in v if n in names] if k.endswith("_rows") else v for k, v in ev.items()
+    }
     return from_mapping(exp.config_cls, mapping), mapping
 
 
@@ -88,8 +110,10 @@ def experiment_main(argv: list[str]) -> int:
     if args.finished:
         names = finished_rows(cfg, out)
         if not names:
-            raise ValueError(f"--finished: {str(out)!r} holds no finished run of the rows "
-                             f"{[r.name for r in cfg.rows]} (see --out, --preset, --rows)")
+            raise ValueError(
+                f"--finished: {str(out)!r} holds no finished run of the rows "
+                f"{[r.name for r in cfg.rows]} (see --out, --preset, --rows)"
+            )
         cfg, mapping = _keep_rows(EXPERIMENTS[args.name], mapping, names)
     _module(args).run_experiment(cfg, mapping, out, train=not args.finished)
     print(f"report: {out / 'report.md'}")
@@ -131,9 +155,14 @@ def plot_main(argv: list[str]) -> int:
     """Redraw report.md and the plots of an experiment folder from its results.json."""
     p = argparse.ArgumentParser(prog="cape plot")
     p.add_argument("folder", type=Path, help="an experiment folder holding results.json")
-    p.add_argument("--archive", type=Path, default=None, metavar="DEST",
-                   help="then copy the report, its plots and each run's eval.json and "
-                        "settings.json to DEST (e.g. results/NAME), without weights")
+    p.add_argument(
+        "--archive",
+        type=Path,
+        default=None,
+        metavar="DEST",
+        help="then copy the report, its plots and each run's eval.json and "
+        "settings.json to DEST (e.g. results/NAME), without weights",
+    )
     args = p.parse_args(argv)
     name = read_results(args.folder).get("experiment")
     if name not in EXPERIMENTS:

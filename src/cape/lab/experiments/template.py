@@ -12,11 +12,27 @@ from typing import Any
 from cape.lab.config import apply_overrides, from_mapping, load_file, to_mapping
 from cape.lab.io import atomic_write
 
-__all__ = ["merge", "resolve_config", "slug", "save_config", "check_runs", "check_best_metric",
-           "run_dir", "run_settings", "check_run_settings", "fit_best", "cached_runs",
-           "is_finished", "finished_rows",
-           "read_results", "archive_runs", "summed_accuracy", "plot_ok", "seeds_by_row",
-           "train_cost_table"]
+__all__ = [
+    "merge",
+    "resolve_config",
+    "slug",
+    "save_config",
+    "check_runs",
+    "check_best_metric",
+    "run_dir",
+    "run_settings",
+    "check_run_settings",
+    "fit_best",
+    "cached_runs",
+    "is_finished",
+    "finished_rows",
+    "read_results",
+    "archive_runs",
+    "summed_accuracy",
+    "plot_ok",
+    "seeds_by_row",
+    "train_cost_table",
+]
 
 
 def merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
@@ -73,7 +89,9 @@ def check_position(key: str, name: object) -> str:
     from cape.build import ENCODINGS
 
     if not isinstance(name, str) or name.lower() not in ENCODINGS:
-        raise ValueError(f"{key} must be a cape.build name, one of {sorted(ENCODINGS)}, got {name!r}")
+        raise ValueError(
+            f"{key} must be a cape.build name, one of {sorted(ENCODINGS)}, got {name!r}"
+        )
     return name.lower()
 
 
@@ -91,8 +109,10 @@ def check_runs(rows: Sequence[Any], seeds: Sequence[int]) -> None:
 def check_best_metric(train: Any, metric: str, mode: str, what: str) -> None:
     """The checkpoint is chosen on `metric` (`mode`), the only eval metric; `what` says why."""
     if (train.best_metric, train.best_mode) != (metric, mode):
-        raise ValueError(f"train.best_metric must be {metric!r} with train.best_mode {mode!r} "
-                         f"({what}), got {train.best_metric!r}, {train.best_mode!r}")
+        raise ValueError(
+            f"train.best_metric must be {metric!r} with train.best_mode {mode!r} "
+            f"({what}), got {train.best_metric!r}, {train.best_mode!r}"
+        )
 
 
 def run_dir(out: str | Path, row: Any, seed: int) -> Path:
@@ -114,8 +134,16 @@ def fit_best(trainer: Any) -> tuple[Any, dict[str, float]]:
 
 # Settings that do not change what a run trains; "eval" changes only what is measured after,
 # except the eval keys that decide which checkpoint is kept (the validation set and decoding).
-_NOT_TRAINING = ("name", "seeds", "rows", "data.workers", "train.log_every", "train.keep_last",
-                 "train.num_workers", "train.device")
+_NOT_TRAINING = (
+    "name",
+    "seeds",
+    "rows",
+    "data.workers",
+    "train.log_every",
+    "train.keep_last",
+    "train.num_workers",
+    "train.device",
+)
 _PICKS_CHECKPOINT = ("eval.val_limit", "eval.val_beam", "eval.length_penalty")
 
 
@@ -152,19 +180,29 @@ def check_run_settings(folder: Path, settings: dict[str, Any]) -> bool:
     if not path.is_file():
         return False
     old = json.loads(path.read_text(encoding="utf-8"))
-    diff = sorted(k for k in set(old) | set(settings)
-                  if old.get(k) != settings.get(k) and not k.startswith(_NOT_TRAINING))
+    diff = sorted(
+        k
+        for k in set(old) | set(settings)
+        if old.get(k) != settings.get(k) and not k.startswith(_NOT_TRAINING)
+    )
     training = [k for k in diff if not k.startswith("eval.") or k in _PICKS_CHECKPOINT]
     if training:
         shown = ", ".join(f"{k}: {old.get(k)!r} -> {settings.get(k)!r}" for k in training[:8])
-        raise ValueError(f"{folder} was trained with other settings ({shown}); use another "
-                         "--out folder, or delete this run to train it again")
+        raise ValueError(
+            f"{folder} was trained with other settings ({shown}); use another "
+            "--out folder, or delete this run to train it again"
+        )
     return bool(diff)
 
 
 def cached_runs(
-    rows: Sequence[Any], seeds: Sequence[int], out: str | Path,
-    compute: Callable[[Any, int, Path], dict[str, Any]], cfg: Any = None, *, train: bool = True,
+    rows: Sequence[Any],
+    seeds: Sequence[int],
+    out: str | Path,
+    compute: Callable[[Any, int, Path], dict[str, Any]],
+    cfg: Any = None,
+    *,
+    train: bool = True,
 ) -> Iterator[tuple[Any, int, dict[str, Any]]]:
     """Every (row, seed) in order, with what it left in `<run_dir>/eval.json`: read when it is
     there, else `compute(row, seed, folder)` (train, resumable, then evaluate), which rank 0
@@ -187,8 +225,11 @@ def cached_runs(
         path = folder / "eval.json"
         if not train:
             done = is_finished(folder, None if cfg is None else run_settings(cfg, row))
-            print(f"[{i + 1}/{len(jobs)}] {row.name} seed {seed}"
-                  f"{'' if done else ': not finished, left out'}", flush=True)
+            print(
+                f"[{i + 1}/{len(jobs)}] {row.name} seed {seed}"
+                f"{'' if done else ': not finished, left out'}",
+                flush=True,
+            )
             if done:
                 yield row, seed, json.loads(path.read_text(encoding="utf-8"))
             continue
@@ -223,8 +264,11 @@ def is_finished(folder: Path, settings: dict[str, Any] | None) -> bool:
 def finished_rows(cfg: Any, out: str | Path) -> list[str]:
     """The names of the rows of experiment config `cfg` with at least one finished seed in
     experiment folder `out` (`is_finished`), in config order."""
-    return [row.name for row in cfg.rows
-            if any(is_finished(run_dir(out, row, s), run_settings(cfg, row)) for s in cfg.seeds)]
+    return [
+        row.name
+        for row in cfg.rows
+        if any(is_finished(run_dir(out, row, s), run_settings(cfg, row)) for s in cfg.seeds)
+    ]
 
 
 def read_results(out: str | Path) -> dict[str, Any]:
@@ -294,14 +338,17 @@ def seeds_by_row(results: Mapping[str, Any]) -> dict[str, list[int]]:
     return seeds
 
 
-def train_cost_table(rep: Any, results: Mapping[str, Any], metric: str = "eval_acc",
-                     label: str = "final val acc") -> None:
+def train_cost_table(
+    rep: Any, results: Mapping[str, Any], metric: str = "eval_acc", label: str = "final val acc"
+) -> None:
     """The training cost of every run (`results["train"]`: name -> the Trainer's summary) as a
     table of `rep` (`cape.lab.report.Report`): compute and data-loading seconds, the loader's share,
     the engine's overhead and the final validation `metric`, with its best value (that of the
     checkpoint kept, `best_<metric>` in the summary) where the run recorded one."""
-    lines = [f"| run | train s | data s | loader share | engine overhead | {label} |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        f"| run | train s | data s | loader share | engine overhead | {label} |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, s in results["train"].items():
         total = sum(s.get(f"time_{k}", 0.0) for k in ("data", "compute", "log", "checkpoint"))
         digits = 3 if metric == "eval_bpd" else 1
@@ -312,8 +359,13 @@ def train_cost_table(rep: Any, results: Mapping[str, Any], metric: str = "eval_a
         if not total:  # re-evaluated from a checkpoint that predates the time record
             lines.append(f"| {name} | – | – | – | – | {value_s} |")
             continue
-        lines.append(f"| {name} | {s.get('time_compute', 0):.0f} | {s.get('time_data', 0):.1f} | "
-                     f"{s.get('time_data', 0.0) / total:.1%} | "
-                     f"{s.get('engine_overhead', float('nan')):.1%} | {value_s} |")
-    rep.table("\n".join(lines), caption="Training cost per run (every session of a resumed run); "
-              "–: not recorded (a run evaluated again from a checkpoint older than that record).")
+        lines.append(
+            f"| {name} | {s.get('time_compute', 0):.0f} | {s.get('time_data', 0):.1f} | "
+            f"{s.get('time_data', 0.0) / total:.1%} | "
+            f"{s.get('engine_overhead', float('nan')):.1%} | {value_s} |"
+        )
+    rep.table(
+        "\n".join(lines),
+        caption="Training cost per run (every session of a resumed run); "
+        "–: not recorded (a run evaluated again from a checkpoint older than that record).",
+    )

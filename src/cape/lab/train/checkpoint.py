@@ -168,7 +168,9 @@ def pick_checkpoint(root: str | Path, checkpoint: str = "best") -> Path:
     naming what is there when it is absent."""
     root = Path(root)
     if not isinstance(checkpoint, str) or not checkpoint:
-        raise ValueError(f"checkpoint must be 'best', 'latest' or a checkpoint name, got {checkpoint!r}")
+        raise ValueError(
+            f"checkpoint must be 'best', 'latest' or a checkpoint name, got {checkpoint!r}"
+        )
     if checkpoint in ("best", "latest"):
         best = root / "best"
         if checkpoint == "best" and is_checkpoint(best):

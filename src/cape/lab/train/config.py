@@ -59,7 +59,14 @@ class TrainConfig:
             check_choice(f"train.{key}", getattr(self, key), allowed)
         for key in ("steps", "batch_size", "grad_accum", "keep_last"):
             check_int(f"train.{key}", getattr(self, key), minimum=1)
-        for key in ("warmup_steps", "eval_every", "checkpoint_every", "log_every", "num_workers", "seed"):
+        for key in (
+            "warmup_steps",
+            "eval_every",
+            "checkpoint_every",
+            "log_every",
+            "num_workers",
+            "seed",
+        ):
             check_int(f"train.{key}", getattr(self, key), minimum=0)
         check_float("train.lr", self.lr, strict=True)
         check_float("train.weight_decay", self.weight_decay)

@@ -98,8 +98,12 @@ class Trainer:
         # A private generator: creating a DataLoader iterator would otherwise consume the global
         # RNG, and a resumed run creates one at a point where the original did not.
         self._loader_gen = torch.Generator().manual_seed(config.seed + self.dist.rank)
-        common = dict(collate_fn=collate_fn, num_workers=config.num_workers,
-                      generator=self._loader_gen, pin_memory=self.device.type == "cuda")
+        common = dict(
+            collate_fn=collate_fn,
+            num_workers=config.num_workers,
+            generator=self._loader_gen,
+            pin_memory=self.device.type == "cuda",
+        )
         if batches is not None:  # the caller forms the batches (e.g. by duration)
             self.sampler: ResumableSampler | ResumableBatchSampler = ResumableBatchSampler(batches)
             if not self.sampler.shard():
@@ -108,7 +112,9 @@ class Trainer:
             self.loader = DataLoader(train_data, batch_sampler=self.sampler, **common)
         else:
             self.sampler = ResumableSampler(
-                len(train_data), num_replicas=self.dist.world_size, rank=self.dist.rank,
+                len(train_data),
+                num_replicas=self.dist.world_size,
+                rank=self.dist.rank,
                 seed=config.seed,
             )
             if len(self.sampler.shard()) < config.batch_size:
@@ -117,8 +123,13 @@ class Trainer:
                     f"{len(self.sampler.shard())} samples per epoch"
                 )
             self._per_batch = config.batch_size
-            self.loader = DataLoader(train_data, batch_size=config.batch_size, sampler=self.sampler,
-                                     drop_last=True, **common)
+            self.loader = DataLoader(
+                train_data,
+                batch_size=config.batch_size,
+                sampler=self.sampler,
+                drop_last=True,
+                **common,
+            )
         self._it: Iterator[Any] | None = None
         self.step = 0
         self.best: float | None = None
@@ -146,8 +157,13 @@ class Trainer:
 
     # -- checkpoints ----------------------------------------------------------------------------
     def _extra(self) -> dict[str, Any]:
-        return {"sampler": self.sampler.state_dict(), "best": self.best, "times": dict(self.times),
-                "last_train": dict(self.last_train), "last_eval": dict(self.last_eval)}
+        return {
+            "sampler": self.sampler.state_dict(),
+            "best": self.best,
+            "times": dict(self.times),
+            "last_train": dict(self.last_train),
+            "last_eval": dict(self.last_eval),
+        }
 
     def save(self, name: str | None = None) -> None:
         """Checkpoint on rank 0 with every rank's RNG state (a collective: call on all ranks)."""
@@ -220,7 +236,9 @@ class Trainer:
             self.times["compute"] += time.perf_counter() - t1
         t2 = time.perf_counter()
         if cfg.clip_norm is not None:
-            sums["grad_norm"] = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip_norm)
+            sums["grad_norm"] = torch.nn.utils.clip_grad_norm_(
+                self.model.parameters(), cfg.clip_norm
+            )
         sums["lr"] = self.optimizer.param_groups[0]["lr"]
         self.optimizer.step()
         self.scheduler.step()

@@ -19,6 +19,7 @@ from cape.lab.train.distributed import get_world_size, is_main
 
 __all__ = ["MetricsLogger", "git_state", "progress", "run_info", "write_json", "write_run_record"]
 
+
 class MetricsLogger:
     """Appends one row per `log()` to `metrics.jsonl` and `metrics_<split>.csv` in `run_dir`,
     and scalars `<split>/<name>` to TensorBoard events in `run_dir/tensorboard` when the

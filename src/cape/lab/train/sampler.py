@@ -78,7 +78,6 @@ class ResumableSampler(_EpochPosition, Sampler[int]):
         return math.ceil(self.size / self.num_replicas) - self.index
 
 
-
 class ResumableBatchSampler(_EpochPosition, Sampler[list[int]]):
     """Epoch-wise batches of another batch sampler, resumable mid-epoch (`Trainer(batches=)`).
 
@@ -91,8 +90,10 @@ class ResumableBatchSampler(_EpochPosition, Sampler[list[int]]):
     def __init__(self, batches: Any) -> None:
         for name in ("all_batches", "rank", "world_size"):
             if not hasattr(batches, name):
-                raise TypeError(f"batches must have {name!r} (as DurationBatchSampler), "
-                                f"got {type(batches).__name__}")
+                raise TypeError(
+                    f"batches must have {name!r} (as DurationBatchSampler), "
+                    f"got {type(batches).__name__}"
+                )
         self.batches = batches
         self.epoch = 0
         self.index = 0

@@ -56,7 +56,9 @@ def _check_cells(summary: Sequence[Cell], name: str, keys: Sequence[str]) -> Non
         raise ValueError(f"{name} must hold at least one cell (summarize() of no records is empty)")
     for i, cell in enumerate(summary):
         if not isinstance(cell, Mapping):
-            raise ValueError(f"{name}[{i}] must be a mapping (a summarize() cell), got {type(cell).__name__}")
+            raise ValueError(
+                f"{name}[{i}] must be a mapping (a summarize() cell), got {type(cell).__name__}"
+            )
         for k in keys:
             if k not in cell:
                 raise ValueError(f"{name}[{i}] has no key {k!r} (keys: {sorted(map(str, cell))})")
@@ -103,11 +105,15 @@ def _series(
     for cell in summary:
         s, v = cell[series], cell[x]
         if v in groups.setdefault(s, {}):
-            raise ValueError(f"{name} has two cells for {series}={s!r}, {x}={v!r}: summarize by "
-                             f"exactly [{series!r}, {x!r}] (or filter the records) first")
+            raise ValueError(
+                f"{name} has two cells for {series}={s!r}, {x}={v!r}: summarize by "
+                f"exactly [{series!r}, {x!r}] (or filter the records) first"
+            )
         groups[s][v] = cell
-    return {s: sorted(groups[s].items(), key=lambda kv: _sort_key(kv[0]))
-            for s in _order(list(groups), order)}
+    return {
+        s: sorted(groups[s].items(), key=lambda kv: _sort_key(kv[0]))
+        for s in _order(list(groups), order)
+    }
 
 
 def _plain(v: float) -> str:
@@ -136,8 +142,11 @@ def _series_style(i: int) -> dict[str, str]:
     """Colour, marker and line style of the i-th series: unique for the first 30 (ten colours,
     each run of ten with its own line style and markers offset, so C0 never repeats with "o")."""
     run = i // 10
-    return {"color": f"C{i % 10}", "marker": MARKERS[(i + 3 * run) % len(MARKERS)],
-            "linestyle": ("-", "--", ":")[run % 3]}
+    return {
+        "color": f"C{i % 10}",
+        "marker": MARKERS[(i + 3 * run) % len(MARKERS)],
+        "linestyle": ("-", "--", ":")[run % 3],
+    }
 
 
 def _style(ax: Any, *, title: str, x_label: str, y_label: str, logx: bool) -> None:
@@ -156,15 +165,25 @@ def _style(ax: Any, *, title: str, x_label: str, y_label: str, logx: bool) -> No
 
 
 def _curves_figure(
-    summary: Sequence[Cell], *, x: str, series: str, y_label: str, x_label: str, title: str = "",
-    series_order: Sequence[Any] | None = None, vline: float | None = None,
-    vline_label: str = "train size", logx: bool = False, percent: bool = False,
+    summary: Sequence[Cell],
+    *,
+    x: str,
+    series: str,
+    y_label: str,
+    x_label: str,
+    title: str = "",
+    series_order: Sequence[Any] | None = None,
+    vline: float | None = None,
+    vline_label: str = "train size",
+    logx: bool = False,
+    percent: bool = False,
     band: tuple[str, str] | None = None,
 ) -> Figure:
     """The `plot_curves` figure (one axes; a Line2D labelled str(series value) per series; with
     `band`, one filled PolyCollection per series)."""
-    if band is not None and not (isinstance(band, (tuple, list)) and len(band) == 2
-                                 and all(isinstance(k, str) for k in band)):
+    if band is not None and not (
+        isinstance(band, (tuple, list)) and len(band) == 2 and all(isinstance(k, str) for k in band)
+    ):
         raise ValueError(f"band must be None or a pair of cell keys (low, high), got {band!r}")
     _check_cells(summary, "summary", [x, series, "mean", *(band or ())])
     for i, cell in enumerate(summary):
@@ -206,10 +225,20 @@ def _curves_figure(
 
 
 def plot_curves(
-    summary: Sequence[Cell], path: str | Path, *, x: str, series: str, y_label: str,
-    x_label: str, title: str = "", series_order: Sequence[Any] | None = None,
-    vline: float | None = None, vline_label: str = "train size", logx: bool = False,
-    percent: bool = False, band: tuple[str, str] | None = None,
+    summary: Sequence[Cell],
+    path: str | Path,
+    *,
+    x: str,
+    series: str,
+    y_label: str,
+    x_label: str,
+    title: str = "",
+    series_order: Sequence[Any] | None = None,
+    vline: float | None = None,
+    vline_label: str = "train size",
+    logx: bool = False,
+    percent: bool = False,
+    band: tuple[str, str] | None = None,
 ) -> Path:
     """One line (with markers) per `series` value of the cells' mean over `x` (numbers, sorted);
     error bars of one std where n > 1; a dashed vertical line at `vline` (e.g. the training
@@ -217,20 +246,36 @@ def plot_curves(
     means are fractions shown as percentages. `band=(low, high)` names two keys of every cell
     (e.g. a confidence interval's ends): a shaded band between them replaces the error bars.
     Returns `path`."""
-    fig = _curves_figure(summary, x=x, series=series, y_label=y_label, x_label=x_label,
-                         title=title, series_order=series_order, vline=vline,
-                         vline_label=vline_label, logx=logx, percent=percent, band=band)
+    fig = _curves_figure(
+        summary,
+        x=x,
+        series=series,
+        y_label=y_label,
+        x_label=x_label,
+        title=title,
+        series_order=series_order,
+        vline=vline,
+        vline_label=vline_label,
+        logx=logx,
+        percent=percent,
+        band=band,
+    )
     return _save(fig, path)
 
 
 def _tradeoff_points(
-    summary_x: Sequence[Cell], summary_y: Sequence[Cell], key: str, series: str,
+    summary_x: Sequence[Cell],
+    summary_y: Sequence[Cell],
+    key: str,
+    series: str,
     annotate: str | None,
 ) -> dict[Any, list[tuple[Any, Cell, Cell]]]:
     """series -> [(key value, x cell, y cell)] for the (series, key) pairs in both summaries."""
     _check_cells(summary_x, "summary_x", [key, series, "mean"])
     _check_cells(summary_y, "summary_y", [key, series, "mean"])
-    xs = {s: dict(points) for s, points in _series(summary_x, "summary_x", key, series, None).items()}
+    xs = {
+        s: dict(points) for s, points in _series(summary_x, "summary_x", key, series, None).items()
+    }
     out: dict[Any, list[tuple[Any, Cell, Cell]]] = {}
     for s, points in _series(summary_y, "summary_y", key, series, None).items():
         matched = [(k, xs[s][k], cy) for k, cy in points if k in xs.get(s, {})]
@@ -242,22 +287,33 @@ def _tradeoff_points(
         for s, points in out.items():
             for k, cx, cy in points:
                 if annotate not in cy and annotate not in cx:
-                    raise ValueError(f"annotate {annotate!r} is not a key of the cells for "
-                                     f"{series}={s!r}, {key}={k!r}")
+                    raise ValueError(
+                        f"annotate {annotate!r} is not a key of the cells for "
+                        f"{series}={s!r}, {key}={k!r}"
+                    )
     return out
 
 
 def _tradeoff_figure(
-    summary_x: Sequence[Cell], summary_y: Sequence[Cell], *, key: str, series: str,
-    x_label: str, y_label: str, title: str = "", logx: bool = True, annotate: str | None = None,
+    summary_x: Sequence[Cell],
+    summary_y: Sequence[Cell],
+    *,
+    key: str,
+    series: str,
+    x_label: str,
+    y_label: str,
+    title: str = "",
+    logx: bool = True,
+    annotate: str | None = None,
 ) -> Figure:
     """The `plot_tradeoff` figure (a Line2D labelled str(series value) per series)."""
     groups = _tradeoff_points(summary_x, summary_y, key, series, annotate)
     if logx:
         bad = [(s, k) for s, pts in groups.items() for k, cx, _ in pts if not float(cx["mean"]) > 0]
         if bad:
-            raise ValueError(f"logx=True needs positive x means; not so for (series, key) {bad}: "
-                             f"pass logx=False")
+            raise ValueError(
+                f"logx=True needs positive x means; not so for (series, key) {bad}: pass logx=False"
+            )
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     for i, (s, points) in enumerate(groups.items()):
@@ -267,29 +323,53 @@ def _tradeoff_figure(
         color = style["color"]
         ax.plot(xs, ys, **style, label=str(s), markersize=5)
         if any(e > 0 for e in xerr + yerr):
-            ax.errorbar(xs, ys, xerr=xerr, yerr=yerr, fmt="none", ecolor=color, capsize=2,
-                        elinewidth=1)
+            ax.errorbar(
+                xs, ys, xerr=xerr, yerr=yerr, fmt="none", ecolor=color, capsize=2, elinewidth=1
+            )
         if annotate is not None:
             for (_, cx, cy), px, py in zip(points, xs, ys, strict=True):
                 text = _fmt(cy[annotate] if annotate in cy else cx[annotate])
-                ax.annotate(text, (px, py), textcoords="offset points", xytext=(4, 4),
-                            fontsize=7, color=color)
+                ax.annotate(
+                    text,
+                    (px, py),
+                    textcoords="offset points",
+                    xytext=(4, 4),
+                    fontsize=7,
+                    color=color,
+                )
     _style(ax, title=title, x_label=x_label, y_label=y_label, logx=logx)
     fig.tight_layout()
     return fig
 
 
 def plot_tradeoff(
-    summary_x: Sequence[Cell], summary_y: Sequence[Cell], path: str | Path, *, key: str,
-    series: str, x_label: str, y_label: str, title: str = "", logx: bool = True,
+    summary_x: Sequence[Cell],
+    summary_y: Sequence[Cell],
+    path: str | Path,
+    *,
+    key: str,
+    series: str,
+    x_label: str,
+    y_label: str,
+    title: str = "",
+    logx: bool = True,
     annotate: str | None = None,
 ) -> Path:
     """y means (`summary_y`) against x means (`summary_x`), points matched by (`series`, `key`)
     and joined per series in `key` order (e.g. x = images/s, y = accuracy, key = eval size);
     error bars of one std where n > 1; each point labelled with its cell's `annotate` value
     (e.g. annotate="size"). Returns `path`."""
-    fig = _tradeoff_figure(summary_x, summary_y, key=key, series=series, x_label=x_label,
-                           y_label=y_label, title=title, logx=logx, annotate=annotate)
+    fig = _tradeoff_figure(
+        summary_x,
+        summary_y,
+        key=key,
+        series=series,
+        x_label=x_label,
+        y_label=y_label,
+        title=title,
+        logx=logx,
+        annotate=annotate,
+    )
     return _save(fig, path)
 
 
@@ -303,9 +383,14 @@ def _as_image(m: object, name: str) -> np.ndarray:
 
 
 def _maps_figure(
-    maps: Mapping[str, Mapping[str, torch.Tensor | np.ndarray]], *, title: str = "",
-    cmap: str = "viridis", symmetric: bool = True, col_titles: bool = True,
-    vmin: float | None = None, vmax: float | None = None,
+    maps: Mapping[str, Mapping[str, torch.Tensor | np.ndarray]],
+    *,
+    title: str = "",
+    cmap: str = "viridis",
+    symmetric: bool = True,
+    col_titles: bool = True,
+    vmin: float | None = None,
+    vmax: float | None = None,
 ) -> Figure:
     """The `plot_maps` figure: axes[r * ncols + c] shows maps[row r][column c]."""
     if not isinstance(maps, Mapping) or not maps:
@@ -322,8 +407,15 @@ def _maps_figure(
     nrows, ncols = len(images), max(len(inner) for inner in images.values())
     labels = any(images)  # a row label column when some row is named
     plt = _pyplot()
-    fig, axes = plt.subplots(nrows, ncols, squeeze=False, figsize=(
-        2.6 * ncols + 0.4 * labels, 2.6 * nrows + (0.5 if title else 0.1) + 0.2 * col_titles))
+    fig, axes = plt.subplots(
+        nrows,
+        ncols,
+        squeeze=False,
+        figsize=(
+            2.6 * ncols + 0.4 * labels,
+            2.6 * nrows + (0.5 if title else 0.1) + 0.2 * col_titles,
+        ),
+    )
     for i, (row, inner) in enumerate(images.items()):
         for j, (col, a) in enumerate(inner.items()):
             ax = axes[i][j]
@@ -347,14 +439,27 @@ def _maps_figure(
 
 
 def plot_maps(
-    maps: Mapping[str, Mapping[str, torch.Tensor | np.ndarray]], path: str | Path, *,
-    title: str = "", cmap: str = "viridis", symmetric: bool = True, col_titles: bool = True,
-    vmin: float | None = None, vmax: float | None = None,
+    maps: Mapping[str, Mapping[str, torch.Tensor | np.ndarray]],
+    path: str | Path,
+    *,
+    title: str = "",
+    cmap: str = "viridis",
+    symmetric: bool = True,
+    col_titles: bool = True,
+    vmin: float | None = None,
+    vmax: float | None = None,
 ) -> Path:
     """A grid of 2D maps: one row per outer key (its label at the left; "" for none), one image
     per inner key (titled with it when `col_titles`). Images may have different shapes [H, W].
     Colour limits: `vmin`/`vmax` when given (shared), else ±max|v| per image when `symmetric`,
     else each image's own range. Returns `path`."""
-    fig = _maps_figure(maps, title=title, cmap=cmap, symmetric=symmetric,
-                       col_titles=col_titles, vmin=vmin, vmax=vmax)
+    fig = _maps_figure(
+        maps,
+        title=title,
+        cmap=cmap,
+        symmetric=symmetric,
+        col_titles=col_titles,
+        vmin=vmin,
+        vmax=vmax,
+    )
     return _save(fig, path)

@@ -90,7 +90,9 @@ class DurationBatchSampler:
             raise ValueError("give exactly one of batch_size and batch_seconds")
         self.batch_size = None if batch_size is None else check_int("batch_size", batch_size)
         self.batch_seconds = (
-            None if batch_seconds is None else check_float("batch_seconds", batch_seconds, strict=True)
+            None
+            if batch_seconds is None
+            else check_float("batch_seconds", batch_seconds, strict=True)
         )
         if perturb is not None:
             if not isinstance(perturb, (tuple, list)) or len(perturb) != 2:
@@ -121,7 +123,10 @@ class DurationBatchSampler:
 
     def _cut(self, order: np.ndarray) -> list[list[int]]:
         if self.batch_size is not None:
-            return [order[i : i + self.batch_size].tolist() for i in range(0, order.size, self.batch_size)]
+            return [
+                order[i : i + self.batch_size].tolist()
+                for i in range(0, order.size, self.batch_size)
+            ]
         batches: list[list[int]] = []
         current: list[int] = []
         total = 0.0
@@ -200,7 +205,9 @@ def padding_free_hops(
     ideal = base * samples / mean
     # floor(x / h) == target - 1  <=>  x / target < h <= x / (target - 1)
     lo = torch.floor(span / target) + 1.0
-    hi = torch.where(target > 1.0, torch.floor(span / (target - 1.0).clamp_min(1.0)), span + ideal + 1.0)
+    hi = torch.where(
+        target > 1.0, torch.floor(span / (target - 1.0).clamp_min(1.0)), span + ideal + 1.0
+    )
     exact = torch.clamp(torch.round(ideal), min=lo, max=hi)
     # no integer in [lo, hi]: hi gives more than target frames, lo fewer; take the closer
     over = 1.0 + torch.floor(span / hi.clamp_min(1.0)) - target
@@ -313,8 +320,14 @@ def padding_free_features(
         raise ValueError(f"hops must be >= 1 sample, got {hop_list}")
 
     feats = [
-        log_mel(w, sample_rate, hop_ms=1000.0 * h / sample_rate, win_ms=win_ms, n_mels=n_mels,
-                normalize=normalize)
+        log_mel(
+            w,
+            sample_rate,
+            hop_ms=1000.0 * h / sample_rate,
+            win_ms=win_ms,
+            n_mels=n_mels,
+            normalize=normalize,
+        )
         for w, h in zip(items, hop_list, strict=True)
     ]  # [n_b, n_mels] each; hop_samples(1000 h / sr) == h for integer h
     counts = [f.shape[0] for f in feats]
@@ -378,4 +391,3 @@ def padded_features(
         hops=torch.full((batch,), hop, dtype=torch.int64),
         n_frames=counts.clone(),
     )
-

@@ -128,9 +128,7 @@ def _plan(
                 for i in range(n)
             ]
         else:
-            plan[split] = [
-                utterance_params(seed, split, i, **kw) for i in range(n)
-            ]
+            plan[split] = [utterance_params(seed, split, i, **kw) for i in range(n)]
     return plan
 
 
@@ -229,8 +227,9 @@ def make_speech_corpus(
             summary[params.split]["repaired"] += 1
             _log.warning("remade %s", defect)
 
-    bar = progress_bar(total=len(jobs), desc="speech corpus", unit="utt", enabled=progress,
-                       smoothing=0.05)
+    bar = progress_bar(
+        total=len(jobs), desc="speech corpus", unit="utt", enabled=progress, smoothing=0.05
+    )
     try:
         if workers == 1:
             for job in jobs:
@@ -296,8 +295,13 @@ def verify_corpus(
             manifests[split] = load_manifest(root, split)
         except (FileNotFoundError, ValueError) as e:
             problems.append(str(e))
-    bar = progress_bar(total=sum(len(m) for m in manifests.values()), desc="verifying",
-                       unit="utt", enabled=progress, smoothing=0.05)
+    bar = progress_bar(
+        total=sum(len(m) for m in manifests.values()),
+        desc="verifying",
+        unit="utt",
+        enabled=progress,
+        smoothing=0.05,
+    )
     for split, records in manifests.items():
         seconds = 0.0
         for record in records:
@@ -344,8 +348,12 @@ def speech_main(argv: list[str]) -> int:
     parser.add_argument("--workers", type=int, default=2, help="synthesis processes")
     parser.add_argument("--no-noise", action="store_true", help="no additive noise (floor only)")
     parser.add_argument("--sox", action="store_true", help="random sox reverb and tempo")
-    parser.add_argument("--text", default="wordnet", choices=TEXT_SOURCES,
-                        help="what is said: WordNet sentences or digit strings (default wordnet)")
+    parser.add_argument(
+        "--text",
+        default="wordnet",
+        choices=TEXT_SOURCES,
+        help="what is said: WordNet sentences or digit strings (default wordnet)",
+    )
     parser.add_argument("--verify", action="store_true", help="only verify an existing corpus")
     args = parser.parse_args(argv)
     try:

@@ -150,9 +150,7 @@ def log_mel(
         raise TypeError(f"normalize must be a bool, got {type(normalize).__name__} {normalize!r}")
     length = wave.shape[-1]
     if length < win:
-        raise ValueError(
-            f"wave must have at least win = {win} samples ({win_ms} ms), got {length}"
-        )
+        raise ValueError(f"wave must have at least win = {win} samples ({win_ms} ms), got {length}")
     n_fft = 1 << (win - 1).bit_length()  # next power of two >= win
     window, filters = _front_end(n_mels, n_fft, win, sample_rate, wave.device)
 
@@ -161,7 +159,12 @@ def log_mel(
     # `win` frame still fits, giving F = 1 + (T - win) // hop frames of `win` real samples
     batch = torch.nn.functional.pad(batch, (0, n_fft - win))
     spec = torch.stft(
-        batch, n_fft, hop_length=hop, win_length=n_fft, window=window, center=False,
+        batch,
+        n_fft,
+        hop_length=hop,
+        win_length=n_fft,
+        window=window,
+        center=False,
         return_complex=True,
     )  # [B, n_fft // 2 + 1, F]
     power = spec.real.square() + spec.imag.square()

@@ -74,7 +74,9 @@ def spec_augment_masks(
         raise ValueError(f"time_ratio must lie in [0, 1], got {ratio}")
     check_int("time_width", time_width, minimum=0)
     if generator is not None and not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+        raise TypeError(
+            f"generator must be a torch.Generator or None, got {type(generator).__name__}"
+        )
     if lengths is None:
         lengths = torch.full((batch,), frames, dtype=torch.int64, device=device)
     else:
@@ -124,9 +126,17 @@ def spec_augment(
     x = features if batched else features[None]
     batch, frames, bands = x.shape
     time_mask, freq_mask = spec_augment_masks(
-        batch, frames, bands, lengths, freq_masks=freq_masks, freq_width=freq_width,
-        time_masks=time_masks, time_ratio=time_ratio, time_width=time_width,
-        generator=generator, device=x.device,
+        batch,
+        frames,
+        bands,
+        lengths,
+        freq_masks=freq_masks,
+        freq_width=freq_width,
+        time_masks=time_masks,
+        time_ratio=time_ratio,
+        time_width=time_width,
+        generator=generator,
+        device=x.device,
     )
     masked = time_mask[:, :, None] | freq_mask[:, None, :]  # [B, T, F]
     if lengths is not None:
@@ -172,9 +182,15 @@ class SpecAugment(nn.Module):
         if not self.training:
             return features
         return spec_augment(
-            features, lengths, freq_masks=self.freq_masks, freq_width=self.freq_width,
-            time_masks=self.time_masks, time_ratio=self.time_ratio, time_width=self.time_width,
-            value=self.value, generator=generator,
+            features,
+            lengths,
+            freq_masks=self.freq_masks,
+            freq_width=self.freq_width,
+            time_masks=self.time_masks,
+            time_ratio=self.time_ratio,
+            time_width=self.time_width,
+            value=self.value,
+            generator=generator,
         )
 
     def extra_repr(self) -> str:

@@ -65,7 +65,7 @@ def encode(text: str, *, unknown: str = "error") -> torch.Tensor:
                 kept.append(_INDEX[ch])
             elif unknown == "error":
                 raise ValueError(
-                    f"text has a character outside the vocabulary (a-z and \"'\"): {ch!r} in "
+                    f'text has a character outside the vocabulary (a-z and "\'"): {ch!r} in '
                     f"{text!r}; pass unknown='drop' to remove such characters"
                 )
         if kept:
@@ -81,7 +81,9 @@ def encode(text: str, *, unknown: str = "error") -> torch.Tensor:
 def _as_id_list(name: str, ids: torch.Tensor | np.ndarray | Sequence[int]) -> list[int]:
     if isinstance(ids, torch.Tensor):
         if ids.dim() != 1 or ids.is_floating_point() or ids.dtype == torch.bool:
-            raise ValueError(f"{name} must be a 1-D integer tensor, got {ids.dtype} {tuple(ids.shape)}")
+            raise ValueError(
+                f"{name} must be a 1-D integer tensor, got {ids.dtype} {tuple(ids.shape)}"
+            )
         out = ids.tolist()
     else:
         out = [int(i) for i in np.asarray(ids).reshape(-1)] if len(ids) else []
@@ -115,7 +117,9 @@ def _check_scores(log_probs: torch.Tensor, lengths: torch.Tensor | None) -> torc
     check_tensor("log_probs", log_probs, ndims=(3,), floating=True)
     batch, frames, vocab = log_probs.shape
     if vocab != VOCAB_SIZE:
-        raise ValueError(f"log_probs must have shape [B, T, {VOCAB_SIZE}], got {tuple(log_probs.shape)}")
+        raise ValueError(
+            f"log_probs must have shape [B, T, {VOCAB_SIZE}], got {tuple(log_probs.shape)}"
+        )
     if lengths is None:
         return torch.full((batch,), frames, dtype=torch.int64)
     check_lengths("lengths", lengths, batch, frames)
@@ -166,8 +170,10 @@ def ctc_prefix_beam_search(
     log_probs must be normalised per frame (log_softmax) for the scores to be probabilities.
     """
     check_int("beam_width", beam_width)
-    lp = log_probs.detach().cpu().double().numpy() if isinstance(log_probs, torch.Tensor) else (
-        np.asarray(log_probs, dtype=np.float64)
+    lp = (
+        log_probs.detach().cpu().double().numpy()
+        if isinstance(log_probs, torch.Tensor)
+        else (np.asarray(log_probs, dtype=np.float64))
     )
     if lp.ndim != 2:
         raise ValueError(f"log_probs must have shape [T, V], got {lp.shape}")
@@ -190,7 +196,9 @@ def ctc_prefix_beam_search(
                 if s == blank:
                     _accumulate(nxt, prefix, 0, total + p)
                 elif s == last:
-                    _accumulate(nxt, prefix, 1, p_label + p)  # repeat without a blank: same labelling
+                    _accumulate(
+                        nxt, prefix, 1, p_label + p
+                    )  # repeat without a blank: same labelling
                     _accumulate(nxt, prefix + (s,), 1, p_blank + p)  # blank in between: a new label
                 else:
                     _accumulate(nxt, prefix + (s,), 1, total + p)

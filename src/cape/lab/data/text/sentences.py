@@ -253,8 +253,8 @@ def digit_sentences(
     check_int("count", count)
     check_int("min_digits", min_digits)
     check_int("max_digits", max_digits, minimum=min_digits)
-    if count > 10 ** max_digits:
-        raise ValueError(f"count must be <= 10**max_digits = {10 ** max_digits}, got {count}")
+    if count > 10**max_digits:
+        raise ValueError(f"count must be <= 10**max_digits = {10**max_digits}, got {count}")
     key = (seed, count, min_digits, max_digits)
     if key not in _DIGIT_MEMORY:
         rng = np.random.default_rng([seed, 7])

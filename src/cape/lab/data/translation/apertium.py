@@ -175,8 +175,10 @@ def _translate_chunk(sentences: Sequence[str], name: str) -> list[str]:
         )
     # a paragraph split in one place and two merged in another keep the count but shift the
     # pairs between them: their word ratios then scatter (aligned chunks: ~0.02% outside)
-    off = sum(not 0.5 <= len(t.split()) / max(len(s.split()), 1) <= 2.0
-              for s, t in zip(lines, pieces, strict=True))
+    off = sum(
+        not 0.5 <= len(t.split()) / max(len(s.split()), 1) <= 2.0
+        for s, t in zip(lines, pieces, strict=True)
+    )
     if len(lines) >= 20 and off > MAX_OFF_RATIO * len(lines):
         raise CorpusError(
             [

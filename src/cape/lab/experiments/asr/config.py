@@ -18,8 +18,16 @@ from cape.lab.data.text.sentences import TEXT_SOURCES
 from cape.lab.experiments.template import check_best_metric, check_position, check_runs
 from cape.lab.train.config import TrainConfig
 
-__all__ = ["DataConfig", "FeatureConfig", "ModelConfig", "RowConfig", "EvalConfig", "AsrConfig",
-           "PRESETS", "BATCHING"]
+__all__ = [
+    "DataConfig",
+    "FeatureConfig",
+    "ModelConfig",
+    "RowConfig",
+    "EvalConfig",
+    "AsrConfig",
+    "PRESETS",
+    "BATCHING",
+]
 
 BATCHING = ("padded", "padding-free")
 
@@ -91,8 +99,10 @@ class ModelConfig:
         for key in ("dim", "depth", "heads", "ffn_dim", "kernel", "stride"):
             check_int(f"model.{key}", getattr(self, key))
         if self.dim % self.heads or (self.dim // self.heads) % 2:
-            raise ValueError(f"model.dim / model.heads must be an even integer, got "
-                             f"dim={self.dim}, heads={self.heads}")
+            raise ValueError(
+                f"model.dim / model.heads must be an even integer, got "
+                f"dim={self.dim}, heads={self.heads}"
+            )
         for key in ("conv_dropout", "dropout", "layer_drop"):
             if not 0.0 <= check_float(f"model.{key}", getattr(self, key)) < 1.0:
                 raise ValueError(f"model.{key} must lie in [0, 1), got {getattr(self, key)}")
@@ -185,21 +195,44 @@ _ALL = _MAIN + [
     _row("relpos", "relpos"),
     _row("relpos 6s", "relpos", options={"max_distance": 6.0}),
     _row("relpos first layer", "relpos", relative_layers="first"),
-    _row("rotary+CAPE", "rotary", options={"augmentation": {
-        "max_global_shift": 60.0, "max_local_shift": 0.015, "max_global_scaling": 1.1,
-        "normalize": True}}),
+    _row(
+        "rotary+CAPE",
+        "rotary",
+        options={
+            "augmentation": {
+                "max_global_shift": 60.0,
+                "max_local_shift": 0.015,
+                "max_global_scaling": 1.1,
+                "normalize": True,
+            }
+        },
+    ),
     # augmentation study (Figure 7): the main sinpos/CAPE rows have SpecAugment
     _row("sinpos no SpecAugment", "sinpos", specaugment=False),
     _row("CAPE no SpecAugment", "cape1d", specaugment=False),
     # padded vs padding-free (Figures 15-16): sinpos and CAPE lambda = 1
     _row("sinpos padding-free", "sinpos", batching="padding-free"),
     _row("CAPE λ=1", "cape1d", options={"max_global_scaling": 1.0}),
-    _row("CAPE λ=1 padding-free", "cape1d", options={"max_global_scaling": 1.0},
-         batching="padding-free"),
+    _row(
+        "CAPE λ=1 padding-free",
+        "cape1d",
+        options={"max_global_scaling": 1.0},
+        batching="padding-free",
+    ),
 ]
-_TRAIN = {"batch_size": 16, "lr": 2e-3, "weight_decay": 0.01, "warmup_steps": 150,
-          "schedule": "cosine", "clip_norm": 1.0, "eval_every": 250, "checkpoint_every": 250,
-          "best_metric": "wer", "best_mode": "min", "log_every": 10}
+_TRAIN = {
+    "batch_size": 16,
+    "lr": 2e-3,
+    "weight_decay": 0.01,
+    "warmup_steps": 150,
+    "schedule": "cosine",
+    "clip_norm": 1.0,
+    "eval_every": 250,
+    "checkpoint_every": 250,
+    "best_metric": "wer",
+    "best_mode": "min",
+    "log_every": 10,
+}
 
 # no dropout inside the Transformer on CPU: its Bernoulli draws took a quarter of a training
 # step (profiled), and a 1500-step run sees each training utterance ~6 times (no overfitting yet)
@@ -214,8 +247,11 @@ _QUICK = {
     "rows": _MAIN,
     "seeds": [0],
 }
-_DIGITS = {**_QUICK, "name": "asr-digits",
-           "data": {**_QUICK["data"], "root": "data/speech-digits", "text": "digits"}}
+_DIGITS = {
+    **_QUICK,
+    "name": "asr-digits",
+    "data": {**_QUICK["data"], "root": "data/speech-digits", "text": "digits"},
+}
 
 PRESETS: dict[str, dict[str, Any]] = {
     # minutes: the four main encodings, one seed
@@ -226,9 +262,15 @@ PRESETS: dict[str, dict[str, Any]] = {
     # every row, three seeds, on digits with a front end that sees no neighbouring frames
     # (kernel 3 = stride 3): the Transformer must find context by position, as the paper's
     # models do; with kernel 7 the CPU-sized models ignore their positions (README)
-    "digits-k3": copy.deepcopy({**_DIGITS, "name": "asr-digits-k3",
-                                "model": {**_CPU_MODEL, "kernel": 3}, "rows": _ALL,
-                                "seeds": [0, 1, 2]}),
+    "digits-k3": copy.deepcopy(
+        {
+            **_DIGITS,
+            "name": "asr-digits-k3",
+            "model": {**_CPU_MODEL, "kernel": 3},
+            "rows": _ALL,
+            "seeds": [0, 1, 2],
+        }
+    ),
     # hours: every row, three seeds
     "cpu-full": {
         "name": "asr-cpu-full",
@@ -243,11 +285,26 @@ PRESETS: dict[str, dict[str, Any]] = {
     "paper": {
         "name": "asr-paper",
         "data": {"train": 100000, "val": 1000, "test_per_bin": 100, "workers": 8},
-        "model": {"dim": 768, "depth": 36, "heads": 4, "ffn_dim": 3072, "conv_dropout": 0.3,
-                  "dropout": 0.3, "layer_drop": 0.3},
-        "train": {**_TRAIN, "steps": 300000, "batch_size": 64, "lr": 2e-4, "warmup_steps": 64000,
-                  "eval_every": 5000, "checkpoint_every": 5000, "precision": "bf16",
-                  "num_workers": 8},
+        "model": {
+            "dim": 768,
+            "depth": 36,
+            "heads": 4,
+            "ffn_dim": 3072,
+            "conv_dropout": 0.3,
+            "dropout": 0.3,
+            "layer_drop": 0.3,
+        },
+        "train": {
+            **_TRAIN,
+            "steps": 300000,
+            "batch_size": 64,
+            "lr": 2e-4,
+            "warmup_steps": 64000,
+            "eval_every": 5000,
+            "checkpoint_every": 5000,
+            "precision": "bf16",
+            "num_workers": 8,
+        },
         "eval": {"hop_rows": ["sinpos", _CAPE, "CAPE λ=1 padding-free"]},
         "rows": copy.deepcopy(_ALL),
         "seeds": [0, 1, 2],

@@ -60,9 +60,17 @@ def ensure_corpus(cfg: DataConfig) -> Path:
     """Make (or finish) the corpus the config names, on rank 0, then verify it everywhere."""
     root = Path(cfg.root)
     if D.get_rank() == 0:
-        make_speech_corpus(root, train=cfg.train, val=cfg.val, test_per_bin=cfg.test_per_bin,
-                           seed=cfg.seed, workers=cfg.workers, snr_db=SNR_DB if cfg.noise else None,
-                           text=cfg.text, progress=True)
+        make_speech_corpus(
+            root,
+            train=cfg.train,
+            val=cfg.val,
+            test_per_bin=cfg.test_per_bin,
+            seed=cfg.seed,
+            workers=cfg.workers,
+            snr_db=SNR_DB if cfg.noise else None,
+            text=cfg.text,
+            progress=True,
+        )
         verify_corpus(root, progress=False)
     D.barrier()
     return root
@@ -84,9 +92,14 @@ def collate_fn(features: FeatureConfig, batching: str):
         else:
             b = padding_free_features(waves, base_hop_ms=features.hop_ms, **common)
         targets = [encode(u.text) for u in items]
-        return {"features": b.features, "lengths": b.lengths, "hop": b.hop_seconds,
-                "frame_times": b.frame_times, "targets": torch.cat(targets),
-                "target_lengths": torch.tensor([len(t) for t in targets], dtype=torch.int64)}
+        return {
+            "features": b.features,
+            "lengths": b.lengths,
+            "hop": b.hop_seconds,
+            "frame_times": b.frame_times,
+            "targets": torch.cat(targets),
+            "target_lengths": torch.tensor([len(t) for t in targets], dtype=torch.int64),
+        }
 
     return collate
 
@@ -109,8 +122,13 @@ class AsrData:
 
     def batches(self, seed: int) -> DurationBatchSampler:
         """Batches of `train.batch_size` utterances of similar (perturbed) duration, per epoch."""
-        return DurationBatchSampler([u.duration for u in self.train], self.cfg.train.batch_size,
-                                    seed=seed, rank=D.get_rank(), world_size=D.get_world_size())
+        return DurationBatchSampler(
+            [u.duration for u in self.train],
+            self.cfg.train.batch_size,
+            seed=seed,
+            rank=D.get_rank(),
+            world_size=D.get_world_size(),
+        )
 
     def summary(self) -> dict[str, Any]:
         """Sizes and hours of what was loaded, for the report."""

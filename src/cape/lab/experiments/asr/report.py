@@ -19,13 +19,26 @@ __all__ = ["write_report", "redraw", "bin_table", "flatness", "paper_claims"]
 
 NO_POSITIONS = "test, positions removed"  # the split name of `asr.without_positions`
 
-SPLITS = {"test": "voices heard in training", "test_unseen_voices": "voices never heard in training"}
+SPLITS = {
+    "test": "voices heard in training",
+    "test_unseen_voices": "voices never heard in training",
+}
 # rows of the studies, when the config has them (names as in the presets)
 MAIN = ["nopos", "abspos", "sinpos", "CAPE"]
 AUGMENTATION = ["sinpos no SpecAugment", "sinpos", "CAPE no SpecAugment", "CAPE"]
-ABLATIONS = ["CAPE", "CAPE λ=2", "CAPE Δ=15s", "CAPE Δ=30s", "CAPE no local shift",
-             "CAPE no global shift", "CAPE no scaling", "relpos", "relpos 6s",
-             "relpos first layer", "rotary+CAPE"]
+ABLATIONS = [
+    "CAPE",
+    "CAPE λ=2",
+    "CAPE Δ=15s",
+    "CAPE Δ=30s",
+    "CAPE no local shift",
+    "CAPE no global shift",
+    "CAPE no scaling",
+    "relpos",
+    "relpos 6s",
+    "relpos first layer",
+    "rotary+CAPE",
+]
 PADDING = ["sinpos", "sinpos padding-free", "CAPE λ=1", "CAPE λ=1 padding-free"]
 
 
@@ -46,18 +59,31 @@ def _bins(records: list[dict[str, Any]]) -> list[str]:
     return sorted(set(seen)) + ["all"]
 
 
-def bin_table(results: dict[str, Any], split: str, rows: list[str] | None = None,
-              hop_ms: float | None = None, metric: str = "wer") -> str:
+def bin_table(
+    results: dict[str, Any],
+    split: str,
+    rows: list[str] | None = None,
+    hop_ms: float | None = None,
+    metric: str = "wer",
+) -> str:
     """Markdown: WER (or `metric` "cer") in % per duration bin (columns) per row, mean ± std
     over seeds; the best (lowest) of each column bold; plus the flatness column (longest bin /
     shortest bin)."""
     hop = results["config"]["features"]["hop_ms"] if hop_ms is None else hop_ms
-    recs = [r for r in results["records"] if r["split"] == split and r["hop_ms"] == hop
-            and (rows is None or r["row"] in rows)]
+    recs = [
+        r
+        for r in results["records"]
+        if r["split"] == split and r["hop_ms"] == hop and (rows is None or r["row"] in rows)
+    ]
     order = rows or [r["name"] for r in results["config"]["rows"]]
-    table = pivot(summarize(recs, ["row", "bin"], metric), rows="row", cols="bin",
-                  row_order=[r for r in order if any(x["row"] == r for x in recs)],
-                  col_order=_bins(recs), best="min")
+    table = pivot(
+        summarize(recs, ["row", "bin"], metric),
+        rows="row",
+        cols="bin",
+        row_order=[r for r in order if any(x["row"] == r for x in recs)],
+        col_order=_bins(recs),
+        best="min",
+    )
     ratio = flatness(recs, metric)
     lines = table.splitlines()
     out = [lines[0] + " longest / shortest |", lines[1] + "---|"]
@@ -95,33 +121,62 @@ def paper_claims(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
     wer = {c["row"]: c for c in summarize([r for r in test if r["bin"] == "all"], ["row"], "wer")}
     out: list[tuple[str, str, bool | None]] = []
     if "CAPE" in ratio:
-        out.append(("CAPE: longest-bin WER <= 1.5 x shortest", f"{ratio['CAPE']:.2f}",
-                    ratio["CAPE"] <= 1.5))
-    removed = {c["row"]: c["mean"] for c in summarize(
-        [r for r in results["records"] if r["split"] == NO_POSITIONS and r["bin"] == "all"
-         and r["hop_ms"] == hop], ["row"], "wer")}
+        out.append(
+            (
+                "CAPE: longest-bin WER <= 1.5 x shortest",
+                f"{ratio['CAPE']:.2f}",
+                ratio["CAPE"] <= 1.5,
+            )
+        )
+    removed = {
+        c["row"]: c["mean"]
+        for c in summarize(
+            [
+                r
+                for r in results["records"]
+                if r["split"] == NO_POSITIONS and r["bin"] == "all" and r["hop_ms"] == hop
+            ],
+            ["row"],
+            "wer",
+        )
+    }
     for row in ("CAPE", "sinpos"):  # flat with duration means little for a model that ignores them
         if row in removed and row in wer:
-            out.append((f"{row} uses its positions: WER > 2 points higher without them",
-                        f"{wer[row]['mean']:.1f} -> {removed[row]:.1f}",
-                        removed[row] > wer[row]["mean"] + 2))
+            out.append(
+                (
+                    f"{row} uses its positions: WER > 2 points higher without them",
+                    f"{wer[row]['mean']:.1f} -> {removed[row]:.1f}",
+                    removed[row] > wer[row]["mean"] + 2,
+                )
+            )
     for row in ("sinpos", "abspos"):
         if row in ratio:
-            out.append((f"{row}: longest-bin WER > 2 x shortest", f"{ratio[row]:.2f}", ratio[row] > 2))
+            out.append(
+                (f"{row}: longest-bin WER > 2 x shortest", f"{ratio[row]:.2f}", ratio[row] > 2)
+            )
 
     def ms(row: str) -> str:
         return f"{row} {mean_std(wer[row])}"
 
     both, alone = "CAPE", ("CAPE no SpecAugment", "sinpos")  # sinpos rows have SpecAugment
     if all(r in wer for r in (both, *alone)):
-        out.append(("CAPE + SpecAugment better than either alone",
-                    ", ".join(ms(r) for r in (both, *alone)),
-                    wer[both]["mean"] < min(wer[r]["mean"] for r in alone)))
+        out.append(
+            (
+                "CAPE + SpecAugment better than either alone",
+                ", ".join(ms(r) for r in (both, *alone)),
+                wer[both]["mean"] < min(wer[r]["mean"] for r in alone),
+            )
+        )
     for padded in ("sinpos", "CAPE λ=1"):
         free = f"{padded} padding-free"
         if padded in wer and free in wer:
-            out.append((f"{free} at least as good as padded", f"{ms(free)} vs {ms(padded)}",
-                        wer[free]["mean"] <= wer[padded]["mean"]))
+            out.append(
+                (
+                    f"{free} at least as good as padded",
+                    f"{ms(free)} vs {ms(padded)}",
+                    wer[free]["mean"] <= wer[padded]["mean"],
+                )
+            )
     return out
 
 
@@ -129,30 +184,43 @@ def _hop_table(results: dict[str, Any]) -> str | None:
     recs = [r for r in results["records"] if r["split"] == "test@hop" and r["bin"] == "all"]
     if not recs:
         return None
-    cells = {m: {(c["row"], c["hop_ms"]): c for c in summarize(recs, ["row", "hop_ms"], m)}
-             for m in ("wer", "cer", "audio_s_per_s")}
+    cells = {
+        m: {(c["row"], c["hop_ms"]): c for c in summarize(recs, ["row", "hop_ms"], m)}
+        for m in ("wer", "cer", "audio_s_per_s")
+    }
     lines = ["| row | inference hop ms | WER % | CER % | audio s / s |", "|---|---|---|---|---|"]
     for key, c in cells["wer"].items():
-        lines.append(f"| {key[0]} | {key[1]:g} | {mean_std(c)} | {mean_std(cells['cer'][key])} | "
-                     f"{mean_std(cells['audio_s_per_s'][key], 0)} |")
+        lines.append(
+            f"| {key[0]} | {key[1]:g} | {mean_std(c)} | {mean_std(cells['cer'][key])} | "
+            f"{mean_std(cells['audio_s_per_s'][key], 0)} |"
+        )
     return "\n".join(lines)
 
 
 def _reliance_table(results: dict[str, Any]) -> str | None:
     hop = results["config"]["features"]["hop_ms"]
-    recs = [r for r in results["records"] if r["bin"] == "all" and r["hop_ms"] == hop
-            and r["split"] in ("test", NO_POSITIONS)]
+    recs = [
+        r
+        for r in results["records"]
+        if r["bin"] == "all" and r["hop_ms"] == hop and r["split"] in ("test", NO_POSITIONS)
+    ]
     removed = {r["row"] for r in recs if r["split"] == NO_POSITIONS}
     if not removed:
         return None
-    cells = {m: {(c["row"], c["split"]): c["mean"] for c in summarize(recs, ["row", "split"], m)}
-             for m in ("wer", "cer")}
-    lines = ["| row | WER % | WER %, positions removed | CER % | CER %, positions removed |",
-             "|---|---|---|---|---|"]
+    cells = {
+        m: {(c["row"], c["split"]): c["mean"] for c in summarize(recs, ["row", "split"], m)}
+        for m in ("wer", "cer")
+    }
+    lines = [
+        "| row | WER % | WER %, positions removed | CER % | CER %, positions removed |",
+        "|---|---|---|---|---|",
+    ]
     for row in [r["name"] for r in results["config"]["rows"] if r["name"] in removed]:
         w, c = cells["wer"], cells["cer"]
-        lines.append(f"| {row} | {w[(row, 'test')]:.1f} | {w[(row, NO_POSITIONS)]:.1f} | "
-                     f"{c[(row, 'test')]:.1f} | {c[(row, NO_POSITIONS)]:.1f} |")
+        lines.append(
+            f"| {row} | {w[(row, 'test')]:.1f} | {w[(row, NO_POSITIONS)]:.1f} | "
+            f"{c[(row, 'test')]:.1f} | {c[(row, NO_POSITIONS)]:.1f} |"
+        )
     return "\n".join(lines)
 
 
@@ -162,7 +230,9 @@ def _render(out: Path, results: dict[str, Any]) -> Path:
     m, t, f = cfg["model"], cfg["train"], cfg["features"]
     sizes = results.get("data", {})
     hours = ", ".join(f"{k} {v['utterances']} utt / {v['hours']:.2f} h" for k, v in sizes.items())
-    said = {"digits": "digit strings", "wordnet": "WordNet text"}[cfg["data"].get("text", "wordnet")]
+    said = {"digits": "digit strings", "wordnet": "WordNet text"}[
+        cfg["data"].get("text", "wordnet")
+    ]
     reg = f"dropout {m['dropout']:g}, layer drop {m.get('layer_drop', 0.0):g}"
     rep = Report(f"Speech experiment `{results['name']}`")
     rep.paragraph(
@@ -176,42 +246,63 @@ def _render(out: Path, results: dict[str, Any]) -> Path:
         f"perturbed by U(0.85, 1.15) each epoch), lr {t['lr']}, {t['schedule']}; the checkpoint "
         f"with the best validation WER is tested, greedy CTC decoding, batch size 1. Seeds "
         f"{cfg['seeds']} (mean ± std over seeds). Produced by `cape experiment asr`; "
-        "`cape plot` redraws this page from results.json.")
+        "`cape plot` redraws this page from results.json."
+    )
     for split, label in SPLITS.items():
         if not any(r["split"] == split for r in results["records"]):
             continue
         for metric in ("wer", "cer"):
-            rep.table(bin_table(results, split, metric=metric),
-                      caption=f"{metric.upper()} (%) per test duration bin (seconds), {split} "
-                      f"({label}); longest / shortest: the longest bin's {metric.upper()} over "
-                      "the shortest's.")
+            rep.table(
+                bin_table(results, split, metric=metric),
+                caption=f"{metric.upper()} (%) per test duration bin (seconds), {split} "
+                f"({label}); longest / shortest: the longest bin's {metric.upper()} over "
+                "the shortest's.",
+            )
     rep.table(_params(results, rows), caption="Trainable parameters per row.")
     for names, caption in (
-        (AUGMENTATION, "Augmentation study (Figure 7 analog): CAPE and SpecAugment, alone and "
-                       "together, WER (%) on test."),
-        (ABLATIONS, "Ablations: CAPE's global shift, local shift and scaling; relpos context "
-                    "and depth; rotary over CAPE-augmented time. WER (%) on test."),
-        (PADDING, "Padded vs padding-free training batches (Figures 15-16 analog), WER (%) on "
-                  "test; both evaluated at 10 ms, batch size 1."),
+        (
+            AUGMENTATION,
+            "Augmentation study (Figure 7 analog): CAPE and SpecAugment, alone and "
+            "together, WER (%) on test.",
+        ),
+        (
+            ABLATIONS,
+            "Ablations: CAPE's global shift, local shift and scaling; relpos context "
+            "and depth; rotary over CAPE-augmented time. WER (%) on test.",
+        ),
+        (
+            PADDING,
+            "Padded vs padding-free training batches (Figures 15-16 analog), WER (%) on "
+            "test; both evaluated at 10 ms, batch size 1.",
+        ),
     ):
         present = [n for n in names if n in rows]
         if len(present) >= 2 and set(present) - set(MAIN):  # a study needs one of its own rows
             rep.table(bin_table(results, "test", present), caption=caption)
     claims = paper_claims(results)
     if claims:
-        rep.table(claims_table(claims), caption="The paper's findings (sec. 5.2, app. C) checked "
-                  "on test WER, means over seeds; rows of the names the presets use.")
+        rep.table(
+            claims_table(claims),
+            caption="The paper's findings (sec. 5.2, app. C) checked "
+            "on test WER, means over seeds; rows of the names the presets use.",
+        )
     reliance = _reliance_table(results)
     if reliance:
-        rep.table(reliance, caption="Does the model use its positions? WER and CER (%) on test "
-                  "(all bins) as trained and with the absolute encoding taken out at test time. "
-                  "No change means the model ignores its positions, so no encoding can change "
-                  "how it generalises to long inputs.")
+        rep.table(
+            reliance,
+            caption="Does the model use its positions? WER and CER (%) on test "
+            "(all bins) as trained and with the absolute encoding taken out at test time. "
+            "No change means the model ignores its positions, so no encoding can change "
+            "how it generalises to long inputs.",
+        )
     hop = _hop_table(results)
     if hop:
-        rep.table(hop, caption="WER and throughput when the inference STFT hop differs from the "
-                  "10 ms of training (000 Figure 17 analog); audio s / s: seconds of audio "
-                  "transcribed per second (features + model + greedy decoding, batch size 1).")
+        rep.table(
+            hop,
+            caption="WER and throughput when the inference STFT hop differs from the "
+            "10 ms of training (000 Figure 17 analog); audio s / s: seconds of audio "
+            "transcribed per second (features + model + greedy decoding, batch size 1).",
+        )
     _plots(rep, out, results, rows)
     _examples(rep, results)
     train_cost_table(rep, results, metric="eval_wer", label="final val WER %")
@@ -229,8 +320,10 @@ def _params(results: dict[str, Any], rows: list[str]) -> str:
 def _examples(rep: Report, results: dict[str, Any]) -> None:
     for r in results["records"]:
         if "examples" in r:
-            text = "\n".join(f"{e['duration']:5.1f} s  REF: {e['ref']}\n         HYP: {e['hyp']}"
-                             for e in r["examples"][:4])
+            text = "\n".join(
+                f"{e['duration']:5.1f} s  REF: {e['ref']}\n         HYP: {e['hyp']}"
+                for e in r["examples"][:4]
+            )
             rep.paragraph(f"Example transcripts of `{r['row']}` (seed {r['seed']}, {r['split']}):")
             rep.code(text)
             return
@@ -243,26 +336,48 @@ def _plots(rep: Report, out: Path, results: dict[str, Any], rows: list[str]) -> 
 
     hop = results["config"]["features"]["hop_ms"]
     for split in SPLITS:
-        recs = [dict(r, mid=_mid(r["bin"])) for r in results["records"]
-                if r["split"] == split and r["hop_ms"] == hop and r["bin"] != "all"]
+        recs = [
+            dict(r, mid=_mid(r["bin"]))
+            for r in results["records"]
+            if r["split"] == split and r["hop_ms"] == hop and r["bin"] != "all"
+        ]
         for metric in ("wer", "cer") if recs else ():
             name = f"{metric}_by_duration_{split}.png"
-            plot_curves(summarize(recs, ["row", "mid"], metric), out / name, x="mid",
-                        series="row", y_label=f"{metric.upper()} (%)",
-                        x_label="test utterance duration (s, bin centre)",
-                        title=f"{metric.upper()} vs duration ({split})", series_order=rows,
-                        vline=6.0, vline_label="longest training utterance")
-            rep.image(name, f"{metric.upper()} per duration bin on {split} (error bars: std over "
-                      "seeds); the dashed line is the longest training utterance.")
+            plot_curves(
+                summarize(recs, ["row", "mid"], metric),
+                out / name,
+                x="mid",
+                series="row",
+                y_label=f"{metric.upper()} (%)",
+                x_label="test utterance duration (s, bin centre)",
+                title=f"{metric.upper()} vs duration ({split})",
+                series_order=rows,
+                vline=6.0,
+                vline_label="longest training utterance",
+            )
+            rep.image(
+                name,
+                f"{metric.upper()} per duration bin on {split} (error bars: std over "
+                "seeds); the dashed line is the longest training utterance.",
+            )
     recs = [r for r in results["records"] if r["split"] == "test@hop" and r["bin"] == "all"]
     if recs:
-        plot_tradeoff(summarize(recs, ["row", "hop_ms"], "audio_s_per_s"),
-                      summarize(recs, ["row", "hop_ms"], "wer"), out / "wer_vs_throughput.png",
-                      key="hop_ms", series="row", x_label="audio seconds per second",
-                      y_label="WER (%)", title="WER vs throughput over inference hops",
-                      annotate="hop_ms")
-        rep.image("wer_vs_throughput.png", "WER against throughput as the inference hop goes "
-                  "from small (slow) to large (fast); each point is labelled with its hop in ms.")
+        plot_tradeoff(
+            summarize(recs, ["row", "hop_ms"], "audio_s_per_s"),
+            summarize(recs, ["row", "hop_ms"], "wer"),
+            out / "wer_vs_throughput.png",
+            key="hop_ms",
+            series="row",
+            x_label="audio seconds per second",
+            y_label="WER (%)",
+            title="WER vs throughput over inference hops",
+            annotate="hop_ms",
+        )
+        rep.image(
+            "wer_vs_throughput.png",
+            "WER against throughput as the inference hop goes "
+            "from small (slow) to large (fast); each point is labelled with its hop in ms.",
+        )
 
 
 def _mid(label: str) -> float:

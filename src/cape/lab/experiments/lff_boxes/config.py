@@ -19,8 +19,14 @@ from cape.lab.experiments.template import check_best_metric, check_runs
 from cape.lab.train.config import TrainConfig
 
 __all__ = [
-    "DataConfig", "ModelConfig", "RowConfig", "EvalConfig", "LffBoxesConfig", "PRESETS",
-    "POSITIONS", "position_options",
+    "DataConfig",
+    "ModelConfig",
+    "RowConfig",
+    "EvalConfig",
+    "LffBoxesConfig",
+    "PRESETS",
+    "POSITIONS",
+    "position_options",
 ]
 
 # the encodings a row may name (`cape.build` names); "nopos" is the content-only model
@@ -53,8 +59,10 @@ class DataConfig:
         check_int("data.max_boxes", self.max_boxes, minimum=self.min_boxes)
         check_int("data.max_size", self.max_size, minimum=2)
         if self.max_size % 2 or self.max_size > self.canvas - 2:
-            raise ValueError(f"data.max_size must be even and <= data.canvas - 2 = "
-                             f"{self.canvas - 2}, got {self.max_size}")
+            raise ValueError(
+                f"data.max_size must be even and <= data.canvas - 2 = "
+                f"{self.canvas - 2}, got {self.max_size}"
+            )
         if not 0.0 <= check_float("data.plant", self.plant) <= 1.0:
             raise ValueError(f"data.plant must lie in [0, 1], got {self.plant}")
         check_int("data.seed", self.seed, minimum=0)
@@ -86,8 +94,10 @@ class ModelConfig:
         for key in ("dim", "depth", "heads", "ffn_dim", "fourier_dim", "hidden_dim"):
             check_int(f"model.{key}", getattr(self, key))
         if self.dim % self.heads or self.dim % 8:
-            raise ValueError(f"model.dim must be divisible by model.heads and by 8 (Sine-4D: "
-                             f"2 x 4 axes), got dim={self.dim}, heads={self.heads}")
+            raise ValueError(
+                f"model.dim must be divisible by model.heads and by 8 (Sine-4D: "
+                f"2 x 4 axes), got dim={self.dim}, heads={self.heads}"
+            )
         check_float("model.dropout", self.dropout)
         check_float("model.gamma_cells", self.gamma_cells, strict=True)
         check_float("model.embed_init_std", self.embed_init_std)
@@ -113,11 +123,19 @@ class RowConfig:
             raise ValueError(f"rows[{self.name}]: position 'nopos' takes no options or augment")
         if self.position == "lff" and "groups" in self.options:
             check_choice(f"rows[{self.name}].options.groups", self.options["groups"], (1, 2, 4))
-        for key in ("pos_dim", "augmentation", "max_global_shift", "max_local_shift",
-                    "max_global_scaling", "normalize"):
+        for key in (
+            "pos_dim",
+            "augmentation",
+            "max_global_shift",
+            "max_local_shift",
+            "max_global_scaling",
+            "normalize",
+        ):
             if key in self.options:
-                raise ValueError(f"rows[{self.name}].options.{key} is set by the experiment; "
-                                 f"use rows[{self.name}].augment for CAPE's augmentation")
+                raise ValueError(
+                    f"rows[{self.name}].options.{key} is set by the experiment; "
+                    f"use rows[{self.name}].augment for CAPE's augmentation"
+                )
         try:
             Augmentation(**self.augment)
         except (TypeError, ValueError) as e:
@@ -149,16 +167,24 @@ def position_options(row: RowConfig, model: ModelConfig, canvas: int) -> dict[st
     of 4 / groups coordinates, fourier_dim, hidden_dim and gamma from `model`."""
     unit = 1.0 / (canvas - 1)
     if row.position == "embed-4d":
-        base: dict[str, Any] = {"sizes": [canvas] * 4, "low": -0.5 * unit,
-                                "high": 1.0 + 0.5 * unit, "init_std": model.embed_init_std}
+        base: dict[str, Any] = {
+            "sizes": [canvas] * 4,
+            "low": -0.5 * unit,
+            "high": 1.0 + 0.5 * unit,
+            "init_std": model.embed_init_std,
+        }
     elif row.position == "sine-4d":
         base = {"freq_scale": float(canvas - 1)}
     elif row.position == "lff":
         groups = row.options.get("groups", 1)
         mlp = row.options.get("mlp", True)
-        base = {"groups": groups, "pos_dim": 4 // groups, "hidden_dim": model.hidden_dim,
-                "fourier_dim": model.fourier_dim if mlp else model.dim // groups,
-                "gamma": model.gamma_cells * unit}
+        base = {
+            "groups": groups,
+            "pos_dim": 4 // groups,
+            "hidden_dim": model.hidden_dim,
+            "fourier_dim": model.fourier_dim if mlp else model.dim // groups,
+            "gamma": model.gamma_cells * unit,
+        }
     else:
         base = {}
     return {**base, **row.options}
@@ -185,16 +211,28 @@ class LffBoxesConfig:
             if row.position == "nopos":
                 continue
             try:
-                build(row.position, self.model.dim,
-                      **position_options(row, self.model, self.data.canvas))
+                build(
+                    row.position,
+                    self.model.dim,
+                    **position_options(row, self.model, self.data.canvas),
+                )
             except (TypeError, ValueError) as e:
                 raise ValueError(f"rows[{row.name}].options: {e}") from None
 
 
 _TRAIN_QUICK = dict(
-    steps=1500, batch_size=128, lr=2e-3, weight_decay=0.01, warmup_steps=100,
-    schedule="cosine", clip_norm=1.0, eval_every=500, checkpoint_every=500,
-    best_metric="acc", best_mode="max", log_every=20,
+    steps=1500,
+    batch_size=128,
+    lr=2e-3,
+    weight_decay=0.01,
+    warmup_steps=100,
+    schedule="cosine",
+    clip_norm=1.0,
+    eval_every=500,
+    checkpoint_every=500,
+    best_metric="acc",
+    best_mode="max",
+    log_every=20,
 )
 _CAPE_AUGMENT = {"max_global_shift": 0.05, "max_global_scaling": 1.05}
 _ROWS = [
@@ -202,10 +240,18 @@ _ROWS = [
     {"name": "MLP", "position": "lff", "options": {"fourier": False}},
     {"name": "Sine-4D", "position": "sine-4d"},
     {"name": "Learnable-Fourier-2/2", "position": "lff", "options": {"groups": 2, "mlp": False}},
-    *[{"name": f"Fixed-Fourier+MLP-{g}/{4 // g}", "position": "lff",
-       "options": {"groups": g, "learnable": False}} for g in (1, 2, 4)],
-    *[{"name": f"Learnable-Fourier+MLP-{g}/{4 // g}", "position": "lff",
-       "options": {"groups": g}} for g in (1, 2, 4)],
+    *[
+        {
+            "name": f"Fixed-Fourier+MLP-{g}/{4 // g}",
+            "position": "lff",
+            "options": {"groups": g, "learnable": False},
+        }
+        for g in (1, 2, 4)
+    ],
+    *[
+        {"name": f"Learnable-Fourier+MLP-{g}/{4 // g}", "position": "lff", "options": {"groups": g}}
+        for g in (1, 2, 4)
+    ],
     {"name": "CAPE Sine-4D", "position": "sine-4d", "augment": _CAPE_AUGMENT},
     {"name": "No position", "position": "nopos"},
 ]
@@ -215,7 +261,8 @@ _QUICK_NAMES = ("Embed-4D", "Sine-4D", "Learnable-Fourier+MLP-4/1", "CAPE Sine-4
 PRESETS: dict[str, dict[str, Any]] = {
     # Table 4's rows + CAPE, 1 seed: 4 x 1500 steps, about 5 minutes on 2 CPU cores
     "quick": {
-        "name": "lff-boxes-quick", "seeds": [0],
+        "name": "lff-boxes-quick",
+        "seeds": [0],
         "data": {"train": 50000, "val": 1000, "test": 2000},
         "train": _TRAIN_QUICK,
         "rows": [r for r in _ROWS if r["name"] in _QUICK_NAMES],
@@ -223,19 +270,28 @@ PRESETS: dict[str, dict[str, Any]] = {
     # every row of Table 3 (+ CAPE, + content only), 3 seeds, quick's training and screens
     # (shared data cache) with larger test sets: 36 runs, about 45 minutes on 2 CPU cores
     "cpu-full": {
-        "name": "lff-boxes-cpu-full", "seeds": [0, 1, 2],
+        "name": "lff-boxes-cpu-full",
+        "seeds": [0, 1, 2],
         "data": {"train": 50000, "val": 1000, "test": 5000},
         "train": _TRAIN_QUICK,
         "rows": _ROWS,
     },
     # the paper's screen encoder: 6 layers, 8 heads, hidden 128, on a GPU
     "paper": {
-        "name": "lff-boxes-paper", "seeds": [0, 1, 2],
+        "name": "lff-boxes-paper",
+        "seeds": [0, 1, 2],
         "data": {"train": 500000, "val": 5000, "test": 10000},
         "model": {"dim": 128, "depth": 6, "heads": 8, "ffn_dim": 512, "dropout": 0.1},
-        "train": {**_TRAIN_QUICK, "steps": 100000, "batch_size": 256, "lr": 1e-3,
-                  "warmup_steps": 4000, "eval_every": 5000, "checkpoint_every": 5000,
-                  "device": "auto"},
+        "train": {
+            **_TRAIN_QUICK,
+            "steps": 100000,
+            "batch_size": 256,
+            "lr": 1e-3,
+            "warmup_steps": 4000,
+            "eval_every": 5000,
+            "checkpoint_every": 5000,
+            "device": "auto",
+        },
         "eval": {"batch_size": 2000},
         "rows": _ROWS,
     },

@@ -52,8 +52,10 @@ def main_table(results: dict[str, Any]) -> str:
     ref = results["config"]["eval"]["reference"]
     recs = [r for r in results["records"] if r["question"] == "all"]
     cells = {(c["row"], c["set"]): c for c in summarize(recs, ["row", "set"], "acc")}
-    best = {s: max((c["mean"] for (_, s2), c in cells.items() if s2 == s and c["n"]),
-                   default=math.nan) for s in SETS}
+    best = {
+        s: max((c["mean"] for (_, s2), c in cells.items() if s2 == s and c["n"]), default=math.nan)
+        for s in SETS
+    }
     has_ref = any(row == ref for row, _ in cells)
     head = ["row", "encoding params", "seen %", "unseen %", "unseen − seen"]
     if has_ref:
@@ -65,8 +67,12 @@ def main_table(results: dict[str, Any]) -> str:
         line = [row, "–" if params is None else f"{params:,}"]
         for s, c in (("test_seen", seen), ("test_unseen", unseen)):
             text = _cell(c)
-            line.append(f"**{text}**" if c is not None and c["n"] and c["mean"] == best[s] else text)
-        gap = unseen["mean"] - seen["mean"] if seen and unseen and seen["n"] and unseen["n"] else None
+            line.append(
+                f"**{text}**" if c is not None and c["n"] and c["mean"] == best[s] else text
+            )
+        gap = (
+            unseen["mean"] - seen["mean"] if seen and unseen and seen["n"] and unseen["n"] else None
+        )
         line.append("–" if gap is None else f"{gap:+.1f}")
         if has_ref:
             for s in SETS:
@@ -102,24 +108,41 @@ def _render(out: Path, results: dict[str, Any]) -> Path:
     )
     base = results.get("baselines", {})
     if base:
-        parts = [f"{name.replace('_', '-')}: {v['test_seen']:.1f}% seen, {v['test_unseen']:.1f}% unseen"
-                 for name, v in base.items()]
-        rep.paragraph("Baselines without training (answers need positions): " + "; ".join(parts)
-                      + ". Majority: the commonest train answer per question type; content-only: "
-                      "the Bayes-optimal guess from the widget types and the number of boxes.")
+        parts = [
+            f"{name.replace('_', '-')}: {v['test_seen']:.1f}% seen, {v['test_unseen']:.1f}% unseen"
+            for name, v in base.items()
+        ]
+        rep.paragraph(
+            "Baselines without training (answers need positions): "
+            + "; ".join(parts)
+            + ". Majority: the commonest train answer per question type; content-only: "
+            "the Bayes-optimal guess from the widget types and the number of boxes."
+        )
     augmented = [f"{r['name']}: {r['augment']}" for r in cfg["rows"] if r.get("augment")]
     if augmented:
-        rep.paragraph("CAPE augmentation of the box corners in training (one shift per axis "
-                      "and one scale per screen, shared by all corners): " + "; ".join(augmented))
-    rep.table(main_table(results), caption="Answer accuracy (%) on screens with seen and unseen "
-              "coordinate values (Tables 3-4 analog); encoding params: trainable parameters of "
-              "the position encoding.")
+        rep.paragraph(
+            "CAPE augmentation of the box corners in training (one shift per axis "
+            "and one scale per screen, shared by all corners): " + "; ".join(augmented)
+        )
+    rep.table(
+        main_table(results),
+        caption="Answer accuracy (%) on screens with seen and unseen "
+        "coordinate values (Tables 3-4 analog); encoding params: trainable parameters of "
+        "the position encoding.",
+    )
     for split, label in SETS.items():
         recs = [r for r in results["records"] if r["set"] == split]
         if recs:
-            rep.table(pivot(summarize(recs, ["row", "question"], "acc"), rows="row",
-                            cols="question", row_order=rows, col_order=["all", *QUESTIONS]),
-                      caption=f"Accuracy (%) per question type, {label} coordinates.")
+            rep.table(
+                pivot(
+                    summarize(recs, ["row", "question"], "acc"),
+                    rows="row",
+                    cols="question",
+                    row_order=rows,
+                    col_order=["all", *QUESTIONS],
+                ),
+                caption=f"Accuracy (%) per question type, {label} coordinates.",
+            )
     _plot(rep, out, results)
     train_cost_table(rep, results)
     return rep.write(out / "report.md")
@@ -133,10 +156,21 @@ def _plot(rep: Report, out: Path, results: dict[str, Any]) -> None:
         return
     from cape.lab.viz import plot_tradeoff
 
-    plot_tradeoff(seen, unseen, out / "seen_vs_unseen.png", key="question", series="row",
-                  x_label="accuracy on seen coordinates (%)",
-                  y_label="accuracy on unseen coordinates (%)",
-                  title="Generalisation to unseen box coordinates", logx=False, annotate="row")
-    rep.image("seen_vs_unseen.png", "Accuracy on unseen vs seen coordinates per encoding (one "
-              "point per row, error bars: std over seeds); the distance below the diagonal is "
-              "the loss on unseen positions.")
+    plot_tradeoff(
+        seen,
+        unseen,
+        out / "seen_vs_unseen.png",
+        key="question",
+        series="row",
+        x_label="accuracy on seen coordinates (%)",
+        y_label="accuracy on unseen coordinates (%)",
+        title="Generalisation to unseen box coordinates",
+        logx=False,
+        annotate="row",
+    )
+    rep.image(
+        "seen_vs_unseen.png",
+        "Accuracy on unseen vs seen coordinates per encoding (one "
+        "point per row, error bars: std over seeds); the distance below the diagonal is "
+        "the loss on unseen positions.",
+    )

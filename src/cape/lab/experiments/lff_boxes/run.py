@@ -45,15 +45,27 @@ from cape.lab.train.checkpoint import latest_checkpoint, load_checkpoint
 from cape.models.transformer import TransformerEncoder
 
 __all__ = [
-    "BoxQA", "augment_boxes", "make_model", "make_data", "answer_loss", "predict", "train_run",
-    "load_run", "eval_records", "format_records", "run_dir", "run_experiment", "redraw",
+    "BoxQA",
+    "augment_boxes",
+    "make_model",
+    "make_data",
+    "answer_loss",
+    "predict",
+    "train_run",
+    "load_run",
+    "eval_records",
+    "format_records",
+    "run_dir",
+    "run_experiment",
+    "redraw",
 ]
 
 EVAL_SETS = ("test_seen", "test_unseen")
 
 
-def augment_boxes(positions: torch.Tensor, mask: torch.Tensor | None,
-                  augmentation: Augmentation) -> torch.Tensor:
+def augment_boxes(
+    positions: torch.Tensor, mask: torch.Tensor | None, augmentation: Augmentation
+) -> torch.Tensor:
     """CAPE's augmentation of boxes [B, N, 4] (top, left, bottom, right) -> [B, N, 4].
 
     The boxes are seen as 2N corner points (y, x): `augmentation` draws one global shift per
@@ -75,8 +87,15 @@ class BoxQA(nn.Module):
     """
 
     def __init__(
-        self, position: nn.Module | None, *, dim: int, depth: int, heads: int, ffn_dim: int,
-        dropout: float = 0.0, augmentation: Augmentation | None = None,
+        self,
+        position: nn.Module | None,
+        *,
+        dim: int,
+        depth: int,
+        heads: int,
+        ffn_dim: int,
+        dropout: float = 0.0,
+        augmentation: Augmentation | None = None,
     ) -> None:
         super().__init__()
         self.position, self.augmentation = position, augmentation
@@ -105,19 +124,36 @@ def make_model(cfg: LffBoxesConfig, row: RowConfig) -> BoxQA:
     position = None
     if row.position != "nopos":
         position = build(row.position, m.dim, **position_options(row, m, cfg.data.canvas))
-    return BoxQA(position, dim=m.dim, depth=m.depth, heads=m.heads, ffn_dim=m.ffn_dim,
-                 dropout=m.dropout, augmentation=row.augmentation())
+    return BoxQA(
+        position,
+        dim=m.dim,
+        depth=m.depth,
+        heads=m.heads,
+        ffn_dim=m.ffn_dim,
+        dropout=m.dropout,
+        augmentation=row.augmentation(),
+    )
 
 
 def make_data(cfg: LffBoxesConfig) -> dict[str, Screens]:
     """The screens of every split (`cape.lab.data.boxes.make_splits`; generated, not cached)."""
     d = cfg.data
-    return make_splits(d.train, d.val, d.test, seed=d.seed, canvas=d.canvas,
-                       min_boxes=d.min_boxes, max_boxes=d.max_boxes, max_size=d.max_size,
-                       plant=d.plant)
+    return make_splits(
+        d.train,
+        d.val,
+        d.test,
+        seed=d.seed,
+        canvas=d.canvas,
+        min_boxes=d.min_boxes,
+        max_boxes=d.max_boxes,
+        max_size=d.max_size,
+        plant=d.plant,
+    )
 
 
-def answer_loss(model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
+def answer_loss(
+    model: nn.Module, batch: dict[str, torch.Tensor]
+) -> tuple[torch.Tensor, dict[str, Any]]:
     """(cross-entropy of the answer, {"acc": % correct}) for the engine."""
     logits = model(batch)
     loss = F.cross_entropy(logits.float(), batch["answer"])
@@ -126,8 +162,13 @@ def answer_loss(model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch
 
 
 @torch.no_grad()
-def predict(model: nn.Module, data: BoxDataset, batch_size: int, device: torch.device,
-            indices: range | None = None) -> torch.Tensor:
+def predict(
+    model: nn.Module,
+    data: BoxDataset,
+    batch_size: int,
+    device: torch.device,
+    indices: range | None = None,
+) -> torch.Tensor:
     """The predicted answers [len(indices)] (CPU) of `data`'s screens at `indices` (all)."""
     model.eval()
     indices = range(len(data)) if indices is None else indices
@@ -142,8 +183,9 @@ def _shard(n: int) -> range:
     return range(D.get_rank(), n, D.get_world_size())
 
 
-def train_run(cfg: LffBoxesConfig, row: RowConfig, seed: int, out: str | Path,
-              data: dict[str, Screens]) -> tuple[BoxQA, dict[str, float]]:
+def train_run(
+    cfg: LffBoxesConfig, row: RowConfig, seed: int, out: str | Path, data: dict[str, Screens]
+) -> tuple[BoxQA, dict[str, float]]:
     """Train one (row, seed), resuming from its checkpoints; returns (final model, summary)."""
     seed_everything(seed)
     model = make_model(cfg, row)
@@ -155,17 +197,29 @@ def train_run(cfg: LffBoxesConfig, row: RowConfig, seed: int, out: str | Path,
         pred = predict(m, val_set, cfg.eval.batch_size, next(m.parameters()).device, shard)
         return {"acc": summed_accuracy(float((pred == truth).sum()), len(shard))}
 
-    record = {"experiment": "lff-boxes", "row": row.name, "seed": seed,
-              "config": dataclasses.asdict(cfg)}
-    trainer = Trainer(model, answer_loss, train_set, eval_fn,
-                      dataclasses.replace(cfg.train, seed=seed), run_dir(out, row, seed),
-                      train_set.collate, experiment=record)
+    record = {
+        "experiment": "lff-boxes",
+        "row": row.name,
+        "seed": seed,
+        "config": dataclasses.asdict(cfg),
+    }
+    trainer = Trainer(
+        model,
+        answer_loss,
+        train_set,
+        eval_fn,
+        dataclasses.replace(cfg.train, seed=seed),
+        run_dir(out, row, seed),
+        train_set.collate,
+        experiment=record,
+    )
     summary = trainer.fit(resume=True)
     return trainer.model, summary  # type: ignore[return-value]
 
 
-def load_run(cfg: LffBoxesConfig, row: RowConfig, seed: int, out: str | Path,
-             data: Any = None) -> BoxQA:
+def load_run(
+    cfg: LffBoxesConfig, row: RowConfig, seed: int, out: str | Path, data: Any = None
+) -> BoxQA:
     """The final weights of a trained run (`data` is not needed: the interface's slot)."""
     folder = run_dir(out, row, seed)
     path = latest_checkpoint(folder / "checkpoints")
@@ -176,22 +230,32 @@ def load_run(cfg: LffBoxesConfig, row: RowConfig, seed: int, out: str | Path,
     return model
 
 
-def eval_records(cfg: LffBoxesConfig, row: RowConfig, seed: int, model: nn.Module,
-                 data: dict[str, Screens], device: torch.device) -> list[dict[str, Any]]:
+def eval_records(
+    cfg: LffBoxesConfig,
+    row: RowConfig,
+    seed: int,
+    model: nn.Module,
+    data: dict[str, Screens],
+    device: torch.device,
+) -> list[dict[str, Any]]:
     """Accuracy (%) on test_seen and test_unseen, overall ("all") and per question type:
     records {"row", "seed", "set", "question", "acc", "n"}."""
     out = []
     for split in EVAL_SETS:
         ds = BoxDataset(data[split])
         shard = _shard(len(ds))
-        correct = predict(model, ds, cfg.eval.batch_size, device, shard) == ds.tensors["answer"][list(shard)]
+        correct = (
+            predict(model, ds, cfg.eval.batch_size, device, shard)
+            == ds.tensors["answer"][list(shard)]
+        )
         question = ds.tensors["question"][list(shard)]
         for q, name in [(-1, "all"), *enumerate(QUESTIONS)]:
             sel = torch.ones_like(correct) if q < 0 else question == q
             n = len(ds) if q < 0 else int((data[split].question == q).sum())
             acc = summed_accuracy(float(correct[sel].sum()), int(sel.sum()))
-            out.append({"row": row.name, "seed": seed, "set": split, "question": name,
-                        "acc": acc, "n": n})
+            out.append(
+                {"row": row.name, "seed": seed, "set": split, "question": name, "acc": acc, "n": n}
+            )
     return out
 
 
@@ -204,21 +268,27 @@ def format_records(records: list[dict[str, Any]]) -> str:
 
 def _parameters(model: BoxQA) -> dict[str, int]:
     """Trainable parameters of the whole model and of its position encoding."""
+
     def count(m: nn.Module) -> int:
         return sum(p.numel() for p in m.parameters() if p.requires_grad)
 
-    return {"total": count(model), "position": 0 if model.position is None else count(model.position)}
+    return {
+        "total": count(model),
+        "position": 0 if model.position is None else count(model.position),
+    }
 
 
 def _baselines(data: dict[str, Screens]) -> dict[str, dict[str, float]]:
     """Accuracy without training: majority answer per question, Bayes content-only."""
-    return {name: {s: fn(data["train"], data[s]) for s in EVAL_SETS}
-            for name, fn in (("majority", majority_accuracy),
-                             ("content_only", content_only_accuracy))}
+    return {
+        name: {s: fn(data["train"], data[s]) for s in EVAL_SETS}
+        for name, fn in (("majority", majority_accuracy), ("content_only", content_only_accuracy))
+    }
 
 
-def run_experiment(cfg: LffBoxesConfig, mapping: dict[str, Any], out: str | Path,
-                   *, train: bool = True) -> dict[str, Any]:
+def run_experiment(
+    cfg: LffBoxesConfig, mapping: dict[str, Any], out: str | Path, *, train: bool = True
+) -> dict[str, Any]:
     """Train and evaluate every (row, seed), then write the report; returns the results. With
     `train=False`, report only the runs that have finished (`cape experiment --finished`)."""
     out = Path(out)
@@ -233,16 +303,25 @@ def run_experiment(cfg: LffBoxesConfig, mapping: dict[str, Any], out: str | Path
     def compute(row: RowConfig, seed: int, folder: Path) -> dict[str, Any]:
         model, summary = train_run(cfg, row, seed, out, data)
         model.to(dist.device).eval()
-        return {"records": eval_records(cfg, row, seed, model, data, dist.device),
-                "summary": summary, "params": _parameters(model)}
+        return {
+            "records": eval_records(cfg, row, seed, model, data, dist.device),
+            "summary": summary,
+            "params": _parameters(model),
+        }
 
     for row, seed, done in cached_runs(cfg.rows, cfg.seeds, out, compute, cfg, train=train):
         records += done["records"]
         summaries[f"{row.name}/seed{seed}"] = done["summary"]
         params[row.name] = done["params"]
-    results = {"experiment": "lff-boxes", "name": cfg.name, "config": mapping,
-               "records": records, "train": summaries, "params": params,
-               "baselines": _baselines(data)}
+    results = {
+        "experiment": "lff-boxes",
+        "name": cfg.name,
+        "config": mapping,
+        "records": records,
+        "train": summaries,
+        "params": params,
+        "baselines": _baselines(data),
+    }
     if dist.rank == 0:
         write_report(out, results)
     D.barrier()

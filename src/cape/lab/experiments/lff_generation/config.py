@@ -19,8 +19,15 @@ from cape.lab.experiments.lff_generation.model import POSITIONS, PixelPositions
 from cape.lab.experiments.template import check_best_metric, check_runs
 from cape.lab.train.config import TrainConfig
 
-__all__ = ["DataConfig", "ModelConfig", "RowConfig", "EvalConfig", "GenerationConfig", "PRESETS",
-           "preset"]
+__all__ = [
+    "DataConfig",
+    "ModelConfig",
+    "RowConfig",
+    "EvalConfig",
+    "GenerationConfig",
+    "PRESETS",
+    "preset",
+]
 
 
 @dataclass
@@ -65,7 +72,9 @@ class ModelConfig:
         if self.dropout >= 1.0:
             raise ValueError(f"model.dropout must lie in [0, 1), got {self.dropout}")
         if self.dim % self.heads:
-            raise ValueError(f"model.dim ({self.dim}) must be divisible by model.heads ({self.heads})")
+            raise ValueError(
+                f"model.dim ({self.dim}) must be divisible by model.heads ({self.heads})"
+            )
         if self.channel_dim >= self.dim or (self.dim - self.channel_dim) % 4:
             raise ValueError(
                 f"model.channel_dim must be below model.dim ({self.dim}) and leave a pixel "
@@ -117,8 +126,10 @@ class GenerationConfig:
         for s in self.seeds:
             check_int("seeds[]", s, minimum=0)
         if self.train.eval_every < 1:
-            raise ValueError("train.eval_every must be >= 1: the bits-per-dim curve is measured "
-                             f"every eval_every steps, got {self.train.eval_every}")
+            raise ValueError(
+                "train.eval_every must be >= 1: the bits-per-dim curve is measured "
+                f"every eval_every steps, got {self.train.eval_every}"
+            )
         check_best_metric(self.train, "bpd", "min", "the only eval metric")
         m, s = self.model, self.data.size
         for row in self.rows:  # build each pixel encoding once: bad options fail here
@@ -129,8 +140,17 @@ class GenerationConfig:
 
 
 _TRAIN_QUICK = dict(
-    steps=200, batch_size=24, lr=2e-3, weight_decay=0.0, warmup_steps=20, schedule="cosine",
-    clip_norm=1.0, eval_every=50, checkpoint_every=50, log_every=10, best_metric="bpd",
+    steps=200,
+    batch_size=24,
+    lr=2e-3,
+    weight_decay=0.0,
+    warmup_steps=20,
+    schedule="cosine",
+    clip_norm=1.0,
+    eval_every=50,
+    checkpoint_every=50,
+    log_every=10,
+    best_metric="bpd",
     best_mode="min",
 )
 # Figure 3a (baselines and the method) then 3b (its components), then CAPE.
@@ -150,7 +170,8 @@ _QUICK = ("Embed-1D", "Embed-2D", "Sine-2D", "Learnable-Fourier+MLP")
 PRESETS: dict[str, dict[str, Any]] = {
     # 4 rows, 1 seed, 12 px: a few minutes on 2 CPU cores
     "quick": {
-        "name": "lff-generation-quick", "seeds": [0],
+        "name": "lff-generation-quick",
+        "seeds": [0],
         "data": {"size": 12, "train": 2000, "val": 100},
         "train": _TRAIN_QUICK,
         "rows": [r for r in _ROWS if r["name"] in _QUICK],
@@ -158,7 +179,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     # every row, 3 seeds (Figure 3's mean and 95% CI), quick's model and images, 300 steps:
     # 24 runs, about 40 minutes on 2 CPU cores
     "cpu-full": {
-        "name": "lff-generation-cpu-full", "seeds": [0, 1, 2],
+        "name": "lff-generation-cpu-full",
+        "seeds": [0, 1, 2],
         "data": {"size": 12, "train": 10000, "val": 200},
         "train": {**_TRAIN_QUICK, "steps": 300, "warmup_steps": 30},
         "rows": _ROWS,
@@ -167,12 +189,23 @@ PRESETS: dict[str, dict[str, Any]] = {
     # (sequences of 12,288), 8 images per step per device; full attention in place of
     # Reformer's LSH attention. GPU only.
     "paper": {
-        "name": "lff-generation-paper", "seeds": [0, 1, 2],
+        "name": "lff-generation-paper",
+        "seeds": [0, 1, 2],
         "data": {"size": 64, "train": 100000, "val": 1000, "workers": 8},
         "model": {"dim": 1024, "channel_dim": 256, "depth": 6, "heads": 8, "ffn_dim": 4096},
-        "train": {**_TRAIN_QUICK, "steps": 100000, "batch_size": 8, "lr": 1e-3,
-                  "warmup_steps": 4000, "precision": "bf16", "eval_every": 5000,
-                  "checkpoint_every": 1000, "log_every": 100, "num_workers": 2, "device": "cuda"},
+        "train": {
+            **_TRAIN_QUICK,
+            "steps": 100000,
+            "batch_size": 8,
+            "lr": 1e-3,
+            "warmup_steps": 4000,
+            "precision": "bf16",
+            "eval_every": 5000,
+            "checkpoint_every": 1000,
+            "log_every": 100,
+            "num_workers": 2,
+            "device": "cuda",
+        },
         "eval": {"batch_size": 8},
         "rows": _ROWS,
     },

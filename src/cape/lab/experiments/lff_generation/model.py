@@ -34,8 +34,16 @@ from cape.models.transformer import TransformerEncoder
 from cape.positions import grid_indices
 
 __all__ = [
-    "POSITIONS", "INTENSITIES", "START", "flatten_images", "unflatten_images", "shift_right",
-    "bits_per_dim", "causal_transformer", "PixelPositions", "PixelTransformer",
+    "POSITIONS",
+    "INTENSITIES",
+    "START",
+    "flatten_images",
+    "unflatten_images",
+    "shift_right",
+    "bits_per_dim",
+    "causal_transformer",
+    "PixelPositions",
+    "PixelTransformer",
 ]
 
 POSITIONS = ("embed-1d", "sine-1d", "embed-2d", "sine-2d", "lff", "cape2d")
@@ -54,8 +62,10 @@ def flatten_images(images: torch.Tensor) -> torch.Tensor:
 def unflatten_images(seqs: torch.Tensor, height: int, width: int) -> torch.Tensor:
     """sequences [N, H*W*3] -> images [N, H, W, 3]: the inverse of `flatten_images`."""
     if seqs.dim() != 2 or seqs.shape[1] != height * width * CHANNELS:
-        raise ValueError(f"seqs must have shape [N, {height * width * CHANNELS}] for a "
-                         f"{height}x{width} RGB image, got {tuple(seqs.shape)}")
+        raise ValueError(
+            f"seqs must have shape [N, {height * width * CHANNELS}] for a "
+            f"{height}x{width} RGB image, got {tuple(seqs.shape)}"
+        )
     return seqs.reshape(seqs.shape[0], height, width, CHANNELS)
 
 
@@ -72,15 +82,17 @@ def bits_per_dim(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return nats / math.log(2.0)
 
 
-def causal_transformer(layers: int, dim: int, heads: int, ffn_dim: int, *,
-                       dropout: float = 0.0) -> TransformerEncoder:
+def causal_transformer(
+    layers: int, dim: int, heads: int, ffn_dim: int, *, dropout: float = 0.0
+) -> TransformerEncoder:
     """A pre-norm stack of causal self-attention layers (a decoder without cross-attention)
     with a final LayerNorm: x [B, T, D] -> [B, T, D], output t depends on inputs 0..t only."""
     return TransformerEncoder(layers, dim, heads, ffn_dim, dropout=dropout, causal=True)
 
 
-def _pixel_options(kind: str, pixel_dim: int, height: int, width: int,
-                   options: Mapping[str, Any]) -> dict[str, Any]:
+def _pixel_options(
+    kind: str, pixel_dim: int, height: int, width: int, options: Mapping[str, Any]
+) -> dict[str, Any]:
     """`cape.build` options of a pixel encoding: the row's, plus the grid-given defaults."""
     opts = dict(options)
     if kind == "embed-1d":
@@ -106,8 +118,15 @@ class PixelPositions(nn.Module):
     forward(batch) -> [B, H*W*3, D] float32 (augmented in training mode for cape2d).
     """
 
-    def __init__(self, kind: str, dim: int, channel_dim: int, height: int, width: int,
-                 options: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        kind: str,
+        dim: int,
+        channel_dim: int,
+        height: int,
+        width: int,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
         super().__init__()
         self.kind = check_choice("kind", kind, POSITIONS)
         check_int("dim", dim)
@@ -159,9 +178,20 @@ class PixelTransformer(nn.Module):
     logits[:, t] depend on seqs[:, :t] only.
     """
 
-    def __init__(self, height: int, width: int, position: str, *, dim: int = 64,
-                 channel_dim: int = 16, depth: int = 2, heads: int = 4, ffn_dim: int = 256,
-                 dropout: float = 0.0, position_options: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        height: int,
+        width: int,
+        position: str,
+        *,
+        dim: int = 64,
+        channel_dim: int = 16,
+        depth: int = 2,
+        heads: int = 4,
+        ffn_dim: int = 256,
+        dropout: float = 0.0,
+        position_options: Mapping[str, Any] | None = None,
+    ) -> None:
         super().__init__()
         self.position = PixelPositions(position, dim, channel_dim, height, width, position_options)
         self.token = nn.Embedding(INTENSITIES + 1, dim)  # 256 intensities + START
@@ -174,11 +204,16 @@ class PixelTransformer(nn.Module):
         return self.position.length
 
     def forward(self, seqs: torch.Tensor) -> torch.Tensor:
-        if not isinstance(seqs, torch.Tensor) or seqs.dim() != 2 or seqs.shape[1] != self.length \
-                or seqs.is_floating_point():
+        if (
+            not isinstance(seqs, torch.Tensor)
+            or seqs.dim() != 2
+            or seqs.shape[1] != self.length
+            or seqs.is_floating_point()
+        ):
             got = tuple(seqs.shape) if isinstance(seqs, torch.Tensor) else type(seqs).__name__
-            raise ValueError(f"seqs must be an integer tensor [B, {self.length}] "
-                             f"(H*W*3 intensities), got {got}")
+            raise ValueError(
+                f"seqs must be an integer tensor [B, {self.length}] (H*W*3 intensities), got {got}"
+            )
         tokens = self.token(shift_right(seqs))
         x = tokens + self.position(seqs.shape[0]).to(tokens.dtype)
         return self.head(self.decoder(self.dropout(x)))

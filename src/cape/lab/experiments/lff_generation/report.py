@@ -32,7 +32,9 @@ def t_quantile_975(df: int) -> float:
     return round(float(stats.t.ppf(0.975, df)), 3)
 
 
-def confidence_cells(records: list[dict[str, Any]], by: list[str], value: str) -> list[dict[str, Any]]:
+def confidence_cells(
+    records: list[dict[str, Any]], by: list[str], value: str
+) -> list[dict[str, Any]]:
     """`cape.lab.report.summarize` cells plus "ci" (the half-width t_{0.975,n-1} std / sqrt(n); 0
     for n = 1), "lo" and "hi" (mean ∓ ci)."""
     cells = summarize(records, by, value)
@@ -55,15 +57,22 @@ def redraw(out: str | Path) -> Path:
     return _render(Path(out), read_results(out))
 
 
-def _final_table(cells: list[dict[str, Any]], records: list[dict[str, Any]],
-                 rows: list[str], positions: dict[str, str]) -> str:
+def _final_table(
+    cells: list[dict[str, Any]],
+    records: list[dict[str, Any]],
+    rows: list[str],
+    positions: dict[str, str],
+) -> str:
     """| row | encoding | bpd mean ± std | 95% CI | seeds | params | position params |."""
     by_row = {c["row"]: c for c in cells}
     params = {r["row"]: (r["params"], r["position_params"]) for r in records}
     finite = [c["mean"] for c in cells if c["mean"] is not None and not math.isnan(c["mean"])]
     best = min(finite) if finite else None
-    lines = ["| row | pixel encoding | bits/dim (mean ± std) | 95% CI | seeds | params | "
-             "position params |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| row | pixel encoding | bits/dim (mean ± std) | 95% CI | seeds | params | "
+        "position params |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name in rows:
         c = by_row.get(name)
         if c is None:
@@ -73,8 +82,9 @@ def _final_table(cells: list[dict[str, Any]], records: list[dict[str, Any]],
             text = f"**{text}**"
         ci = f"[{c['lo']:.4f}, {c['hi']:.4f}]" if c["n"] > 1 else "–"
         p, pp = params.get(name, (0, 0))
-        lines.append(f"| {name} | {positions.get(name, '')} | {text} | {ci} | {c['n']} | "
-                     f"{p:,} | {pp:,} |")
+        lines.append(
+            f"| {name} | {positions.get(name, '')} | {text} | {ci} | {c['n']} | {p:,} | {pp:,} |"
+        )
     return "\n".join(lines)
 
 
@@ -85,15 +95,19 @@ def _findings(curve: list[dict[str, Any]], final: list[dict[str, Any]]) -> str:
     first = min(c["step"] for c in curve)
     early = min((c for c in curve if c["step"] == first), key=lambda c: c["mean"])
     last = min(final, key=lambda c: c["mean"])
-    return (f"Lowest held-out bpd at the first evaluation (step {first}): **{early['row']}** "
-            f"({early['mean']:.4f}). Lowest at the end: **{last['row']}** ({last['mean']:.4f}).")
+    return (
+        f"Lowest held-out bpd at the first evaluation (step {first}): **{early['row']}** "
+        f"({early['mean']:.4f}). Lowest at the end: **{last['row']}** ({last['mean']:.4f})."
+    )
 
 
 def _render(out: Path, results: dict[str, Any]) -> Path:
     cfg = results["config"]
     rows = [r["name"] for r in cfg["rows"]]
-    positions = {r["name"]: r["position"] + (f" {r['options']}" if r.get("options") else "")
-                 for r in cfg["rows"]}
+    positions = {
+        r["name"]: r["position"] + (f" {r['options']}" if r.get("options") else "")
+        for r in cfg["rows"]
+    }
     seeds, m, t, d = cfg["seeds"], cfg["model"], cfg["train"], cfg["data"]
     size = d["size"]
     rep = Report(f"LFF image generation `{results['name']}`")
@@ -110,18 +124,29 @@ def _render(out: Path, results: dict[str, Any]) -> Path:
     )
     final = confidence_cells(results["records"], ["row"], "bpd")
     curve = confidence_cells(results["curves"], ["row", "step"], "bpd") if results["curves"] else []
-    rep.table(_final_table(final, results["records"], rows, positions),
-              caption="Final held-out bits per dim (lower is better; mean ± std over seeds, "
-                      "t-based 95% CI), parameters of the whole model and of its position part "
-                      "(pixel encoding + channel embedding).")
+    rep.table(
+        _final_table(final, results["records"], rows, positions),
+        caption="Final held-out bits per dim (lower is better; mean ± std over seeds, "
+        "t-based 95% CI), parameters of the whole model and of its position part "
+        "(pixel encoding + channel embedding).",
+    )
     text = _findings(curve, final)
     if text:
         rep.paragraph(text)
     if curve:
-        rep.table(pivot(curve, rows="row", cols="step", row_order=rows, best="min",
-                        fmt="{mean:.3f} ± {ci:.3f}", fmt_single="{mean:.3f}",
-                        col_format="step {}"),
-                  caption="Held-out bits per dim during training (mean ± 95% CI half-width).")
+        rep.table(
+            pivot(
+                curve,
+                rows="row",
+                cols="step",
+                row_order=rows,
+                best="min",
+                fmt="{mean:.3f} ± {ci:.3f}",
+                fmt_single="{mean:.3f}",
+                col_format="step {}",
+            ),
+            caption="Held-out bits per dim during training (mean ± 95% CI half-width).",
+        )
         _plots(rep, out, curve, cfg["rows"], len(seeds))
     if results.get("train"):
         train_cost_table(rep, results, metric="eval_bpd", label="final val bpd")
@@ -134,8 +159,9 @@ def _component(row: dict[str, Any]) -> bool:
     return row["position"] == "lff" and (opts.get("mlp") is False or opts.get("fourier") is False)
 
 
-def _plots(rep: Report, out: Path, curve: list[dict[str, Any]], rows: list[dict[str, Any]],
-           n_seeds: int) -> None:
+def _plots(
+    rep: Report, out: Path, curve: list[dict[str, Any]], rows: list[dict[str, Any]], n_seeds: int
+) -> None:
     if not plot_ok():
         return
     from cape.lab.viz import plot_curves
@@ -143,16 +169,34 @@ def _plots(rep: Report, out: Path, curve: list[dict[str, Any]], rows: list[dict[
     band = ("lo", "hi") if n_seeds > 1 else None
     what = "mean and 95% CI over seeds" if band else "one seed"
     ablation = [r["name"] for r in rows if r["position"] == "lff"]
-    figures = [("bpd_vs_steps.png", [r["name"] for r in rows if not _component(r)],
-                "Figure 3a analog: the encodings compared")]
+    figures = [
+        (
+            "bpd_vs_steps.png",
+            [r["name"] for r in rows if not _component(r)],
+            "Figure 3a analog: the encodings compared",
+        )
+    ]
     if len(ablation) > 1:
-        figures.append(("bpd_vs_steps_lff.png", ablation,
-                        "Figure 3b analog: Learnable-Fourier + MLP and its components"))
+        figures.append(
+            (
+                "bpd_vs_steps_lff.png",
+                ablation,
+                "Figure 3b analog: Learnable-Fourier + MLP and its components",
+            )
+        )
     for name, series, caption in figures:
         cells = [c for c in curve if c["row"] in series]
         if not cells:
             continue
-        plot_curves(cells, out / name, x="step", series="row", series_order=series,
-                    y_label="held-out bits per dim", x_label="training step",
-                    title=caption.split(":")[0], band=band)
+        plot_curves(
+            cells,
+            out / name,
+            x="step",
+            series="row",
+            series_order=series,
+            y_label="held-out bits per dim",
+            x_label="training step",
+            title=caption.split(":")[0],
+            band=band,
+        )
         rep.image(name, f"{caption} (bits per dim vs training step, {what}).")

@@ -32,9 +32,20 @@ from cape.lab.train import distributed as D
 from cape.lab.train.checkpoint import latest_checkpoint, load_checkpoint
 
 __all__ = [
-    "GenerationData", "SequenceDataset", "make_model", "make_data", "generation_loss",
-    "evaluate_bpd", "read_curve", "train_run", "load_run", "eval_records", "format_records",
-    "run_dir", "run_experiment", "redraw",
+    "GenerationData",
+    "SequenceDataset",
+    "make_model",
+    "make_data",
+    "generation_loss",
+    "evaluate_bpd",
+    "read_curve",
+    "train_run",
+    "load_run",
+    "eval_records",
+    "format_records",
+    "run_dir",
+    "run_experiment",
+    "redraw",
 ]
 
 EXPERIMENT = "lff-generation"
@@ -62,9 +73,17 @@ class GenerationData:
 
     def __init__(self, cfg: DataConfig) -> None:
         self.cfg = cfg
-        self._images = VisionData(ImageDataConfig(
-            root=cfg.root, train=cfg.train, val=cfg.val, test=0, seed=cfg.seed,
-            workers=cfg.workers, transform="rgb"))
+        self._images = VisionData(
+            ImageDataConfig(
+                root=cfg.root,
+                train=cfg.train,
+                val=cfg.val,
+                test=0,
+                seed=cfg.seed,
+                workers=cfg.workers,
+                transform="rgb",
+            )
+        )
         self._memo: dict[str, torch.Tensor] = {}
 
     def sequences(self, split: str) -> torch.Tensor:
@@ -88,19 +107,31 @@ def make_data(cfg: GenerationConfig) -> GenerationData:
 def make_model(cfg: GenerationConfig, row: RowConfig) -> PixelTransformer:
     m, s = cfg.model, cfg.data.size
     return PixelTransformer(
-        s, s, row.position, dim=m.dim, channel_dim=m.channel_dim, depth=m.depth, heads=m.heads,
-        ffn_dim=m.ffn_dim, dropout=m.dropout, position_options=row.options)
+        s,
+        s,
+        row.position,
+        dim=m.dim,
+        channel_dim=m.channel_dim,
+        depth=m.depth,
+        heads=m.heads,
+        ffn_dim=m.ffn_dim,
+        dropout=m.dropout,
+        position_options=row.options,
+    )
 
 
-def generation_loss(model: torch.nn.Module, seqs: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
+def generation_loss(
+    model: torch.nn.Module, seqs: torch.Tensor
+) -> tuple[torch.Tensor, dict[str, Any]]:
     """loss_fn of the Trainer: seqs uint8 [B, L] -> (mean NLL in nats, {"bpd"})."""
     bits = bits_per_dim(model(seqs), seqs)
     return bits * math.log(2.0), {"bpd": bits.detach()}
 
 
 @torch.no_grad()
-def evaluate_bpd(model: torch.nn.Module, seqs: torch.Tensor, batch_size: int,
-                 device: torch.device | None = None) -> float:
+def evaluate_bpd(
+    model: torch.nn.Module, seqs: torch.Tensor, batch_size: int, device: torch.device | None = None
+) -> float:
     """Held-out bits per dim: the NLL (bits) summed over every intensity of `seqs` [N, L],
     divided by N * L. The model is used as it is (call `.eval()` first)."""
     device = device or next(model.parameters()).device
@@ -112,22 +143,40 @@ def evaluate_bpd(model: torch.nn.Module, seqs: torch.Tensor, batch_size: int,
     return total / count if count else math.nan
 
 
-def _trainer(cfg: GenerationConfig, row: RowConfig, seed: int, folder: Path,
-             data: GenerationData, model: PixelTransformer) -> Trainer:
+def _trainer(
+    cfg: GenerationConfig,
+    row: RowConfig,
+    seed: int,
+    folder: Path,
+    data: GenerationData,
+    model: PixelTransformer,
+) -> Trainer:
     val = data.sequences("val")
 
     def eval_fn(m: torch.nn.Module) -> dict[str, float]:
         shard = val[D.get_rank() :: D.get_world_size()]  # the Trainer averages over ranks
         return {"bpd": evaluate_bpd(m, shard, cfg.eval.batch_size)}
 
-    record = {"experiment": EXPERIMENT, "row": row.name, "seed": seed,
-              "config": dataclasses.asdict(cfg)}
-    return Trainer(model, generation_loss, data.dataset("train"), eval_fn,
-                   dataclasses.replace(cfg.train, seed=seed), folder, experiment=record)
+    record = {
+        "experiment": EXPERIMENT,
+        "row": row.name,
+        "seed": seed,
+        "config": dataclasses.asdict(cfg),
+    }
+    return Trainer(
+        model,
+        generation_loss,
+        data.dataset("train"),
+        eval_fn,
+        dataclasses.replace(cfg.train, seed=seed),
+        folder,
+        experiment=record,
+    )
 
 
-def train_run(cfg: GenerationConfig, row: RowConfig, seed: int, out: str | Path,
-              data: GenerationData) -> tuple[PixelTransformer, dict[str, float]]:
+def train_run(
+    cfg: GenerationConfig, row: RowConfig, seed: int, out: str | Path, data: GenerationData
+) -> tuple[PixelTransformer, dict[str, float]]:
     """Train one (row, seed) into `run_dir`, resuming from its checkpoints; returns the final
     model and the Trainer's summary."""
     seed_everything(seed)
@@ -137,37 +186,62 @@ def train_run(cfg: GenerationConfig, row: RowConfig, seed: int, out: str | Path,
     return trainer.model, summary  # type: ignore[return-value]
 
 
-def load_run(cfg: GenerationConfig, row: RowConfig, seed: int, out: str | Path,
-             data: GenerationData | None = None) -> PixelTransformer:
+def load_run(
+    cfg: GenerationConfig,
+    row: RowConfig,
+    seed: int,
+    out: str | Path,
+    data: GenerationData | None = None,
+) -> PixelTransformer:
     """The final weights of a trained run (`data` is not needed; kept for the interface)."""
     folder = run_dir(out, row, seed)
     path = latest_checkpoint(folder / "checkpoints")
     if path is None:
-        raise FileNotFoundError(f"no checkpoint in {folder}; train it first (cape train {EXPERIMENT})")
+        raise FileNotFoundError(
+            f"no checkpoint in {folder}; train it first (cape train {EXPERIMENT})"
+        )
     model = make_model(cfg, row)
     load_checkpoint(path, model)
     return model
 
 
-def eval_records(cfg: GenerationConfig, row: RowConfig, seed: int, model: PixelTransformer,
-                 data: GenerationData, device: torch.device) -> list[dict[str, Any]]:
+def eval_records(
+    cfg: GenerationConfig,
+    row: RowConfig,
+    seed: int,
+    model: PixelTransformer,
+    data: GenerationData,
+    device: torch.device,
+) -> list[dict[str, Any]]:
     """The final held-out bits per dim of a trained model: one record {"row", "seed", "set",
     "images", "bpd", "params", "position_params"}."""
     model.to(device).eval()
     val = data.sequences("val")
     bpd = evaluate_bpd(model, val, cfg.eval.batch_size, device)
-    return [{"row": row.name, "seed": seed, "set": "val", "images": len(val), "bpd": bpd,
-             "params": sum(p.numel() for p in model.parameters()),
-             "position_params": model.position_parameters()}]
+    return [
+        {
+            "row": row.name,
+            "seed": seed,
+            "set": "val",
+            "images": len(val),
+            "bpd": bpd,
+            "params": sum(p.numel() for p in model.parameters()),
+            "position_params": model.position_parameters(),
+        }
+    ]
 
 
 def format_records(records: list[dict[str, Any]]) -> str:
     """The evaluation records as a markdown table (what `cape eval lff-generation` prints)."""
-    lines = ["| row | seed | set | images | bits/dim | params | position params |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| row | seed | set | images | bits/dim | params | position params |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in records:
-        lines.append(f"| {r['row']} | {r['seed']} | {r['set']} | {r['images']} | {r['bpd']:.4f} "
-                     f"| {r['params']:,} | {r['position_params']:,} |")
+        lines.append(
+            f"| {r['row']} | {r['seed']} | {r['set']} | {r['images']} | {r['bpd']:.4f} "
+            f"| {r['params']:,} | {r['position_params']:,} |"
+        )
     return "\n".join(lines)
 
 
@@ -184,8 +258,9 @@ def read_curve(folder: str | Path) -> list[dict[str, Any]]:
     return [{"step": s, "bpd": points[s]} for s in sorted(points)]
 
 
-def run_experiment(cfg: GenerationConfig, mapping: dict[str, Any], out: str | Path,
-                   *, train: bool = True) -> dict[str, Any]:
+def run_experiment(
+    cfg: GenerationConfig, mapping: dict[str, Any], out: str | Path, *, train: bool = True
+) -> dict[str, Any]:
     """Train and evaluate every (row, seed), then write the report; returns the results. With
     `train=False`, report only the runs that have finished (`cape experiment --finished`)."""
     out = Path(out)
@@ -199,15 +274,24 @@ def run_experiment(cfg: GenerationConfig, mapping: dict[str, Any], out: str | Pa
 
     def compute(row: RowConfig, seed: int, folder: Path) -> dict[str, Any]:
         model, summary = train_run(cfg, row, seed, out, data)
-        return {"records": eval_records(cfg, row, seed, model, data, dist.device),
-                "curve": read_curve(folder), "summary": summary}
+        return {
+            "records": eval_records(cfg, row, seed, model, data, dist.device),
+            "curve": read_curve(folder),
+            "summary": summary,
+        }
 
     for row, seed, done in cached_runs(cfg.rows, cfg.seeds, out, compute, cfg, train=train):
         records += done["records"]
         curves += [{"row": row.name, "seed": seed, **p} for p in done["curve"]]
         summaries[f"{row.name}/seed{seed}"] = done["summary"]
-    results = {"experiment": EXPERIMENT, "name": cfg.name, "config": mapping,
-               "records": records, "curves": curves, "train": summaries}
+    results = {
+        "experiment": EXPERIMENT,
+        "name": cfg.name,
+        "config": mapping,
+        "records": records,
+        "curves": curves,
+        "train": summaries,
+    }
     if dist.rank == 0:
         write_report(out, results)
     D.barrier()

@@ -18,8 +18,7 @@ from cape._checks import check_float, check_int
 from cape.lab.experiments.template import check_best_metric, check_position, check_runs
 from cape.lab.train.config import TrainConfig
 
-__all__ = ["DataConfig", "ModelConfig", "RowConfig", "EvalConfig", "TranslationConfig",
-           "PRESETS"]
+__all__ = ["DataConfig", "ModelConfig", "RowConfig", "EvalConfig", "TranslationConfig", "PRESETS"]
 
 
 @dataclass
@@ -67,8 +66,10 @@ class ModelConfig:
         for key in ("dim", "encoder_layers", "decoder_layers", "heads", "ffn_dim"):
             check_int(f"model.{key}", getattr(self, key))
         if self.dim % self.heads or (self.dim // self.heads) % 2:
-            raise ValueError(f"model.dim / model.heads must be an even integer, got "
-                             f"dim={self.dim}, heads={self.heads}")
+            raise ValueError(
+                f"model.dim / model.heads must be an even integer, got "
+                f"dim={self.dim}, heads={self.heads}"
+            )
         for key in ("dropout", "label_smoothing"):
             if not 0.0 <= check_float(f"model.{key}", getattr(self, key)) < 1.0:
                 raise ValueError(f"model.{key} must lie in [0, 1), got {getattr(self, key)}")
@@ -150,17 +151,33 @@ _ALL = _MAIN + [
 # ~64 pairs of ~14 BPE tokens a side per batch. On CPU budgets a cosine decay to zero at a
 # high peak learns far faster than the fairseq recipe's inverse-sqrt (measured: 800 steps of
 # the quick model, val BLEU 13.5 with lr 3e-3 cosine against 6.3 with 1e-3 inverse-sqrt)
-_TRAIN = {"batch_size": 64, "lr": 3e-3, "weight_decay": 0.0, "warmup_steps": 200,
-          "schedule": "cosine", "clip_norm": 1.0, "eval_every": 250,
-          "checkpoint_every": 250, "best_metric": "bleu", "best_mode": "max", "log_every": 20}
+_TRAIN = {
+    "batch_size": 64,
+    "lr": 3e-3,
+    "weight_decay": 0.0,
+    "warmup_steps": 200,
+    "schedule": "cosine",
+    "clip_norm": 1.0,
+    "eval_every": 250,
+    "checkpoint_every": 250,
+    "best_metric": "bleu",
+    "best_mode": "max",
+    "log_every": 20,
+}
 
 PRESETS: dict[str, dict[str, Any]] = {
     # minutes: the four main encodings, one seed, a 2+2-layer d128 model
     "quick": {
         "name": "translation-quick",
         "data": {"val": 300},
-        "model": {"dim": 128, "encoder_layers": 2, "decoder_layers": 2, "heads": 4,
-                  "ffn_dim": 512, "dropout": 0.0},
+        "model": {
+            "dim": 128,
+            "encoder_layers": 2,
+            "decoder_layers": 2,
+            "heads": 4,
+            "ffn_dim": 512,
+            "dropout": 0.0,
+        },
         "train": {**_TRAIN, "steps": 1500},
         "eval": {"test": 500, "long_per_bucket": 200, "stacked": 100},
         "rows": copy.deepcopy(_MAIN),
@@ -170,12 +187,24 @@ PRESETS: dict[str, dict[str, Any]] = {
     "cpu-full": {
         "name": "translation-cpu-full",
         "data": {"val": 500},
-        "model": {"dim": 256, "encoder_layers": 3, "decoder_layers": 3, "heads": 4,
-                  "ffn_dim": 1024, "dropout": 0.1},
+        "model": {
+            "dim": 256,
+            "encoder_layers": 3,
+            "decoder_layers": 3,
+            "heads": 4,
+            "ffn_dim": 1024,
+            "dropout": 0.1,
+        },
         # 0.38-0.45 s per step on 2 idle cores (measured; 0.66-0.70 sharing them): ~22 min a run
         # with evaluation, ~9 h for 24
-        "train": {**_TRAIN, "steps": 3000, "lr": 2e-3, "warmup_steps": 300, "eval_every": 500,
-                  "checkpoint_every": 500},
+        "train": {
+            **_TRAIN,
+            "steps": 3000,
+            "lr": 2e-3,
+            "warmup_steps": 300,
+            "eval_every": 500,
+            "checkpoint_every": 500,
+        },
         "eval": {"test": 2000, "long_per_bucket": 500, "stacked": 300},
         "rows": copy.deepcopy(_ALL),
         "seeds": [0, 1, 2],
@@ -184,11 +213,26 @@ PRESETS: dict[str, dict[str, Any]] = {
     "paper": {
         "name": "translation-paper",
         "data": {"val": 1000, "workers": 8, "vocab_size": 16000, "max_tokens": 128},
-        "model": {"dim": 512, "encoder_layers": 6, "decoder_layers": 6, "heads": 8,
-                  "ffn_dim": 2048, "dropout": 0.1},
-        "train": {**_TRAIN, "steps": 100000, "batch_size": 256, "lr": 7e-4,
-                  "schedule": "inverse_sqrt", "warmup_steps": 4000, "eval_every": 2000, "checkpoint_every": 2000,
-                  "precision": "bf16", "num_workers": 4},
+        "model": {
+            "dim": 512,
+            "encoder_layers": 6,
+            "decoder_layers": 6,
+            "heads": 8,
+            "ffn_dim": 2048,
+            "dropout": 0.1,
+        },
+        "train": {
+            **_TRAIN,
+            "steps": 100000,
+            "batch_size": 256,
+            "lr": 7e-4,
+            "schedule": "inverse_sqrt",
+            "warmup_steps": 4000,
+            "eval_every": 2000,
+            "checkpoint_every": 2000,
+            "precision": "bf16",
+            "num_workers": 4,
+        },
         "eval": {"beam": 5},
         "rows": copy.deepcopy(_ALL),
         "seeds": [0, 1, 2],

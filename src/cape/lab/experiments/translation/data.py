@@ -45,10 +45,19 @@ def ensure_corpus(cfg: DataConfig) -> tuple[Path, Path]:
     root = Path(cfg.root)
     if D.get_rank() == 0:
         # the corpus's own split sizes; a limited (smoke-test) corpus gets proportional ones
-        sizes = ({"val": cfg.limit // 20, "test": cfg.limit // 10, "long_per_bucket": cfg.limit // 20,
-                  "stacked": cfg.limit // 50} if cfg.limit else {})
-        make_translation_corpus(root, seed=cfg.seed, workers=cfg.workers,
-                                limit=cfg.limit or None, **sizes)
+        sizes = (
+            {
+                "val": cfg.limit // 20,
+                "test": cfg.limit // 10,
+                "long_per_bucket": cfg.limit // 20,
+                "stacked": cfg.limit // 50,
+            }
+            if cfg.limit
+            else {}
+        )
+        make_translation_corpus(
+            root, seed=cfg.seed, workers=cfg.workers, limit=cfg.limit or None, **sizes
+        )
         train_bpe(root, vocab_size=cfg.vocab_size)
     D.barrier()
     verify_translation_corpus(root)
@@ -72,8 +81,7 @@ class TranslationData:
         self.tokenizer = Tokenizer(self.bpe_path)
         train = _examples(self.tokenizer, load_pairs(self.root, "train"))
         # as the model reads them: BOS x EOS (source), BOS y / y EOS (target)
-        keep = [e for e in train
-                if max(len(e.src_ids) + 2, len(e.tgt_ids) + 1) <= data.max_tokens]
+        keep = [e for e in train if max(len(e.src_ids) + 2, len(e.tgt_ids) + 1) <= data.max_tokens]
         self.dropped_long = len(train) - len(keep)
         self.train = keep[: data.train] if data.train else keep
         self.val = _examples(self.tokenizer, load_pairs(self.root, "val")[: data.val or None])
@@ -86,10 +94,11 @@ class TranslationData:
         return sum(len(e.tgt_ids) for e in self.train) / max(src, 1)
 
     def test(self, split: str) -> list[Example]:
-        """"test", a long bucket of `LONG_SPLITS` or "stacked", cut to the eval config's size."""
+        """ "test", a long bucket of `LONG_SPLITS` or "stacked", cut to the eval config's size."""
         if split not in self._tests:
             limit = {"test": self.eval_cfg.test, "stacked": self.eval_cfg.stacked}.get(
-                split, self.eval_cfg.long_per_bucket)
+                split, self.eval_cfg.long_per_bucket
+            )
             pairs = load_pairs(self.root, split)
             self._tests[split] = _examples(self.tokenizer, pairs[: limit or None])
         return self._tests[split]
@@ -97,8 +106,9 @@ class TranslationData:
     def batches(self, seed: int, batch_size: int) -> DurationBatchSampler:
         """Batches of `batch_size` pairs of similar (perturbed) length, reshuffled per epoch."""
         lengths = [max(len(e.src_ids), len(e.tgt_ids)) + 1.0 for e in self.train]
-        return DurationBatchSampler(lengths, batch_size, seed=seed, rank=D.get_rank(),
-                                    world_size=D.get_world_size())
+        return DurationBatchSampler(
+            lengths, batch_size, seed=seed, rank=D.get_rank(), world_size=D.get_world_size()
+        )
 
     def train_length(self) -> int:
         """The longest target (with EOS) among the training pairs, in tokens."""
@@ -107,13 +117,18 @@ class TranslationData:
     def summary(self) -> dict[str, Any]:
         """Sizes for the report: pairs and mean tokens per side of each split used."""
         out: dict[str, Any] = {}
-        splits = {"train": self.train, "val": self.val,
-                  **{s: self.test(s) for s in ("test", *LONG_SPLITS, "stacked")}}
+        splits = {
+            "train": self.train,
+            "val": self.val,
+            **{s: self.test(s) for s in ("test", *LONG_SPLITS, "stacked")},
+        }
         for name, exs in splits.items():
             n = max(len(exs), 1)
-            out[name] = {"pairs": len(exs),
-                         "src_tokens": sum(len(e.src_ids) for e in exs) / n,
-                         "tgt_tokens": sum(len(e.tgt_ids) for e in exs) / n}
+            out[name] = {
+                "pairs": len(exs),
+                "src_tokens": sum(len(e.src_ids) for e in exs) / n,
+                "tgt_tokens": sum(len(e.tgt_ids) for e in exs) / n,
+            }
         out["alpha"] = self.alpha
         out["dropped_over_max_tokens"] = self.dropped_long
         out["vocab_size"] = self.tokenizer.vocab_size
@@ -127,7 +142,12 @@ def collate_fn(tok: Tokenizer):
         src, src_mask = pad_batch([source_ids(e.src_ids, tok) for e in examples], tok.pad_id)
         tgt_in, tgt_mask = pad_batch([[tok.bos_id, *e.tgt_ids] for e in examples], tok.pad_id)
         tgt_out, _ = pad_batch([[*e.tgt_ids, tok.eos_id] for e in examples], tok.pad_id)
-        return {"src": src, "src_mask": src_mask, "tgt_in": tgt_in, "tgt_out": tgt_out,
-                "tgt_mask": tgt_mask}
+        return {
+            "src": src,
+            "src_mask": src_mask,
+            "tgt_in": tgt_in,
+            "tgt_out": tgt_out,
+            "tgt_mask": tgt_mask,
+        }
 
     return collate

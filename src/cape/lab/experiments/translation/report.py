@@ -18,11 +18,24 @@ from cape.lab.report import Report, pivot, summarize, write_json
 
 __all__ = ["write_report", "redraw", "bleu_table", "nll_table", "nll_curve_cells"]
 
-_COLUMNS = [("test", "all"), ("test", "short"), ("test", "medium"), ("test", "long"),
-            ("test_21-30", "all"), ("test_31-40", "all"), ("test_41+", "all")]
-_LABELS = {("test", "all"): "test", ("test", "short"): "short", ("test", "medium"): "medium",
-           ("test", "long"): "long", ("test_21-30", "all"): "21-30 words",
-           ("test_31-40", "all"): "31-40 words", ("test_41+", "all"): "41+ words"}
+_COLUMNS = [
+    ("test", "all"),
+    ("test", "short"),
+    ("test", "medium"),
+    ("test", "long"),
+    ("test_21-30", "all"),
+    ("test_31-40", "all"),
+    ("test_41+", "all"),
+]
+_LABELS = {
+    ("test", "all"): "test",
+    ("test", "short"): "short",
+    ("test", "medium"): "medium",
+    ("test", "long"): "long",
+    ("test_21-30", "all"): "21-30 words",
+    ("test_31-40", "all"): "31-40 words",
+    ("test_41+", "all"): "41+ words",
+}
 _SMOOTH = 8  # output positions per point of the NLL curves
 
 
@@ -45,20 +58,36 @@ def _rows(results: dict[str, Any]) -> list[str]:
 def bleu_table(results: dict[str, Any]) -> str:
     """Markdown: BLEU per row (lines) and test bucket (columns), mean ± std over seeds; the
     best of each column bold."""
-    recs = [dict(r, col=_LABELS[(r["split"], r["bin"])]) for r in results["records"]
-            if (r["split"], r["bin"]) in _LABELS]
-    return pivot(summarize(recs, ["row", "col"], "bleu"), rows="row", cols="col",
-                 row_order=_rows(results), col_order=[_LABELS[c] for c in _COLUMNS], best="max")
+    recs = [
+        dict(r, col=_LABELS[(r["split"], r["bin"])])
+        for r in results["records"]
+        if (r["split"], r["bin"]) in _LABELS
+    ]
+    return pivot(
+        summarize(recs, ["row", "col"], "bleu"),
+        rows="row",
+        cols="col",
+        row_order=_rows(results),
+        col_order=[_LABELS[c] for c in _COLUMNS],
+        best="max",
+    )
 
 
 def nll_table(results: dict[str, Any]) -> str:
     """Markdown: mean NLL (nats/token) per output-position band on stacked pairs; lowest bold."""
     recs = [r for r in results["records"] if r["split"] == "stacked"]
     bands = sorted({r["bin"] for r in recs}, key=lambda b: int(b.split("-")[0]))
-    return pivot(summarize(recs, ["row", "bin"], "nll"), rows="row", cols="bin",
-                 row_order=_rows(results), col_order=bands, best="min",
-                 fmt="{mean:.2f} ± {std:.2f}", fmt_single="{mean:.2f}",
-                 col_format="positions {}")
+    return pivot(
+        summarize(recs, ["row", "bin"], "nll"),
+        rows="row",
+        cols="bin",
+        row_order=_rows(results),
+        col_order=bands,
+        best="min",
+        fmt="{mean:.2f} ± {std:.2f}",
+        fmt_single="{mean:.2f}",
+        col_format="positions {}",
+    )
 
 
 def nll_curve_cells(results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -71,8 +100,13 @@ def nll_curve_cells(results: dict[str, Any]) -> list[dict[str, Any]]:
         for a in range(0, len(total), _SMOOTH):
             n = count[a : a + _SMOOTH].sum()
             if count[a : a + _SMOOTH].min() >= 5:
-                recs.append({"row": row, "position": a + _SMOOTH / 2,
-                             "nll": float(total[a : a + _SMOOTH].sum() / n)})
+                recs.append(
+                    {
+                        "row": row,
+                        "position": a + _SMOOTH / 2,
+                        "nll": float(total[a : a + _SMOOTH].sum() / n),
+                    }
+                )
     return summarize(recs, ["row", "position"], "nll") if recs else []
 
 
@@ -98,13 +132,20 @@ def _render(out: Path, results: dict[str, Any]) -> Path:
         "training set), one global shift per pair for both sides, local shifts U(-0.5, 0.5), "
         f"no scaling, no mean-normalisation, BOS before the source. Seeds {cfg['seeds']} "
         f"(mean ± std over seeds{_partial(results, cfg['seeds'])}). Produced by "
-        "`cape experiment translation`; `cape plot` redraws this page from results.json.")
-    rep.table(bleu_table(results), caption=f"sacreBLEU on test (all, and by reference length: "
-              f"short <= {lo:g} words < medium <= {hi:g} words < long) and on the long-sentence "
-              "buckets (source words).")
-    rep.table(nll_table(results), caption="Teacher-forced NLL (nats per token) on stacked test "
-              f"pairs (2-4 joined), by output position; training targets have at most "
-              f"{results.get('train_length', '?')} tokens.")
+        "`cape experiment translation`; `cape plot` redraws this page from results.json."
+    )
+    rep.table(
+        bleu_table(results),
+        caption=f"sacreBLEU on test (all, and by reference length: "
+        f"short <= {lo:g} words < medium <= {hi:g} words < long) and on the long-sentence "
+        "buckets (source words).",
+    )
+    rep.table(
+        nll_table(results),
+        caption="Teacher-forced NLL (nats per token) on stacked test "
+        f"pairs (2-4 joined), by output position; training targets have at most "
+        f"{results.get('train_length', '?')} tokens.",
+    )
     rep.table(_params(results), caption="Trainable parameters and the seeds reported, per row.")
     _plots(rep, out, results)
     _examples(rep, results)
@@ -116,8 +157,10 @@ def _partial(results: dict[str, Any], seeds: list[int]) -> str:
     short = [r for r, s in seeds_by_row(results).items() if len(s) < len(seeds)]
     if not short:
         return ""
-    return (f"; not every seed has finished for {', '.join(short)}: those rows show the mean "
-            "of the seeds they have, listed in the parameters table")
+    return (
+        f"; not every seed has finished for {', '.join(short)}: those rows show the mean "
+        "of the seeds they have, listed in the parameters table"
+    )
 
 
 def _search(beam: int) -> str:
@@ -137,8 +180,10 @@ def _params(results: dict[str, Any]) -> str:
 def _examples(rep: Report, results: dict[str, Any]) -> None:
     for row, exs in results.get("examples", {}).items():
         text = "\n".join(f"SRC: {x['src']}\nREF: {x['ref']}\nHYP: {x['hyp']}\n" for x in exs)
-        rep.paragraph(f"Example translations of `{row}` (first seed): three test sentences, "
-                      "then the first of each long bucket.")
+        rep.paragraph(
+            f"Example translations of `{row}` (first seed): three test sentences, "
+            "then the first of each long bucket."
+        )
         rep.code(text.rstrip())
         return
 
@@ -151,24 +196,47 @@ def _plots(rep: Report, out: Path, results: dict[str, Any]) -> None:
     rows = _rows(results)
     buckets = set(_COLUMNS) - {("test", "all")}  # the terciles and the long buckets
     # whole words on the axis: its ticks sit at the buckets' means
-    recs = [dict(r, words=round(r["src_words"])) for r in results["records"]
-            if (r["split"], r["bin"]) in buckets]
-    plot_curves(summarize(recs, ["row", "words"], "bleu"), out / "bleu_by_length.png",
-                x="words", series="row", y_label="BLEU",
-                x_label="mean source length of the bucket (English words)",
-                title="BLEU vs sentence length", series_order=rows, vline=20.0,
-                vline_label="longest training source (words)")
-    rep.image("bleu_by_length.png", "BLEU per length bucket (test terciles, then the 21-30, "
-              "31-40 and 41+ word buckets), against the bucket's mean source length; error "
-              "bars: std over seeds.")
+    recs = [
+        dict(r, words=round(r["src_words"]))
+        for r in results["records"]
+        if (r["split"], r["bin"]) in buckets
+    ]
+    plot_curves(
+        summarize(recs, ["row", "words"], "bleu"),
+        out / "bleu_by_length.png",
+        x="words",
+        series="row",
+        y_label="BLEU",
+        x_label="mean source length of the bucket (English words)",
+        title="BLEU vs sentence length",
+        series_order=rows,
+        vline=20.0,
+        vline_label="longest training source (words)",
+    )
+    rep.image(
+        "bleu_by_length.png",
+        "BLEU per length bucket (test terciles, then the 21-30, "
+        "31-40 and 41+ word buckets), against the bucket's mean source length; error "
+        "bars: std over seeds.",
+    )
     cells = nll_curve_cells(results)
     if cells:
-        plot_curves(cells, out / "nll_by_position.png", x="position", series="row",
-                    y_label="NLL (nats / token)", x_label="output position (tokens)",
-                    title="NLL per position on stacked sentences", series_order=rows,
-                    vline=float(results.get("train_length", 0)) or None,
-                    vline_label="longest training target")
-        rep.image("nll_by_position.png", "Teacher-forced NLL per output position on stacked "
-                  f"test pairs (mean over groups of {_SMOOTH} positions reached by >= 5 "
-                  "sequences; error bars: std over seeds). Flat beyond the dashed line = the "
-                  "encoding generalises to unseen lengths.")
+        plot_curves(
+            cells,
+            out / "nll_by_position.png",
+            x="position",
+            series="row",
+            y_label="NLL (nats / token)",
+            x_label="output position (tokens)",
+            title="NLL per position on stacked sentences",
+            series_order=rows,
+            vline=float(results.get("train_length", 0)) or None,
+            vline_label="longest training target",
+        )
+        rep.image(
+            "nll_by_position.png",
+            "Teacher-forced NLL per output position on stacked "
+            f"test pairs (mean over groups of {_SMOOTH} positions reached by >= 5 "
+            "sequences; error bars: std over seeds). Flat beyond the dashed line = the "
+            "encoding generalises to unseen lengths.",
+        )

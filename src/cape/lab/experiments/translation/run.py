@@ -34,9 +34,22 @@ from cape.lab.train import distributed as D
 from cape.models.search import sequence_nll
 from cape.models.seq2seq import Seq2Seq
 
-__all__ = ["make_data", "make_model", "loss_fn", "decode", "bleu", "train_run", "load_run",
-           "eval_records", "nll_by_position", "format_records", "run_experiment", "run_dir",
-           "redraw", "NLL_BANDS"]
+__all__ = [
+    "make_data",
+    "make_model",
+    "loss_fn",
+    "decode",
+    "bleu",
+    "train_run",
+    "load_run",
+    "eval_records",
+    "nll_by_position",
+    "format_records",
+    "run_experiment",
+    "run_dir",
+    "redraw",
+    "NLL_BANDS",
+]
 
 NLL_BANDS = (0, 32, 64, 128, 192, 256, 100_000)
 """Output-position bands (tokens) of the stacked-sequence NLL table."""
@@ -47,17 +60,27 @@ def make_data(cfg: TranslationConfig) -> TranslationData:
     return TranslationData(cfg.data, cfg.eval)
 
 
-def make_model(cfg: TranslationConfig, row: RowConfig, alpha: float, vocab_size: int,
-               pad_id: int = 0) -> Seq2Seq:
+def make_model(
+    cfg: TranslationConfig, row: RowConfig, alpha: float, vocab_size: int, pad_id: int = 0
+) -> Seq2Seq:
     """The row's model; `alpha: auto` becomes the training set's ratio (used by augmented
     encodings: Seq2Seq scales the source positions by it)."""
     m = cfg.model
     options = dict(row.options)
     given = options.pop("alpha", "auto")
-    return Seq2Seq(vocab_size, dim=m.dim, encoder_layers=m.encoder_layers,
-                   decoder_layers=m.decoder_layers, heads=m.heads, ffn_dim=m.ffn_dim,
-                   dropout=m.dropout, position=row.position, position_options=options,
-                   alpha=float(alpha if given == "auto" else given), pad_id=pad_id)
+    return Seq2Seq(
+        vocab_size,
+        dim=m.dim,
+        encoder_layers=m.encoder_layers,
+        decoder_layers=m.decoder_layers,
+        heads=m.heads,
+        ffn_dim=m.ffn_dim,
+        dropout=m.dropout,
+        position=row.position,
+        position_options=options,
+        alpha=float(alpha if given == "auto" else given),
+        pad_id=pad_id,
+    )
 
 
 def loss_fn(label_smoothing: float, pad_id: int):
@@ -75,14 +98,28 @@ def loss_fn(label_smoothing: float, pad_id: int):
     return fn
 
 
-def decode(model: Seq2Seq, data: TranslationData, examples: Sequence[Example], *, beam: int,
-           length_penalty: float, batch_size: int) -> list[str]:
+def decode(
+    model: Seq2Seq,
+    data: TranslationData,
+    examples: Sequence[Example],
+    *,
+    beam: int,
+    length_penalty: float,
+    batch_size: int,
+) -> list[str]:
     """Translations of `examples` (in order); each rank decodes a shard, all ranks get all."""
     rank, world = D.get_rank(), D.get_world_size()
     mine = list(range(rank, len(examples), world))
     device = next(model.parameters()).device
-    hyps = translate_ids(model, data.tokenizer, [examples[i].src_ids for i in mine], beam=beam,
-                         length_penalty=length_penalty, batch_size=batch_size, device=device)
+    hyps = translate_ids(
+        model,
+        data.tokenizer,
+        [examples[i].src_ids for i in mine],
+        beam=beam,
+        length_penalty=length_penalty,
+        batch_size=batch_size,
+        device=device,
+    )
     out = [""] * len(examples)
     for shard in D.all_gather_object(list(zip(mine, hyps, strict=True))):
         for i, h in shard:
@@ -99,8 +136,14 @@ def bleu(hyps: Sequence[str], refs: Sequence[str]) -> float:
 
 def _val_fn(cfg: TranslationConfig, data: TranslationData):
     def eval_fn(model: torch.nn.Module) -> dict[str, float]:
-        hyps = decode(model, data, data.val, beam=cfg.eval.val_beam,  # type: ignore[arg-type]
-                      length_penalty=cfg.eval.length_penalty, batch_size=cfg.eval.batch_size)
+        hyps = decode(
+            model,
+            data,
+            data.val,
+            beam=cfg.eval.val_beam,  # type: ignore[arg-type]
+            length_penalty=cfg.eval.length_penalty,
+            batch_size=cfg.eval.batch_size,
+        )
         return {"bleu": bleu(hyps, [e.tgt for e in data.val])}
 
     return eval_fn
@@ -109,15 +152,15 @@ def _val_fn(cfg: TranslationConfig, data: TranslationData):
 def _write_run_files(folder: Path, model: Seq2Seq, row: RowConfig, data: TranslationData) -> None:
     """model.json and bpe.model: what `cape translate` needs to rebuild the model."""
     folder.mkdir(parents=True, exist_ok=True)
-    spec = {"model": model.spec, "experiment": "translation", "row": row.name,
-            "alpha": data.alpha}
+    spec = {"model": model.spec, "experiment": "translation", "row": row.name, "alpha": data.alpha}
     text = json.dumps(spec, indent=2, ensure_ascii=False)
     atomic_write(folder / "model.json", lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
     atomic_write(folder / "bpe.model", lambda tmp: shutil.copyfile(data.bpe_path, tmp))
 
 
-def train_run(cfg: TranslationConfig, row: RowConfig, seed: int, out: str | Path,
-              data: TranslationData) -> tuple[Seq2Seq, dict[str, float]]:
+def train_run(
+    cfg: TranslationConfig, row: RowConfig, seed: int, out: str | Path, data: TranslationData
+) -> tuple[Seq2Seq, dict[str, float]]:
     """Train one (row, seed), resuming from its checkpoints; returns the model with the best
     validation BLEU and the training summary."""
     folder = run_dir(out, row, seed)
@@ -127,16 +170,33 @@ def train_run(cfg: TranslationConfig, row: RowConfig, seed: int, out: str | Path
     if D.get_rank() == 0:
         _write_run_files(folder, model, row, data)
     tcfg = dataclasses.replace(cfg.train, seed=seed)
-    record = {"experiment": "translation", "row": row.name, "seed": seed,
-              "config": dataclasses.asdict(cfg)}
-    trainer = Trainer(model, loss_fn(cfg.model.label_smoothing, tok.pad_id), data.train,
-                      _val_fn(cfg, data), tcfg, folder, collate_fn(tok), experiment=record,
-                      batches=data.batches(seed, cfg.train.batch_size))
+    record = {
+        "experiment": "translation",
+        "row": row.name,
+        "seed": seed,
+        "config": dataclasses.asdict(cfg),
+    }
+    trainer = Trainer(
+        model,
+        loss_fn(cfg.model.label_smoothing, tok.pad_id),
+        data.train,
+        _val_fn(cfg, data),
+        tcfg,
+        folder,
+        collate_fn(tok),
+        experiment=record,
+        batches=data.batches(seed, cfg.train.batch_size),
+    )
     return fit_best(trainer)  # type: ignore[return-value]
 
 
-def load_run(cfg: TranslationConfig, row: RowConfig, seed: int, out: str | Path,
-             data: TranslationData | None = None) -> Seq2Seq:
+def load_run(
+    cfg: TranslationConfig,
+    row: RowConfig,
+    seed: int,
+    out: str | Path,
+    data: TranslationData | None = None,
+) -> Seq2Seq:
     """The trained run's model with the best validation BLEU (else the latest), rebuilt from
     its model.json: the alpha it was trained with, whatever today's data gives."""
     from cape.lab.apps.translate import load_translation_model
@@ -150,17 +210,24 @@ def _terciles(examples: Sequence[Example]) -> tuple[float, float]:
     return float(np.percentile(words, 100 / 3)), float(np.percentile(words, 200 / 3))
 
 
-def _bleu_record(base: dict[str, Any], split: str, bucket: str, examples: Sequence[Example],
-                 hyps: Sequence[str]) -> dict[str, Any]:
+def _bleu_record(
+    base: dict[str, Any], split: str, bucket: str, examples: Sequence[Example], hyps: Sequence[str]
+) -> dict[str, Any]:
     """One BLEU record, with the bucket's size and mean source / reference length in words."""
-    return {**base, "split": split, "bin": bucket, "sentences": len(examples),
-            "src_words": float(np.mean([len(x.src.split()) for x in examples])),
-            "ref_words": float(np.mean([len(x.tgt.split()) for x in examples])),
-            "bleu": bleu(hyps, [x.tgt for x in examples])}
+    return {
+        **base,
+        "split": split,
+        "bin": bucket,
+        "sentences": len(examples),
+        "src_words": float(np.mean([len(x.src.split()) for x in examples])),
+        "ref_words": float(np.mean([len(x.tgt.split()) for x in examples])),
+        "bleu": bleu(hyps, [x.tgt for x in examples]),
+    }
 
 
-def nll_by_position(model: Seq2Seq, data: TranslationData, examples: Sequence[Example],
-                    batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+def nll_by_position(
+    model: Seq2Seq, data: TranslationData, examples: Sequence[Example], batch_size: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Summed teacher-forced NLL (nats) per output position and how many sequences reach each
     position: ([L], [L]) over `examples`, L = the longest target + EOS."""
     collate = collate_fn(data.tokenizer)
@@ -176,8 +243,14 @@ def nll_by_position(model: Seq2Seq, data: TranslationData, examples: Sequence[Ex
     return total, count
 
 
-def eval_records(cfg: TranslationConfig, row: RowConfig, seed: int, model: Seq2Seq,
-                 data: TranslationData, device: torch.device | None = None) -> dict[str, Any]:
+def eval_records(
+    cfg: TranslationConfig,
+    row: RowConfig,
+    seed: int,
+    model: Seq2Seq,
+    data: TranslationData,
+    device: torch.device | None = None,
+) -> dict[str, Any]:
     """BLEU records per split and bucket, NLL band records on `stacked`, the NLL curve, and a
     few example translations (on `device`, default: where the model is)."""
     if device is not None:
@@ -187,23 +260,30 @@ def eval_records(cfg: TranslationConfig, row: RowConfig, seed: int, model: Seq2S
     base = {"row": row.name, "seed": seed}
     records: list[dict[str, Any]] = []
     test = data.test("test")
-    hyps = decode(model, data, test, beam=e.beam, length_penalty=e.length_penalty,
-                  batch_size=e.batch_size)
+    hyps = decode(
+        model, data, test, beam=e.beam, length_penalty=e.length_penalty, batch_size=e.batch_size
+    )
     lo, hi = _terciles(test)
     words = [len(x.tgt.split()) for x in test]
-    groups = {"all": list(range(len(test))),
-              "short": [i for i, w in enumerate(words) if w <= lo],
-              "medium": [i for i, w in enumerate(words) if lo < w <= hi],
-              "long": [i for i, w in enumerate(words) if w > hi]}
+    groups = {
+        "all": list(range(len(test))),
+        "short": [i for i, w in enumerate(words) if w <= lo],
+        "medium": [i for i, w in enumerate(words) if lo < w <= hi],
+        "long": [i for i, w in enumerate(words) if w > hi],
+    }
     for name, idx in groups.items():
         if idx:  # equal percentiles leave "medium" empty
-            records.append(_bleu_record(base, "test", name, [test[i] for i in idx],
-                                        [hyps[i] for i in idx]))
-    examples = [{"src": x.src, "ref": x.tgt, "hyp": h} for x, h in zip(test[:3], hyps, strict=False)]
+            records.append(
+                _bleu_record(base, "test", name, [test[i] for i in idx], [hyps[i] for i in idx])
+            )
+    examples = [
+        {"src": x.src, "ref": x.tgt, "hyp": h} for x, h in zip(test[:3], hyps, strict=False)
+    ]
     for split in LONG_SPLITS:
         exs = data.test(split)
-        out = decode(model, data, exs, beam=e.beam, length_penalty=e.length_penalty,
-                     batch_size=e.batch_size)
+        out = decode(
+            model, data, exs, beam=e.beam, length_penalty=e.length_penalty, batch_size=e.batch_size
+        )
         if exs:  # a small corpus may have no sentence this long
             records.append(_bleu_record(base, split, "all", exs, out))
             examples.append({"src": exs[0].src, "ref": exs[0].tgt, "hyp": out[0]})
@@ -211,8 +291,15 @@ def eval_records(cfg: TranslationConfig, row: RowConfig, seed: int, model: Seq2S
     for a, b in zip(NLL_BANDS[:-1], NLL_BANDS[1:], strict=True):
         n = count[a:b].sum()
         if n:
-            records.append({**base, "split": "stacked", "bin": f"{a}-{min(b, len(count)) - 1}",
-                            "tokens": int(n), "nll": float(total[a:b].sum() / n)})
+            records.append(
+                {
+                    **base,
+                    "split": "stacked",
+                    "bin": f"{a}-{min(b, len(count)) - 1}",
+                    "tokens": int(n),
+                    "nll": float(total[a:b].sum() / n),
+                }
+            )
     curve = {"total": total.tolist(), "count": count.tolist()}
     return {"records": records, "curve": curve, "terciles": [lo, hi], "examples": examples}
 
@@ -229,8 +316,9 @@ def format_records(result: dict[str, Any] | list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def run_experiment(cfg: TranslationConfig, mapping: dict[str, Any], out: str | Path,
-                   *, train: bool = True) -> dict[str, Any]:
+def run_experiment(
+    cfg: TranslationConfig, mapping: dict[str, Any], out: str | Path, *, train: bool = True
+) -> dict[str, Any]:
     """Train and evaluate every (row, seed), then write the report; returns the results. With
     `train=False`, report only the runs that have finished (`cape experiment --finished`)."""
     out = Path(out)
@@ -259,10 +347,19 @@ def run_experiment(cfg: TranslationConfig, mapping: dict[str, Any], out: str | P
             tok = data.tokenizer
             model = make_model(cfg, row, data.alpha, tok.vocab_size, tok.pad_id)
             params[row.name] = sum(p.numel() for p in model.parameters())
-    results = {"experiment": "translation", "name": cfg.name, "config": mapping,
-               "records": records, "curves": curves, "examples": examples,
-               "terciles": terciles, "train_length": data.train_length(),
-               "train": summaries, "params": params, "data": data.summary()}
+    results = {
+        "experiment": "translation",
+        "name": cfg.name,
+        "config": mapping,
+        "records": records,
+        "curves": curves,
+        "examples": examples,
+        "terciles": terciles,
+        "train_length": data.train_length(),
+        "train": summaries,
+        "params": params,
+        "data": data.summary(),
+    }
     if dist.rank == 0:
         write_report(out, results)
     D.barrier()

@@ -100,11 +100,14 @@ class RowConfig:
         allowed = [f.name for f in dataclasses.fields(ModelConfig) if f.name != "patch"]
         unknown = sorted(set(self.model) - set(allowed))
         if unknown:
-            raise ValueError(f"rows[{self.name}].model: unknown key(s) {unknown}; allowed: {allowed}")
+            raise ValueError(
+                f"rows[{self.name}].model: unknown key(s) {unknown}; allowed: {allowed}"
+            )
 
     def model_config(self, base: ModelConfig) -> ModelConfig:
         """`base` with this row's `model` changes, checked as a `ModelConfig`."""
         return dataclasses.replace(base, **self.model)
+
     @property
     def data_size(self) -> int:
         """The px the training images are rendered at."""
@@ -134,7 +137,9 @@ class EvalConfig:
         for e in self.extents:
             check_choice("eval.extents[]", e, ("1", "ratio", "sqrt"))
         if sorted(self.native_bins) != list(self.native_bins) or len(self.native_bins) < 2:
-            raise ValueError(f"eval.native_bins must be >= 2 increasing edges, got {self.native_bins}")
+            raise ValueError(
+                f"eval.native_bins must be >= 2 increasing edges, got {self.native_bins}"
+            )
 
 
 @dataclass
@@ -152,7 +157,9 @@ class VisionConfig:
     def __post_init__(self) -> None:
         check_runs(self.rows, self.seeds)
         p = self.model.patch
-        sizes = list(self.eval.sizes) + [s for r in self.rows for s in (r.train_size, *r.univit_sizes)]
+        sizes = list(self.eval.sizes) + [
+            s for r in self.rows for s in (r.train_size, *r.univit_sizes)
+        ]
         sizes += [r.finetune_size for r in self.rows if r.finetune_size]
         bad = sorted({s for s in sizes if s % p})
         if bad:
@@ -161,9 +168,18 @@ class VisionConfig:
 
 _IMAGE_CAPE = {"preset": "image"}
 _TRAIN_QUICK = dict(
-    steps=600, batch_size=128, lr=2e-3, weight_decay=0.05, warmup_steps=60,
-    schedule="cosine", clip_norm=1.0, eval_every=150, checkpoint_every=150,
-    best_metric="acc", best_mode="max", log_every=10,
+    steps=600,
+    batch_size=128,
+    lr=2e-3,
+    weight_decay=0.05,
+    warmup_steps=60,
+    schedule="cosine",
+    clip_norm=1.0,
+    eval_every=150,
+    checkpoint_every=150,
+    best_metric="acc",
+    best_mode="max",
+    log_every=10,
 )
 _QUICK_ROWS = [
     {"name": "nopos", "position": "nopos"},
@@ -175,9 +191,21 @@ _UNIVIT = [20, 24, 28, 32, 36, 40, 44]
 _ROTARY_AUG = {"max_global_shift": 0.5, "max_local_shift": 0.125, "max_global_scaling": 1.4}
 _FULL_ROWS = [
     *_QUICK_ROWS,
-    {"name": "CAPE λ=1", "position": "cape2d", "options": {"preset": "image", "max_global_scaling": 1.0}},
-    {"name": "CAPE Δ=0", "position": "cape2d", "options": {"preset": "image", "max_global_shift": 0.0}},
-    {"name": "CAPE ε=0", "position": "cape2d", "options": {"preset": "image", "max_local_shift": 0.0}},
+    {
+        "name": "CAPE λ=1",
+        "position": "cape2d",
+        "options": {"preset": "image", "max_global_scaling": 1.0},
+    },
+    {
+        "name": "CAPE Δ=0",
+        "position": "cape2d",
+        "options": {"preset": "image", "max_global_shift": 0.0},
+    },
+    {
+        "name": "CAPE ε=0",
+        "position": "cape2d",
+        "options": {"preset": "image", "max_local_shift": 0.0},
+    },
     {"name": "LFF", "position": "lff"},
     {"name": "Sine-2D", "position": "sine-2d"},
     {"name": "Embed-2D", "position": "embed-2d"},
@@ -187,14 +215,33 @@ _FULL_ROWS = [
     {"name": "sinpos@56", "position": "sinpos2d", "train_size": 56},
     {"name": "CAPE@56", "position": "cape2d", "options": _IMAGE_CAPE, "train_size": 56},
     {"name": "abspos ft56", "position": "abspos2d", "finetune_size": 56, "finetune_steps": 150},
-    {"name": "CAPE ft56", "position": "cape2d", "options": _IMAGE_CAPE,
-     "finetune_size": 56, "finetune_steps": 150},
+    {
+        "name": "CAPE ft56",
+        "position": "cape2d",
+        "options": _IMAGE_CAPE,
+        "finetune_size": 56,
+        "finetune_steps": 150,
+    },
     {"name": "UniViT sinpos", "position": "sinpos2d", "univit_sizes": _UNIVIT},
-    {"name": "UniViT CAPE λ=1", "position": "cape2d", "univit_sizes": _UNIVIT,
-     "options": {"preset": "image", "max_global_scaling": 1.0}},
-    {"name": "UniViT CAPE λ=1.4", "position": "cape2d", "univit_sizes": _UNIVIT, "options": _IMAGE_CAPE},
-    {"name": "UniViT CAPE packed", "position": "cape2d", "univit_sizes": _UNIVIT, "packed": True,
-     "options": _IMAGE_CAPE},
+    {
+        "name": "UniViT CAPE λ=1",
+        "position": "cape2d",
+        "univit_sizes": _UNIVIT,
+        "options": {"preset": "image", "max_global_scaling": 1.0},
+    },
+    {
+        "name": "UniViT CAPE λ=1.4",
+        "position": "cape2d",
+        "univit_sizes": _UNIVIT,
+        "options": _IMAGE_CAPE,
+    },
+    {
+        "name": "UniViT CAPE packed",
+        "position": "cape2d",
+        "univit_sizes": _UNIVIT,
+        "packed": True,
+        "options": _IMAGE_CAPE,
+    },
     # Figure 4: smaller ViTs, against the UniViT evaluated at lower resolutions
     {"name": "CAPE d64", "position": "cape2d", "options": _IMAGE_CAPE, "model": {"dim": 64}},
     {"name": "CAPE depth 2", "position": "cape2d", "options": _IMAGE_CAPE, "model": {"depth": 2}},
@@ -208,30 +255,59 @@ _FULL_ROWS = [
 PRESETS: dict[str, dict[str, Any]] = {
     # 4 encodings, 1 seed: <= 15 minutes on 2 CPU cores
     "quick": {
-        "name": "vision-quick", "seeds": [0],
+        "name": "vision-quick",
+        "seeds": [0],
         "data": {"train": 10000, "val": 1000, "test": 1000},
         "train": _TRAIN_QUICK,
         "rows": _QUICK_ROWS,
     },
     # every row of the issue, 3 seeds: a few hours on 2 CPU cores
     "cpu-full": {
-        "name": "vision-cpu-full", "seeds": [0, 1, 2],
+        "name": "vision-cpu-full",
+        "seeds": [0, 1, 2],
         "data": {"train": 20000, "val": 1000, "test": 2000, "test_fonts": 1000, "native": 2000},
-        "train": {**_TRAIN_QUICK, "steps": 1000, "warmup_steps": 100, "eval_every": 250,
-                  "checkpoint_every": 250},
+        "train": {
+            **_TRAIN_QUICK,
+            "steps": 1000,
+            "warmup_steps": 100,
+            "eval_every": 250,
+            "checkpoint_every": 250,
+        },
         "eval": {"extents": ["1", "ratio", "sqrt"], "tta": True},
         "rows": _FULL_ROWS,
     },
     # ViT-B/16 at 224 px on GPUs (the paper's sizes; renders capped at 256 px)
     "paper": {
-        "name": "vision-paper", "seeds": [0, 1, 2],
+        "name": "vision-paper",
+        "seeds": [0, 1, 2],
         "data": {"train": 200000, "val": 5000, "test": 10000, "test_fonts": 5000, "workers": 8},
-        "model": {"patch": 16, "dim": 768, "depth": 12, "heads": 12, "mlp_ratio": 4.0, "dropout": 0.1},
-        "train": {**_TRAIN_QUICK, "steps": 30000, "batch_size": 256, "lr": 1e-3, "warmup_steps": 3000,
-                  "weight_decay": 0.05, "precision": "bf16", "eval_every": 2000,
-                  "checkpoint_every": 1000, "num_workers": 4, "device": "cuda"},
-        "eval": {"sizes": [160, 224, 256], "extents": ["1", "ratio", "sqrt"], "tta": True,
-                 "native_bins": [16, 128, 192, 256]},
+        "model": {
+            "patch": 16,
+            "dim": 768,
+            "depth": 12,
+            "heads": 12,
+            "mlp_ratio": 4.0,
+            "dropout": 0.1,
+        },
+        "train": {
+            **_TRAIN_QUICK,
+            "steps": 30000,
+            "batch_size": 256,
+            "lr": 1e-3,
+            "warmup_steps": 3000,
+            "weight_decay": 0.05,
+            "precision": "bf16",
+            "eval_every": 2000,
+            "checkpoint_every": 1000,
+            "num_workers": 4,
+            "device": "cuda",
+        },
+        "eval": {
+            "sizes": [160, 224, 256],
+            "extents": ["1", "ratio", "sqrt"],
+            "tta": True,
+            "native_bins": [16, 128, 192, 256],
+        },
         "rows": [{**r, "train_size": 224} for r in _QUICK_ROWS],
     },
 }

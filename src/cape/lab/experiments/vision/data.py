@@ -20,6 +20,7 @@ from cape.lab.train import distributed as D
 
 __all__ = ["VisionData", "TransformedDataset", "resize_images", "to_tensors"]
 
+
 def to_tensors(
     images: np.ndarray, labels: np.ndarray, transform: str = "rgb"
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -77,8 +78,12 @@ class VisionData:
 
     def __init__(self, cfg: DataConfig) -> None:
         self.cfg = cfg
-        self.counts = {"train": cfg.train, "val": cfg.val, "test": cfg.test,
-                       "test_fonts": cfg.test_fonts}
+        self.counts = {
+            "train": cfg.train,
+            "val": cfg.val,
+            "test": cfg.test,
+            "test_fonts": cfg.test_fonts,
+        }
         self._memo: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
 
     @property
@@ -102,8 +107,9 @@ class VisionData:
             if self.cfg.source == "chars":
                 c = self.cfg
                 path = _main_rank_first(
-                    lambda: make_split(c.root, split, self.counts[split], size, c.seed,
-                                       workers=c.workers)
+                    lambda: make_split(
+                        c.root, split, self.counts[split], size, c.seed, workers=c.workers
+                    )
                 )
                 images, labels, _ = load_split(path)
             else:
@@ -127,7 +133,9 @@ class VisionData:
         """Test images at their own native sizes (`data.native` of them; chars only)."""
         c = self.cfg
         if c.source != "chars" or c.native < 1:
-            raise ValueError("the native-size test set needs data.source='chars' and data.native > 0")
+            raise ValueError(
+                "the native-size test set needs data.source='chars' and data.native > 0"
+            )
         path = _main_rank_first(
             lambda: make_native_sizes(c.root, c.native, c.seed, workers=c.workers)
         )

@@ -24,8 +24,14 @@ from cape.lab.train import distributed as D
 from cape.models.vit import ViT
 
 __all__ = [
-    "predict", "throughput", "accuracy", "eval_records", "extent_for", "round_to_patch",
-    "native_targets", "tta_sizes",
+    "predict",
+    "throughput",
+    "accuracy",
+    "eval_records",
+    "extent_for",
+    "round_to_patch",
+    "native_targets",
+    "tta_sizes",
 ]
 
 
@@ -66,7 +72,11 @@ def _shard(n: int) -> slice:
 
 @torch.no_grad()
 def predict(
-    model: ViT, images: torch.Tensor, batch_size: int, *, extent: float | None = None,
+    model: ViT,
+    images: torch.Tensor,
+    batch_size: int,
+    *,
+    extent: float | None = None,
     device: torch.device | None = None,
 ) -> tuple[torch.Tensor, float]:
     """images [N, 3, H, W] -> (class probabilities float32 [N, C] on the CPU, images/s)."""
@@ -81,8 +91,14 @@ def predict(
 
 
 @torch.no_grad()
-def throughput(models: dict[str, ViT], sizes: list[int], batch_size: int, *, runs: int = 3,
-               device: torch.device | None = None) -> list[dict[str, Any]]:
+def throughput(
+    models: dict[str, ViT],
+    sizes: list[int],
+    batch_size: int,
+    *,
+    runs: int = 3,
+    device: torch.device | None = None,
+) -> list[dict[str, Any]]:
     """Images/s of each model at each size on batches [batch_size, 3, size, size]: records
     {"row", "size", "batch_size", "images_per_s"}. Speed does not depend on the weights, so
     every row is timed in one process, round-robin (`time_interleaved`): timings of runs trained
@@ -97,8 +113,14 @@ def throughput(models: dict[str, ViT], sizes: list[int], batch_size: int, *, run
         fns = [lambda m=m, x=x: m(x) for m in models.values()]
         timings = time_interleaved(fns, runs=runs, warmup=1, device=device)
         for name, t in zip(models, timings, strict=True):
-            out.append({"row": name, "size": size, "batch_size": batch_size,
-                        "images_per_s": batch_size / (t.median_ms / 1e3)})
+            out.append(
+                {
+                    "row": name,
+                    "size": size,
+                    "batch_size": batch_size,
+                    "images_per_s": batch_size / (t.median_ms / 1e3),
+                }
+            )
     return out
 
 
@@ -108,7 +130,11 @@ def accuracy(probs: torch.Tensor, labels: torch.Tensor) -> float:
 
 
 def eval_records(
-    cfg: VisionConfig, row: RowConfig, seed: int, model: ViT, data: VisionData,
+    cfg: VisionConfig,
+    row: RowConfig,
+    seed: int,
+    model: ViT,
+    data: VisionData,
     device: torch.device,
 ) -> list[dict[str, Any]]:
     """Every measurement the config asks for, for one trained model."""
@@ -126,8 +152,16 @@ def eval_records(
             sh = _shard(len(y))
             probs, ips = predict(model, x[sh], bs, device=device)
             acc = accuracy(probs, y[sh])
-            out.append({**base, "set": split, "size": size, "method": "plain", "acc": acc,
-                        "images_per_s": ips})
+            out.append(
+                {
+                    **base,
+                    "set": split,
+                    "size": size,
+                    "method": "plain",
+                    "acc": acc,
+                    "images_per_s": ips,
+                }
+            )
             if split == "test":
                 probs_at[size] = probs
             if not cont:
@@ -136,8 +170,16 @@ def eval_records(
                 gamma = extent_for(e, size, row.train_size)
                 if gamma != 1.0:
                     acc = accuracy(predict(model, x[sh], bs, extent=gamma, device=device)[0], y[sh])
-                out.append({**base, "set": split, "size": size, "method": f"extent {e}",
-                            "acc": acc, "images_per_s": None})
+                out.append(
+                    {
+                        **base,
+                        "set": split,
+                        "size": size,
+                        "method": f"extent {e}",
+                        "acc": acc,
+                        "images_per_s": None,
+                    }
+                )
     if ev.tta and "test" in sets:
         for size in ev.sizes:
             total = None
@@ -147,15 +189,24 @@ def eval_records(
                     probs_at[s] = predict(model, x[_shard(len(y))], bs, device=device)[0]
                 total = probs_at[s] if total is None else total + probs_at[s]
             y = data.tensors("test", size)[1]
-            out.append({**base, "set": "test", "size": size, "method": "tta",
-                        "acc": accuracy(total, y[_shard(len(y))]), "images_per_s": None})
+            out.append(
+                {
+                    **base,
+                    "set": "test",
+                    "size": size,
+                    "method": "tta",
+                    "acc": accuracy(total, y[_shard(len(y))]),
+                    "images_per_s": None,
+                }
+            )
     if cfg.data.native and data.cfg.source == "chars":
         out += _native_records(cfg, model, data, device, base)
     return out
 
 
-def _native_records(cfg: VisionConfig, model: ViT, data: VisionData, device: torch.device,
-                    base: dict[str, Any]) -> list[dict[str, Any]]:
+def _native_records(
+    cfg: VisionConfig, model: ViT, data: VisionData, device: torch.device, base: dict[str, Any]
+) -> list[dict[str, Any]]:
     """Accuracy per native-size bin for each resize strategy (CAPE Table 5)."""
     images, labels = data.native()
     sh = _shard(len(labels))
@@ -167,16 +218,27 @@ def _native_records(cfg: VisionConfig, model: ViT, data: VisionData, device: tor
     for low, high in zip(edges[:-1], edges[1:], strict=True):
         idx = [i for i, s in enumerate(native) if low <= s < high]
         for strategy in strategies:
-            targets = native_targets([native[i] for i in idx], low, high, strategy,
-                                     cfg.model.patch)
+            targets = native_targets([native[i] for i in idx], low, high, strategy, cfg.model.patch)
             correct = 0.0
             for t in sorted(set(targets)):
                 group = [i for i, tt in zip(idx, targets, strict=True) if tt == t]
-                x, y = to_tensors(resize_images([images[i] for i in group], t),
-                                  np.asarray(labels)[group], cfg.data.transform)
+                x, y = to_tensors(
+                    resize_images([images[i] for i in group], t),
+                    np.asarray(labels)[group],
+                    cfg.data.transform,
+                )
                 probs = predict(model, x, cfg.eval.batch_size, device=device)[0]
                 correct += float((probs.argmax(-1) == y).sum())
             acc = summed_accuracy(correct, len(idx))
-            out.append({**base, "set": "native", "size": None, "method": strategy, "acc": acc,
-                        "images_per_s": None, "bin": f"{low}-{high - 1}"})
+            out.append(
+                {
+                    **base,
+                    "set": "native",
+                    "size": None,
+                    "method": strategy,
+                    "acc": acc,
+                    "images_per_s": None,
+                    "bin": f"{low}-{high - 1}",
+                }
+            )
     return out

@@ -113,42 +113,74 @@ def _render(out: Path, results: dict[str, Any], maps: dict[str, np.ndarray]) -> 
         f"vision`; `cape plot` redraws this page from results.json."
     )
     opts = dict(rows="row", cols="size", row_order=rows, col_format="{} px")
-    for split, title in (("test", "test images (train fonts)"),
-                         ("test_fonts", "test images of held-out fonts")):
+    for split, title in (
+        ("test", "test images (train fonts)"),
+        ("test_fonts", "test images of held-out fonts"),
+    ):
         recs = _records(results, set=split, method="plain")
         if recs:
-            rep.table(pivot(summarize(recs, ["row", "size"], "acc"), **opts),
-                      caption=f"Top-1 accuracy (%) on {title}, by test resolution.")
+            rep.table(
+                pivot(summarize(recs, ["row", "size"], "acc"), **opts),
+                caption=f"Top-1 accuracy (%) on {title}, by test resolution.",
+            )
     plain = summarize(_records(results, set="test", method="plain"), ["row", "size"], "acc")
     if plain and plot_ok():
         from cape.lab.viz import plot_curves
 
-        plot_curves(plain, out / "accuracy_vs_resolution.png", x="size", series="row",
-                    series_order=rows, y_label="top-1 accuracy (%)", x_label="test resolution (px)",
-                    title="Accuracy vs test resolution", vline=main_size)
+        plot_curves(
+            plain,
+            out / "accuracy_vs_resolution.png",
+            x="size",
+            series="row",
+            series_order=rows,
+            y_label="top-1 accuracy (%)",
+            x_label="test resolution (px)",
+            title="Accuracy vs test resolution",
+            vline=main_size,
+        )
         rep.image("accuracy_vs_resolution.png", "Accuracy vs test resolution (Figure 2 analog).")
     _extra_tables(rep, results, rows)
     claims = paper_claims(results)
     if claims:
-        ours = (", then ours (a row with scaled frequencies against the same row at the "
-                "paper's)" if _frequency_pairs({r["name"]: r for r in cfg["rows"]}) else "")
-        rep.table(claims_table(claims), caption=f"The paper's findings (sec. 5.1){ours}, checked "
-                  "on the means over seeds (mean ± std); rows of the names the presets use.")
+        ours = (
+            ", then ours (a row with scaled frequencies against the same row at the paper's)"
+            if _frequency_pairs({r["name"]: r for r in cfg["rows"]})
+            else ""
+        )
+        rep.table(
+            claims_table(claims),
+            caption=f"The paper's findings (sec. 5.1){ours}, checked "
+            "on the means over seeds (mean ± std); rows of the names the presets use.",
+        )
     # timed together after training; older results.json only have each run's own timing
     together = results.get("throughput")
     timed = together or _records(results, set="test", method="plain")
     speed = summarize(timed, ["row", "size"], "images_per_s")
     if speed:
-        how = (f"every row timed round-robin in one process after training, batch "
-               f"{together[0]['batch_size']}" if together else "timed during each run's evaluation")
-        rep.table(pivot(speed, **opts, fmt="{mean:.0f}", fmt_single="{mean:.0f}", best=None),
-                  caption=f"Evaluation throughput (images/s; {how}) by resolution (Figure 4).")
+        how = (
+            f"every row timed round-robin in one process after training, batch "
+            f"{together[0]['batch_size']}"
+            if together
+            else "timed during each run's evaluation"
+        )
+        rep.table(
+            pivot(speed, **opts, fmt="{mean:.0f}", fmt_single="{mean:.0f}", best=None),
+            caption=f"Evaluation throughput (images/s; {how}) by resolution (Figure 4).",
+        )
         if plot_ok():
             from cape.lab.viz import plot_tradeoff
 
-            plot_tradeoff(speed, plain, out / "throughput.png", key="size", series="row",
-                          x_label="images/s", y_label="top-1 accuracy (%)",
-                          title="Accuracy vs throughput per test resolution", annotate="size")
+            plot_tradeoff(
+                speed,
+                plain,
+                out / "throughput.png",
+                key="size",
+                series="row",
+                x_label="images/s",
+                y_label="top-1 accuracy (%)",
+                title="Accuracy vs throughput per test resolution",
+                annotate="size",
+            )
             rep.image("throughput.png", "Accuracy vs throughput (Figure 4 analog).")
     train_cost_table(rep, results)
     _figures(rep, out, maps)
@@ -156,28 +188,56 @@ def _render(out: Path, results: dict[str, Any], maps: dict[str, np.ndarray]) -> 
 
 
 def _extra_tables(rep: Report, results: dict[str, Any], rows: list[str]) -> None:
-    recs = [dict(r, label=f"{r['row']} ({r['method']})")
-            for r in _records(results, set="test") if r["method"].startswith("extent")]
+    recs = [
+        dict(r, label=f"{r['row']} ({r['method']})")
+        for r in _records(results, set="test")
+        if r["method"].startswith("extent")
+    ]
     if recs:
-        rep.table(pivot(summarize(recs, ["label", "size"], "acc"), rows="label", cols="size",
-                        col_format="{} px", best=None),
-                  caption="Positions rescaled to [-γ, γ] at evaluation (Table 6): γ = 1, "
-                          "r/r_train ('ratio'), sqrt(r/r_train) ('sqrt').")
-    tta = [dict(r, label=f"{r['row']} ({r['method']})")
-           for r in _records(results, set="test") if r["method"] in ("plain", "tta")]
+        rep.table(
+            pivot(
+                summarize(recs, ["label", "size"], "acc"),
+                rows="label",
+                cols="size",
+                col_format="{} px",
+                best=None,
+            ),
+            caption="Positions rescaled to [-γ, γ] at evaluation (Table 6): γ = 1, "
+            "r/r_train ('ratio'), sqrt(r/r_train) ('sqrt').",
+        )
+    tta = [
+        dict(r, label=f"{r['row']} ({r['method']})")
+        for r in _records(results, set="test")
+        if r["method"] in ("plain", "tta")
+    ]
     if any(r["method"] == "tta" for r in tta):
         sizes = sorted({r["size"] for r in tta if r["method"] == "tta"})
         tta = [r for r in tta if r["size"] in sizes]
         order = [f"{n} ({m})" for n in rows for m in ("plain", "tta")]
-        rep.table(pivot(summarize(tta, ["label", "size"], "acc"), rows="label", cols="size",
-                        row_order=order, col_format="{} px", best=None),
-                  caption="Test-time augmentation: class probabilities averaged over r - patch, "
-                          "r, r + patch (Table 1).")
+        rep.table(
+            pivot(
+                summarize(tta, ["label", "size"], "acc"),
+                rows="label",
+                cols="size",
+                row_order=order,
+                col_format="{} px",
+                best=None,
+            ),
+            caption="Test-time augmentation: class probabilities averaged over r - patch, "
+            "r, r + patch (Table 1).",
+        )
     native = [dict(r, label=f"{r['row']} ({r['method']})") for r in _records(results, set="native")]
     if native:
-        rep.table(pivot(summarize(native, ["label", "bin"], "acc"), rows="label", cols="bin",
-                        col_format="{} px", best=None),
-                  caption="Accuracy (%) per native-size bin and resize strategy (Table 5).")
+        rep.table(
+            pivot(
+                summarize(native, ["label", "bin"], "acc"),
+                rows="label",
+                cols="bin",
+                col_format="{} px",
+                best=None,
+            ),
+            caption="Accuracy (%) per native-size bin and resize strategy (Table 5).",
+        )
 
 
 def paper_claims(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
@@ -188,10 +248,14 @@ def paper_claims(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
     each UniViT within 1 point of the best single-resolution row at every size; TTA above the
     plain accuracy for sinpos and CAPE at every size."""
     cfg_rows = {r["name"]: r for r in results["config"]["rows"]}
-    acc = {(c["row"], c["size"]): c for c in summarize(
-        _records(results, set="test", method="plain"), ["row", "size"], "acc")}
-    tta = {(c["row"], c["size"]): c for c in summarize(
-        _records(results, set="test", method="tta"), ["row", "size"], "acc")}
+    acc = {
+        (c["row"], c["size"]): c
+        for c in summarize(_records(results, set="test", method="plain"), ["row", "size"], "acc")
+    }
+    tta = {
+        (c["row"], c["size"]): c
+        for c in summarize(_records(results, set="test", method="tta"), ["row", "size"], "acc")
+    }
     sizes = sorted(results["config"]["eval"]["sizes"])
     if "CAPE" not in cfg_rows or not sizes:
         return []
@@ -202,8 +266,13 @@ def paper_claims(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
         if (a, size) in acc and (b, size) in acc:
             ca, cb = acc[(a, size)], acc[(b, size)]
             holds = ca["mean"] > cb["mean"] if strict else ca["mean"] >= cb["mean"]
-            out.append((f"{a} {'>' if strict else '≥'} {b} at {size} px",
-                        f"{mean_std(ca)} vs {mean_std(cb)}", holds))
+            out.append(
+                (
+                    f"{a} {'>' if strict else '≥'} {b} at {size} px",
+                    f"{mean_std(ca)} vs {mean_std(cb)}",
+                    holds,
+                )
+            )
 
     versus("CAPE", "sinpos", train, False)
     versus("CAPE", "abspos", train, False)
@@ -212,9 +281,13 @@ def paper_claims(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
     big = sizes[-1]
     if all((r, s) in acc for r in ("abspos", "CAPE") for s in (train, big)):
         drop = {r: acc[(r, train)]["mean"] - acc[(r, big)]["mean"] for r in ("abspos", "CAPE")}
-        out.append((f"abspos loses more than CAPE from {train} to {big} px",
-                    f"abspos -{drop['abspos']:.1f}, CAPE -{drop['CAPE']:.1f} points",
-                    drop["abspos"] > drop["CAPE"]))
+        out.append(
+            (
+                f"abspos loses more than CAPE from {train} to {big} px",
+                f"abspos -{drop['abspos']:.1f}, CAPE -{drop['CAPE']:.1f} points",
+                drop["abspos"] > drop["CAPE"],
+            )
+        )
     single = [n for n, r in cfg_rows.items() if not r.get("univit_sizes")]
     for uni in (n for n, r in cfg_rows.items() if r.get("univit_sizes")):
         gaps = []
@@ -223,14 +296,27 @@ def paper_claims(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
             if best is not None and (uni, size) in acc:
                 gaps.append((size, acc[(uni, size)]["mean"] - best))
         if gaps:
-            out.append((f"{uni} within 1 point of the best single-resolution row at each size",
-                        ", ".join(f"{s} px {g:+.1f}" for s, g in gaps), min(g for _, g in gaps) >= -1))
+            out.append(
+                (
+                    f"{uni} within 1 point of the best single-resolution row at each size",
+                    ", ".join(f"{s} px {g:+.1f}" for s, g in gaps),
+                    min(g for _, g in gaps) >= -1,
+                )
+            )
     for row in ("sinpos", "CAPE"):
-        gains = [(s, tta[(row, s)]["mean"] - acc[(row, s)]["mean"]) for s in sizes
-                 if (row, s) in tta and (row, s) in acc]
+        gains = [
+            (s, tta[(row, s)]["mean"] - acc[(row, s)]["mean"])
+            for s in sizes
+            if (row, s) in tta and (row, s) in acc
+        ]
         if gains:
-            out.append((f"TTA helps {row} at every size",
-                        ", ".join(f"{s} px {g:+.1f}" for s, g in gains), min(g for _, g in gains) > 0))
+            out.append(
+                (
+                    f"TTA helps {row} at every size",
+                    ", ".join(f"{s} px {g:+.1f}" for s, g in gains),
+                    min(g for _, g in gains) > 0,
+                )
+            )
     # ours, not the paper's: frequencies under the grid's Nyquist limit help at the training size
     for name, base in _frequency_pairs(cfg_rows):
         versus(name, base, train, True)
@@ -261,17 +347,24 @@ def _figures(rep: Report, out: Path, maps: dict[str, np.ndarray]) -> None:
     sim = {k.split("|")[1]: {"similarity": v} for k, v in maps.items() if k.startswith("sim|")}
     if sim:
         grid = {"": {row: v["similarity"] for row, v in sim.items()}}
-        plot_maps(grid, out / "similarity.png",
-                  title="Position similarity to the centre patch (training size)")
-        rep.image("similarity.png", "Dot product of each patch position with the centre one "
-                  "(LFF Figure 2 analog).")
+        plot_maps(
+            grid,
+            out / "similarity.png",
+            title="Position similarity to the centre patch (training size)",
+        )
+        rep.image(
+            "similarity.png",
+            "Dot product of each patch position with the centre one (LFF Figure 2 analog).",
+        )
     emb: dict[str, dict[str, np.ndarray]] = {}
     for k, v in maps.items():
         if k.startswith("embed|"):
             _, row, col = k.split("|")
             emb.setdefault(row, {})[col] = v
     if emb:
-        plot_maps(emb, out / "embeddings.png", title="Position embedding components at three "
-                  "resolutions")
-        rep.image("embeddings.png", "Embedding components at three test resolutions "
-                  "(Figure 13 analog).")
+        plot_maps(
+            emb, out / "embeddings.png", title="Position embedding components at three resolutions"
+        )
+        rep.image(
+            "embeddings.png", "Embedding components at three test resolutions (Figure 13 analog)."
+        )

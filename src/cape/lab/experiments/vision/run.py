@@ -33,8 +33,15 @@ from cape.lab.train.checkpoint import latest_checkpoint, load_checkpoint
 from cape.models.vit import ViT
 
 __all__ = [
-    "make_model", "make_data", "classify_loss", "train_run", "load_run", "run_experiment", "run_dir",
-    "redraw", "format_records",
+    "make_model",
+    "make_data",
+    "classify_loss",
+    "train_run",
+    "load_run",
+    "run_experiment",
+    "run_dir",
+    "redraw",
+    "format_records",
 ]
 
 
@@ -48,15 +55,24 @@ def format_records(records: list[dict[str, Any]]) -> str:
     lines = ["| set | size | method | acc % | images/s |", "|---|---|---|---|---|"]
     for r in records:
         ips = "" if r["images_per_s"] is None else f"{r['images_per_s']:.0f}"
-        lines.append(f"| {r['set']} | {r['size'] or r['bin']} | {r['method']} | {r['acc']:.2f} | {ips} |")
+        lines.append(
+            f"| {r['set']} | {r['size'] or r['bin']} | {r['method']} | {r['acc']:.2f} | {ips} |"
+        )
     return "\n".join(lines)
 
 
 def make_model(cfg: VisionConfig, row: RowConfig, num_classes: int) -> ViT:
     m = row.model_config(cfg.model)
     return ViT(
-        num_classes, image_size=row.train_size, patch=m.patch, dim=m.dim, depth=m.depth,
-        heads=m.heads, mlp_ratio=m.mlp_ratio, dropout=m.dropout, position=row.position,
+        num_classes,
+        image_size=row.train_size,
+        patch=m.patch,
+        dim=m.dim,
+        depth=m.depth,
+        heads=m.heads,
+        mlp_ratio=m.mlp_ratio,
+        dropout=m.dropout,
+        position=row.position,
         position_options=dict(row.options),
     )
 
@@ -77,7 +93,9 @@ def classify_loss(sizes: list[int], packed: bool = False):
         images, labels = batch
         if packed:
             picks = torch.randint(len(sizes), (len(images),)).tolist()
-            logits = model([resize(im[None], sizes[k])[0] for im, k in zip(images, picks, strict=True)])
+            logits = model(
+                [resize(im[None], sizes[k])[0] for im, k in zip(images, picks, strict=True)]
+            )
         else:
             if sizes:
                 images = resize(images, sizes[int(torch.randint(len(sizes), ()))])
@@ -90,8 +108,14 @@ def classify_loss(sizes: list[int], packed: bool = False):
 
 
 def _trainer(
-    cfg: VisionConfig, row: RowConfig, seed: int, folder: Path, data: VisionData, model: ViT,
-    *, finetune: bool = False,
+    cfg: VisionConfig,
+    row: RowConfig,
+    seed: int,
+    folder: Path,
+    data: VisionData,
+    model: ViT,
+    *,
+    finetune: bool = False,
 ) -> Trainer:
     """The engine for a row's training (at `train_size`, UniViT sizes drawn per batch) or for
     its fine-tune (at `finetune_size`, lr / 10, `finetune_steps`)."""
@@ -100,8 +124,12 @@ def _trainer(
     if finetune:
         steps = row.finetune_steps
         tcfg = dataclasses.replace(
-            tcfg, steps=steps, lr=tcfg.lr * 0.1, warmup_steps=min(tcfg.warmup_steps, steps // 10),
-            eval_every=min(tcfg.eval_every, steps), checkpoint_every=min(tcfg.checkpoint_every, steps),
+            tcfg,
+            steps=steps,
+            lr=tcfg.lr * 0.1,
+            warmup_steps=min(tcfg.warmup_steps, steps // 10),
+            eval_every=min(tcfg.eval_every, steps),
+            checkpoint_every=min(tcfg.checkpoint_every, steps),
         )
     val_x, val_y = data.tensors("val", size)
 
@@ -112,15 +140,22 @@ def _trainer(
 
     sizes = [] if finetune else list(row.univit_sizes)
     train_set = data.dataset("train", size if finetune else row.data_size)
-    record = {"experiment": "vision", "row": row.name, "seed": seed, "finetune": finetune,
-              "config": dataclasses.asdict(cfg)}
+    record = {
+        "experiment": "vision",
+        "row": row.name,
+        "seed": seed,
+        "finetune": finetune,
+        "config": dataclasses.asdict(cfg),
+    }
     loss_fn = classify_loss(sizes, packed=row.packed and not finetune)
-    return Trainer(model, loss_fn, train_set, eval_fn, tcfg, folder, train_set.collate,
-                   experiment=record)
+    return Trainer(
+        model, loss_fn, train_set, eval_fn, tcfg, folder, train_set.collate, experiment=record
+    )
 
 
-def train_run(cfg: VisionConfig, row: RowConfig, seed: int, out: str | Path,
-              data: VisionData) -> tuple[ViT, dict[str, float]]:
+def train_run(
+    cfg: VisionConfig, row: RowConfig, seed: int, out: str | Path, data: VisionData
+) -> tuple[ViT, dict[str, float]]:
     """Train one (row, seed), resuming from its checkpoints; with a fine-tune, also the "+ft"
     model (in `ft/`). Returns the final model (fine-tuned if asked) and the training summary."""
     folder = run_dir(out, row, seed)
@@ -135,8 +170,9 @@ def train_run(cfg: VisionConfig, row: RowConfig, seed: int, out: str | Path,
     return trainer.model, summary  # type: ignore[return-value]
 
 
-def load_run(cfg: VisionConfig, row: RowConfig, seed: int, out: str | Path,
-             data: VisionData | int) -> ViT:
+def load_run(
+    cfg: VisionConfig, row: RowConfig, seed: int, out: str | Path, data: VisionData | int
+) -> ViT:
     """The final weights of a trained run (fine-tuned when the row fine-tunes); data: the
     `VisionData` or its number of classes."""
     folder = run_dir(out, row, seed) / ("ft" if row.finetune_size else "")
@@ -149,8 +185,9 @@ def load_run(cfg: VisionConfig, row: RowConfig, seed: int, out: str | Path,
     return model
 
 
-def run_experiment(cfg: VisionConfig, mapping: dict[str, Any], out: str | Path,
-                   *, train: bool = True) -> dict[str, Any]:
+def run_experiment(
+    cfg: VisionConfig, mapping: dict[str, Any], out: str | Path, *, train: bool = True
+) -> dict[str, Any]:
     """Train and evaluate every (row, seed), then write the report; returns the results. With
     `train=False`, report only the runs that have finished (`cape experiment --finished`)."""
     out = Path(out)
@@ -166,8 +203,10 @@ def run_experiment(cfg: VisionConfig, mapping: dict[str, Any], out: str | Path,
     def compute(row: RowConfig, seed: int, folder: Path) -> dict[str, Any]:
         model, summary = train_run(cfg, row, seed, out, data)
         model.to(dist.device).eval()
-        return {"records": eval_records(cfg, row, seed, model, data, dist.device),
-                "summary": summary}
+        return {
+            "records": eval_records(cfg, row, seed, model, data, dist.device),
+            "summary": summary,
+        }
 
     for row, seed, done in cached_runs(cfg.rows, cfg.seeds, out, compute, cfg, train=train):
         records += done["records"]
@@ -180,12 +219,20 @@ def run_experiment(cfg: VisionConfig, mapping: dict[str, Any], out: str | Path,
                     archived = saved_maps(out)
                 kept = row_maps(archived, row.name)
                 maps.update(kept)
-                print(f"no weights for {row.name} seed {seed}: " + (
-                    "its maps come from maps.npz" if kept else "its maps are left out"), flush=True)
+                print(
+                    f"no weights for {row.name} seed {seed}: "
+                    + ("its maps come from maps.npz" if kept else "its maps are left out"),
+                    flush=True,
+                )
                 continue
             maps.update(position_maps(model, row, cfg.eval.sizes))
-    results = {"experiment": "vision", "name": cfg.name, "config": mapping,
-               "records": records, "train": summaries}
+    results = {
+        "experiment": "vision",
+        "name": cfg.name,
+        "config": mapping,
+        "records": records,
+        "train": summaries,
+    }
     if dist.rank == 0:
         # Figure 4's speeds: every row timed here, in one process (freshly built models)
         models = {r.name: make_model(cfg, r, data.num_classes) for r in cfg.rows}
