@@ -38,6 +38,14 @@ def check_float(name: str, value: object, *, minimum: float = 0.0, strict: bool 
     return value
 
 
+def check_rate(name: str, value: object, *, one: bool = False) -> float:
+    """A probability in [0, 1) (a dropout rate), or [0, 1] with `one` (a layer-drop rate)."""
+    value = check_float(name, value)
+    if value > 1.0 or (value == 1.0 and not one):
+        raise ValueError(f"{name} must lie in [0, 1{']' if one else ')'}, got {value}")
+    return value
+
+
 def check_per_axis(
     name: str, value: float | Sequence[float], *, minimum: float = 0.0
 ) -> float | tuple[float, ...]:
@@ -76,7 +84,8 @@ def _may_inspect_values(t: torch.Tensor) -> bool:
 
 
 def check_finite(name: str, t: torch.Tensor, mask: torch.Tensor | None = None) -> None:
-    """Raise ValueError when `t` has NaN/inf at valid tokens (CPU only; see `_may_inspect_values`)."""
+    """Raise ValueError when `t` has NaN/inf at valid tokens (CPU only; see
+    `_may_inspect_values`)."""
     if not _may_inspect_values(t):
         return
     bad = ~torch.isfinite(t)

@@ -38,25 +38,21 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._checks import check_float, check_int, check_lengths, check_tensor
+from .._checks import check_float, check_int, check_lengths, check_rate, check_tensor
 from ..build import build, encoding_class
 from ..positions import lengths_to_mask, timestamps
+from .options import check_pos_dim, resolve_options
 from .transformer import TransformerEncoder
 
 __all__ = ["CTCModel", "output_times"]
+
+_TIME = "time needs 1-D"
 _DEFAULT_HOP = 0.01  # seconds: the paper's 10 ms STFT hop, used for relpos's default bucket
 _RELPOS_MAX_SECONDS = 26.8  # CAPE's relpos context, "26.8s to the left/right"
 _ABSPOS_ROWS = 1024  # ~30 s of output frames at a 10 ms hop and stride 3
 
 
-def _rate(name: str, value: float) -> float:
-    value = check_float(name, value)
-    if value >= 1.0:
-        raise ValueError(f"{name} must lie in [0, 1), got {value}")
-    return value
-
-
-def _defaults(name: str, frame_step: float) -> dict[str, Any]:
+def _defaults(frame_step: float) -> dict[str, dict[str, Any]]:
     """The paper's speech options per `cape.build` name (module docstring)."""
     return {
         "sinpos": {"freq_scale": 30.0},
@@ -64,15 +60,14 @@ def _defaults(name: str, frame_step: float) -> dict[str, Any]:
         "abspos": {"num_positions": _ABSPOS_ROWS},
         "relpos": {"step": frame_step, "max_distance": _RELPOS_MAX_SECONDS},
         "rotary": {"freq_scale": 30.0},
-    }.get(name, {})
+    }
 
 
-def _feed(encoding: nn.Module) -> str:
+def _feed(name: str, encoding: nn.Module) -> str:
     """How an encoding is fed: "none", "index" (frame indices, a table) or "hop" (seconds)."""
     if encoding.kind == "none":
         return "none"
-    if encoding.pos_dim != 1:
-        raise ValueError(f"position must read 1-D positions (time), got pos_dim={encoding.pos_dim}")
+    check_pos_dim(name, encoding, 1, _TIME)
     return "index" if encoding.units == "index" else "hop"
 
 
@@ -96,7 +91,7 @@ def _resolve_position(
             raise TypeError(
                 f"position must be a cape encoding module, got {type(position).__name__}"
             )
-        feed = _feed(position)
+        feed = _feed(type(position).__name__, position)
         return feed, (None if feed == "none" else position), None
     if not isinstance(position, str):
         raise TypeError(f"position must be a str or nn.Module, got {type(position).__name__}")
@@ -104,14 +99,13 @@ def _resolve_position(
     kind = encoding_class(name, key="position").kind
     if kind == "none" and options:
         raise ValueError(f"{name} takes no position_options, got {sorted(options)}")
-    options = {**_defaults(name, frame_step), **options}
+    options = resolve_options(name, options, _defaults(frame_step))
     if kind != "attention":
         encoding = build(name, dim, **options)
-        feed = _feed(encoding)
+        feed = _feed(name, encoding)
         return feed, (None if feed == "none" else encoding), None
     head_dim = dim // heads
-    if build(name, head_dim, **options).pos_dim != 1:  # validate the options once, eagerly
-        raise ValueError(f"position {name!r} must read 1-D positions (time)")
+    check_pos_dim(name, build(name, head_dim, **options), 1, _TIME)  # validated once, eagerly
 
     def factory() -> nn.Module:
         return build(name, head_dim, **options)
@@ -226,7 +220,7 @@ class CTCModel(nn.Module):
 
         self.conv = nn.Conv1d(n_mels, 2 * dim, kernel, stride=stride, padding=self.padding)
         self.glu = nn.GLU(dim=1)  # over channels: 2D -> D
-        self.conv_dropout = nn.Dropout(_rate("conv_dropout", conv_dropout))
+        self.conv_dropout = nn.Dropout(check_rate("conv_dropout", conv_dropout))
         self.encoder = TransformerEncoder(
             depth,
             dim,
@@ -250,7 +244,8 @@ class CTCModel(nn.Module):
 
     # -- lengths ---------------------------------------------------------------------------
     def output_length(self, n: int) -> int:
-        """Frames after the convolution for n input frames: (n + 2p - kernel) // stride + 1, >= 0."""
+        """Frames after the convolution for n input frames: (n + 2p - kernel) // stride + 1,
+        >= 0."""
         check_int("n", n, minimum=0)
         return max(0, (n + 2 * self.padding - self.kernel) // self.stride + 1)
 

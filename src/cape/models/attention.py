@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._checks import check_float, check_int
+from .._checks import check_int, check_rate
 from ..encodings.relative import RelPos
 from ..encodings.rotary import Rotary
 from ..functional.relative import allowed_keys
@@ -67,9 +67,7 @@ class MultiheadAttention(nn.Module):
         if dim % heads:
             raise ValueError(f"dim must be divisible by heads ({heads}), got dim={dim}")
         self.dim, self.heads, self.head_dim = dim, heads, dim // heads
-        self.dropout = check_float("dropout", dropout)
-        if self.dropout >= 1.0:
-            raise ValueError(f"dropout must lie in [0, 1), got {dropout}")
+        self.dropout = check_rate("dropout", dropout)
         for name, mod, cls in (("relative", relative, RelPos), ("rotary", rotary, Rotary)):
             if mod is None:
                 continue
@@ -135,7 +133,8 @@ class MultiheadAttention(nn.Module):
         assert kv is not None
         if kv.dim() != 3 or kv.shape[0] != query.shape[0] or kv.shape[-1] != self.dim:
             raise ValueError(
-                f"key_value must have shape [{query.shape[0]}, Tk, {self.dim}], got {tuple(kv.shape)}"
+                f"key_value must have shape [{query.shape[0]}, Tk, {self.dim}], "
+                f"got {tuple(kv.shape)}"
             )
         b, tq, tk = query.shape[0], query.shape[1], kv.shape[1]
         if key_mask is not None and (

@@ -47,7 +47,8 @@ def _check_inputs(
     check_tensor("src_mask", src_mask, ndims=(2,))
     if src_mask.dtype != torch.bool or src_mask.shape != src.shape:
         raise ValueError(
-            f"src_mask must be bool of shape {list(src.shape)}, got {src_mask.dtype} {list(src_mask.shape)}"
+            f"src_mask must be bool of shape {list(src.shape)}, "
+            f"got {src_mask.dtype} {list(src_mask.shape)}"
         )
     for name, value in ids.items():
         check_int(name, value, minimum=0)

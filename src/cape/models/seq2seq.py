@@ -43,14 +43,17 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._checks import check_float, check_int, check_tensor
-from ..augment import Augmentation, augment_pair
+from .._checks import check_float, check_int, check_rate, check_tensor
+from ..augment import augment_pair
 from ..build import build, encoding_class
 from ..positions import token_positions
 from .decode_cache import DecoderCache
+from .options import check_pos_dim, resolve_options, take_augmentation
 from .transformer import TransformerDecoder, TransformerEncoder
 
 __all__ = ["Seq2Seq"]
+
+_TOKENS = "tokens need 1-D"
 
 # translation's defaults per `cape.build` name (module docstring)
 _DEFAULTS: dict[str, dict[str, Any]] = {
@@ -59,34 +62,6 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
     "cape1d": dict(preset="text"),
     "rotary": dict(preset="text"),
 }
-
-
-def _resolve_options(position: str, options: dict[str, Any] | None) -> dict[str, Any]:
-    """`position_options` over the translation defaults (a given augmentation replaces the preset)."""
-    if options is not None and not isinstance(options, dict):
-        raise TypeError(f"position_options must be a dict or None, got {type(options).__name__}")
-    defaults = dict(_DEFAULTS.get(position, {}))
-    if options and "augmentation" in options:
-        defaults.pop("preset", None)
-    return {**defaults, **(options or {})}
-
-
-def _take_augmentation(encoding: nn.Module) -> Augmentation | None:
-    """The encoding's augmentation, which the model applies itself (synchronised)."""
-    aug = getattr(encoding, "augmentation", None)
-    if aug is not None and aug.normalize:
-        raise ValueError(
-            "normalize=True (mean-normalisation) would make a target position depend on later "
-            "tokens; the decoder is causal: use normalize=False"
-        )
-    if aug is not None:
-        encoding.augmentation = None
-    return aug
-
-
-def _check_1d(name: str, encoding: nn.Module) -> None:
-    if encoding.pos_dim != 1:
-        raise ValueError(f"position {name!r} reads {encoding.pos_dim}-D positions; tokens need 1-D")
 
 
 def _check_mask(
@@ -146,9 +121,7 @@ class Seq2Seq(nn.Module):
         check_int("ffn_dim", ffn_dim)
         if dim % heads:
             raise ValueError(f"dim ({dim}) must be divisible by heads ({heads})")
-        dropout = check_float("dropout", dropout)
-        if dropout >= 1.0:
-            raise ValueError(f"dropout must lie in [0, 1), got {dropout}")
+        dropout = check_rate("dropout", dropout)
         self.pad_id = check_int("pad_id", pad_id, minimum=0)
         if pad_id >= vocab_size:
             raise ValueError(f"pad_id must lie in [0, vocab_size={vocab_size}), got {pad_id}")
@@ -156,7 +129,7 @@ class Seq2Seq(nn.Module):
             raise TypeError(f"tie_embeddings must be a bool, got {tie_embeddings!r}")
         kind = encoding_class(position, key="position").kind  # a `cape.build` name, or a ValueError
         self.position = position.lower()
-        self.position_options = _resolve_options(self.position, position_options)
+        self.position_options = resolve_options(self.position, position_options, _DEFAULTS)
         self.alpha = check_float("alpha", alpha, strict=True)
         head_dim = dim // heads
         self._spec: dict[str, Any] = dict(
@@ -189,19 +162,19 @@ class Seq2Seq(nn.Module):
         factory = None
         if kind == "absolute":
             self.src_position = build(self.position, dim, **o)
-            _check_1d(self.position, self.src_position)
-            self.augmentation = _take_augmentation(self.src_position)
+            check_pos_dim(self.position, self.src_position, 1, _TOKENS)
+            self.augmentation = take_augmentation(self.src_position)
             shared = not any(True for _ in self.src_position.parameters())
             self.tgt_position = self.src_position if shared else build(self.position, dim, **o)
-            _take_augmentation(self.tgt_position)
+            take_augmentation(self.tgt_position)
         elif kind == "attention":
             layer = build(self.position, head_dim, **o)  # validate the options once, eagerly
-            _check_1d(self.position, layer)
-            self.augmentation = _take_augmentation(layer)
+            check_pos_dim(self.position, layer, 1, _TOKENS)
+            self.augmentation = take_augmentation(layer)
 
             def factory() -> nn.Module:
                 made = build(self.position, head_dim, **o)
-                _take_augmentation(made)  # positions arrive augmented (positions())
+                take_augmentation(made)  # positions arrive augmented (positions())
                 return made
         else:
             build(self.position, dim, **o)  # nopos: nothing to add, but its options are checked

@@ -2,16 +2,8 @@
 
 Absolute encodings (`position`) are added once, to the input of the stack. Relative ones
 (`RelPos`, `Rotary`) live inside every layer's self-attention, or only the first
-(`relative_layers="first"`: CAPE appendix C.4, *relpos first layer*).
-
-Layer drop follows CAPE's ASR models (appendix C.2, "dropping entire layers at the FFN level"):
-in training, with probability `layer_drop` per layer and per forward (one draw for the whole
-batch) the layer's FFN residual branch is skipped: its contribution is zero and it is not
-computed (pre-norm: x stays x; post-norm: the norm is still applied). Nothing is rescaled, as
-in LayerDrop. The draw decides Python control flow, so it is made on the host: from
-`generator` when that is a CPU generator, else from torch's default CPU generator (seeded by
-`torch.manual_seed`). A CUDA generator is not used for it: reading a device draw would force a
-host sync per layer.
+(`relative_layers="first"`: CAPE appendix C.4, *relpos first layer*). The layers themselves
+(and layer drop) are in `cape.models.layers`.
 """
 
 from __future__ import annotations
@@ -23,12 +15,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._checks import check_choice, check_float, check_int
+from .._checks import check_choice, check_int
 from ..encodings.relative import RelPos
 from ..encodings.rotary import Rotary
 from ..positions import token_positions
-from .attention import MultiheadAttention
-from .decode_cache import AttentionCache, DecoderCache
+from .decode_cache import DecoderCache
+from .layers import TransformerDecoderLayer, TransformerEncoderLayer, _Block
 
 __all__ = [
     "TransformerEncoderLayer",
@@ -36,192 +28,6 @@ __all__ = [
     "TransformerEncoder",
     "TransformerDecoder",
 ]
-
-_ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {"gelu": nn.GELU, "relu": nn.ReLU}
-
-
-def _check_rate(name: str, value: float) -> float:
-    value = check_float(name, value)
-    if value > 1.0:
-        raise ValueError(f"{name} must lie in [0, 1], got {value}")
-    return value
-
-
-def _drop_layer(p: float, training: bool, generator: torch.Generator | None) -> bool:
-    """One host-side Bernoulli(p) draw (see the module docstring for why on the host)."""
-    if not training or p <= 0.0:
-        return False
-    if p >= 1.0:
-        return True
-    gen = generator if generator is not None and generator.device.type == "cpu" else None
-    return bool(torch.rand((), generator=gen) < p)
-
-
-class _Block(nn.Module):
-    """What both layer kinds share: options, the FFN sub-block and the residual wiring."""
-
-    def __init__(
-        self,
-        dim: int,
-        heads: int,
-        ffn_dim: int,
-        dropout: float,
-        layer_drop: float,
-        norm_first: bool,
-        activation: str,
-        relative: RelPos | None,
-        rotary: Rotary | None,
-    ) -> None:
-        super().__init__()
-        check_int("ffn_dim", ffn_dim)
-        dropout = _check_rate("dropout", dropout)
-        self.layer_drop = _check_rate("layer_drop", layer_drop)
-        check_choice("activation", activation, tuple(_ACTIVATIONS))
-        if not isinstance(norm_first, bool):
-            raise TypeError(f"norm_first must be a bool, got {type(norm_first).__name__}")
-        self.norm_first = norm_first
-        self.self_attn = MultiheadAttention(
-            dim, heads, dropout=dropout, relative=relative, rotary=rotary
-        )
-        self.self_norm = nn.LayerNorm(dim)
-        self.ffn = nn.Sequential(
-            nn.Linear(dim, ffn_dim),
-            _ACTIVATIONS[activation](),
-            nn.Dropout(dropout),
-            nn.Linear(ffn_dim, dim),
-        )
-        self.ffn_norm = nn.LayerNorm(dim)
-        self.dropout = nn.Dropout(dropout)
-
-    def _residual(
-        self,
-        x: torch.Tensor,
-        norm: nn.Module,
-        branch: Callable[[torch.Tensor], torch.Tensor] | None,
-    ) -> torch.Tensor:
-        """Pre-norm: x + f(norm(x)); post-norm: norm(x + f(x)). branch None = skipped (f = 0)."""
-        if self.norm_first:
-            return x if branch is None else x + self.dropout(branch(norm(x)))
-        return norm(x if branch is None else x + self.dropout(branch(x)))
-
-    def _ffn(self, x: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-        skip = _drop_layer(self.layer_drop, self.training, generator)
-        return self._residual(x, self.ffn_norm, None if skip else self.ffn)
-
-
-class TransformerEncoderLayer(_Block):
-    """Self-attention + FFN, pre-norm (`norm_first=True`) or post-norm.
-
-    dim: D (divisible by heads). ffn_dim: FFN hidden size. dropout: on attention
-    probabilities, the FFN hidden layer and both residual branches. layer_drop: probability of
-    skipping the FFN branch in training (module docstring). activation: "gelu" or "relu".
-    relative / rotary: in-attention positions (head_dim = D / heads). causal: token i attends
-    to tokens j <= i only (a decoder-only model, e.g. autoregressive pixels).
-    """
-
-    def __init__(
-        self,
-        dim: int,
-        heads: int,
-        ffn_dim: int,
-        *,
-        dropout: float = 0.1,
-        layer_drop: float = 0.0,
-        norm_first: bool = True,
-        activation: str = "gelu",
-        relative: RelPos | None = None,
-        rotary: Rotary | None = None,
-        causal: bool = False,
-    ) -> None:
-        super().__init__(
-            dim, heads, ffn_dim, dropout, layer_drop, norm_first, activation, relative, rotary
-        )
-        if not isinstance(causal, bool):
-            raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
-        self.causal = causal
-
-    def forward(
-        self,
-        x: torch.Tensor,
-        *,
-        mask: torch.Tensor | None = None,
-        positions: torch.Tensor | None = None,
-        generator: torch.Generator | None = None,
-    ) -> torch.Tensor:
-        """x: [B, T, D], mask: [B, T] bool (True = real), positions: [B, T(, M)] -> [B, T, D]."""
-
-        def attend(h: torch.Tensor) -> torch.Tensor:
-            return self.self_attn(
-                h, key_mask=mask, causal=self.causal, q_positions=positions, generator=generator
-            )
-
-        x = self._residual(x, self.self_norm, attend)
-        return self._ffn(x, generator)
-
-
-class TransformerDecoderLayer(_Block):
-    """Causal self-attention + cross-attention over the memory + FFN.
-
-    Same options as `TransformerEncoderLayer`; relative / rotary act in the self-attention
-    only (the cross-attention is content-only, as in the paper's seq2seq decoder).
-    """
-
-    def __init__(
-        self,
-        dim: int,
-        heads: int,
-        ffn_dim: int,
-        *,
-        dropout: float = 0.1,
-        layer_drop: float = 0.0,
-        norm_first: bool = True,
-        activation: str = "gelu",
-        relative: RelPos | None = None,
-        rotary: Rotary | None = None,
-    ) -> None:
-        super().__init__(
-            dim, heads, ffn_dim, dropout, layer_drop, norm_first, activation, relative, rotary
-        )
-        self.cross_attn = MultiheadAttention(dim, heads, dropout=dropout)
-        self.cross_norm = nn.LayerNorm(dim)
-
-    def forward(
-        self,
-        x: torch.Tensor,
-        memory: torch.Tensor | None,
-        *,
-        mask: torch.Tensor | None = None,
-        memory_mask: torch.Tensor | None = None,
-        positions: torch.Tensor | None = None,
-        generator: torch.Generator | None = None,
-        cache: tuple[AttentionCache, AttentionCache] | None = None,
-    ) -> torch.Tensor:
-        """x: [B, T, D] targets, memory: [B, S, D]; mask [B, T], memory_mask [B, S] -> [B, T, D].
-
-        cache: (self-attention, cross-attention) caches for incremental decoding: x holds the
-        new tokens only (mask and positions theirs); memory may be None once the
-        cross-attention cache is filled (see `TransformerDecoder.start_cache`).
-        """
-        self_cache, cross_cache = (None, None) if cache is None else cache
-        if memory is None and (cross_cache is None or cross_cache.k is None):
-            raise ValueError("memory is required unless a filled cross-attention cache is given")
-
-        def attend(h: torch.Tensor) -> torch.Tensor:
-            return self.self_attn(
-                h,
-                key_mask=mask,
-                causal=True,
-                q_positions=positions,
-                generator=generator,
-                cache=self_cache,
-            )
-
-        def cross(h: torch.Tensor) -> torch.Tensor:
-            return self.cross_attn(h, memory, key_mask=memory_mask, cache=cross_cache)
-
-        x = self._residual(x, self.self_norm, attend)
-        x = self._residual(x, self.cross_norm, cross)
-        return self._ffn(x, generator)
 
 
 class _Stack(nn.Module):

@@ -38,18 +38,16 @@ from torch import nn
 
 from .._checks import check_int
 from ..build import build, encoding_class, encoding_options
+from .options import check_pos_dim
 from .transformer import TransformerEncoder
 from .vit_packed import check_packed, pack_patches, packed_positions
 
 __all__ = ["ViT"]
 
-
-def _check_2d(name: str, encoding: nn.Module) -> None:
-    if encoding.pos_dim != 2:
-        raise ValueError(
-            f"position {name!r} reads {encoding.pos_dim}-D positions; the ViT needs an encoding "
-            "of 2-D (x, y) patch positions (e.g. cape2d, sinpos2d, abspos2d, lff, rotary2d)"
-        )
+_PATCHES = (
+    "the ViT needs an encoding of 2-D (x, y) patch positions (e.g. cape2d, sinpos2d, abspos2d, "
+    "lff, rotary2d)"
+)
 
 
 def _pair(name: str, value: object) -> tuple[int, int]:
@@ -129,13 +127,13 @@ class ViT(nn.Module):
         if kind == "attention":
             head_dim = dim // heads
             layer_position = build(name, head_dim, **options)  # validate the options once, eagerly
-            _check_2d(name, layer_position)
+            check_pos_dim(name, layer_position, 2, _PATCHES)
 
             def relative_factory() -> nn.Module:
                 return build(name, head_dim, **options)
         elif kind == "absolute":
             self.position = build(name, dim, **options)
-            _check_2d(name, self.position)
+            check_pos_dim(name, self.position, 2, _PATCHES)
 
         self.dropout = nn.Dropout(dropout)
         self.encoder = TransformerEncoder(
@@ -216,7 +214,8 @@ class ViT(nn.Module):
         extent: float | None = None,
         generator: torch.Generator | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """images [B, C, H, W] -> (tokens [B, 1 + H'W', D], rotary positions [B, 1 + H'W', 2] or None).
+        """images [B, C, H, W] -> (tokens [B, 1 + H'W', D], rotary positions [B, 1 + H'W', 2] or
+        None).
 
         Tokens: the class token (+ its learned position) first, then the patches (+ their
         positions, `position(x, grid=(H', W'))`) in row-major order.

@@ -1,0 +1,50 @@
+"""What the models share about their encodings: per-model default options of `cape.build`
+names, the check that an encoding reads the positions a model has, and taking over an
+encoding's augmentation (to synchronise it across inputs, as the translation model does)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from torch import nn
+
+from ..augment import Augmentation
+
+__all__ = ["resolve_options", "check_pos_dim", "take_augmentation"]
+
+
+def resolve_options(
+    name: str, options: object, defaults: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any]:
+    """`position_options` over a model's defaults for `name` -> the options for `cape.build`.
+
+    A given `augmentation` replaces a default `preset` (they would set the same fields twice).
+    """
+    if options is not None and not isinstance(options, dict):
+        raise TypeError(f"position_options must be a dict or None, got {type(options).__name__}")
+    out = dict(defaults.get(name, {}))
+    if options and "augmentation" in options:
+        out.pop("preset", None)
+    return {**out, **(options or {})}
+
+
+def check_pos_dim(name: str, encoding: nn.Module, want: int, what: str) -> None:
+    """`encoding` (built for `name`) must read `want`-D positions: what the model has."""
+    if encoding.pos_dim != want:
+        raise ValueError(f"position {name!r} reads {encoding.pos_dim}-D positions; {what}")
+
+
+def take_augmentation(encoding: nn.Module) -> Augmentation | None:
+    """The encoding's augmentation, removed from it: the model applies it itself (synchronised
+    source and target positions). Mean-normalisation is refused: a causal decoder's target
+    position would depend on later tokens."""
+    aug = getattr(encoding, "augmentation", None)
+    if aug is not None and aug.normalize:
+        raise ValueError(
+            "normalize=True (mean-normalisation) would make a target position depend on later "
+            "tokens; the decoder is causal: use normalize=False"
+        )
+    if aug is not None:
+        encoding.augmentation = None
+    return aug
