@@ -13,6 +13,7 @@ import torch
 from cape.lab.data.speech.synth import DURATION_BINS
 from cape.lab.data.speech.tokens import decode as decode_ids
 from cape.lab.experiments import EXPERIMENTS, resolve_config
+from cape.lab.experiments.asr import evaluate as E
 from cape.lab.experiments.asr import run as A
 from cape.lab.experiments.asr.config import AsrConfig
 from cape.lab.experiments.asr.data import Utterance, collate_fn
@@ -129,7 +130,7 @@ def test_bin_records_match_independent_wer() -> None:
         for i, (d, text) in enumerate([(2.0, "a b c"), (5.0, "d e"), (7.0, "f g h i"), (31.0, "j")])
     ]
     hyps = ["a x c", "d e", "f g", ""]
-    recs = A._bin_records(utts, hyps, {"row": "r"})
+    recs = E._bin_records(utts, hyps, {"row": "r"})
     by = {r["bin"]: r for r in recs}
     assert list(by) == [f"{lo:02d}-{hi:02d}" for lo, hi in DURATION_BINS] + ["all"]
     assert by["00-06"]["wer"] == pytest.approx(100 * wer(["a b c", "d e"], hyps[:2]))
@@ -150,13 +151,13 @@ def test_without_positions_takes_the_encoding_out_and_puts_it_back(monkeypatch) 
         seen.append(model.encoder.position)
         return ["a"] * len(utts), 0.0
 
-    monkeypatch.setattr(A, "decode", spy)
+    monkeypatch.setattr(E, "decode", spy)
     data = type("D", (), {"test": lambda self, split: [_utt(2.0, "a", 0)]})()
-    recs = A.without_positions(cfg, row, 0, model, data)
+    recs = E.without_positions(cfg, row, 0, model, data)
     assert seen == [None] and model.encoder.position is encoding
     assert {r["split"] for r in recs} == {"test, positions removed"} and recs[-1]["wer"] == 0.0
     nopos = next(r for r in cfg.rows if r.name == "nopos")
-    assert A.without_positions(cfg, nopos, 0, A.make_model(cfg, nopos), data) == []
+    assert E.without_positions(cfg, nopos, 0, A.make_model(cfg, nopos), data) == []
 
 
 def test_flatness_is_longest_over_shortest_mean() -> None:

@@ -1,4 +1,5 @@
-"""`cape bench slowdown` (CAPE Table 9) on tiny sizes: its tables, models and updates, not its speed."""
+"""`cape bench slowdown` (CAPE Table 9) on tiny sizes: its tables, models and updates, not its
+speed."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from cape.encodings.relative import RelPos
 from cape.encodings.rotary import Rotary
 from cape.encodings.sinusoidal import CAPE1d
 from cape.lab.bench import slowdown
-from cape.lab.bench.slowdown import SlowdownConfig, build_model, table9_rows, update_fn
+from cape.lab.bench.slowdown import SlowdownConfig, build_model, update_fn
+from cape.lab.bench.table9 import table9_rows
 from cape.models import TransformerDecoder, TransformerEncoder
 
 TINY = SlowdownConfig(batch=2, dim=16, heads=2, ffn=32, layers=2, warmup=1, runs=2)

@@ -1,4 +1,5 @@
-"""`cape.lab.viz`: every plot writes a valid PNG, plots the summary's data, and rejects bad input."""
+"""`cape.lab.viz`: every plot writes a valid PNG, plots the summary's data, and rejects bad
+input."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from PIL import Image  # noqa: E402
 
 from cape.lab.report import summarize  # noqa: E402
 from cape.lab.viz import plot_curves, plot_maps, plot_tradeoff  # noqa: E402
-from cape.lab.viz.plots import _curves_figure, _maps_figure, _tradeoff_figure  # noqa: E402
+from cape.lab.viz.maps import _maps_figure  # noqa: E402
+from cape.lab.viz.plots import _curves_figure, _tradeoff_figure  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -29,7 +29,7 @@ from cape.lab.data.speech.audio import read_wav, resample
 from cape.lab.data.speech.features import _samples, frame_hop_seconds, log_mel
 from cape.lab.data.speech.tokens import VOCAB_SIZE, ctc_beam_decode, ctc_greedy_decode
 from cape.lab.data.text.sentences import normalize_text
-from cape.lab.io import atomic_write
+from cape.lab.io import write_json
 from cape.lab.metrics import DURATION_BINS, cer, wer, wer_by_bin
 from cape.lab.train.checkpoint import (
     MODEL_FILE,
@@ -317,17 +317,6 @@ def _table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _json_safe(x: Any) -> Any:
-    """NaN (an empty bin) -> null: JSON has no NaN and strict readers refuse it."""
-    if isinstance(x, float) and math.isnan(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _json_safe(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_json_safe(v) for v in x]
-    return x
-
-
 def _audio_files(paths: list[str]) -> list[Path]:
     files: list[Path] = []
     for p in map(Path, paths):
@@ -395,7 +384,6 @@ def transcribe_main(argv: list[str]) -> int:
             "hop_ms": args.hop_ms or feat["hop_ms"],
             "beam": args.beam,
         }
-        text = json.dumps(_json_safe({"settings": settings, **result}), indent=2) + "\n"
-        atomic_write(args.out, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+        write_json(args.out, {"settings": settings, **result})  # an empty bin's NaN -> null
         print(f"scores -> {args.out}")
     return 0

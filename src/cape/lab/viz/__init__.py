@@ -6,6 +6,7 @@ plot function raises ImportError when it is missing.
 
 from __future__ import annotations
 
-from cape.lab.viz.plots import plot_curves, plot_maps, plot_tradeoff
+from cape.lab.viz.maps import plot_maps
+from cape.lab.viz.plots import plot_curves, plot_tradeoff
 
 __all__ = ["plot_curves", "plot_tradeoff", "plot_maps"]

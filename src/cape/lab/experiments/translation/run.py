@@ -13,7 +13,6 @@ long bucket, and the NLL per output position on stacked pairs with teacher forci
 from __future__ import annotations
 
 import dataclasses
-import json
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,7 +27,7 @@ from cape.lab.experiments.template import cached_runs, fit_best, run_dir, save_c
 from cape.lab.experiments.translation.config import RowConfig, TranslationConfig
 from cape.lab.experiments.translation.data import LONG_SPLITS, Example, TranslationData, collate_fn
 from cape.lab.experiments.translation.report import redraw, write_report
-from cape.lab.io import atomic_write
+from cape.lab.io import atomic_write, write_json
 from cape.lab.train import Trainer, seed_everything
 from cape.lab.train import distributed as D
 from cape.models.search import sequence_nll
@@ -153,8 +152,7 @@ def _write_run_files(folder: Path, model: Seq2Seq, row: RowConfig, data: Transla
     """model.json and bpe.model: what `cape translate` needs to rebuild the model."""
     folder.mkdir(parents=True, exist_ok=True)
     spec = {"model": model.spec, "experiment": "translation", "row": row.name, "alpha": data.alpha}
-    text = json.dumps(spec, indent=2, ensure_ascii=False)
-    atomic_write(folder / "model.json", lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    write_json(folder / "model.json", spec)
     atomic_write(folder / "bpe.model", lambda tmp: shutil.copyfile(data.bpe_path, tmp))
 
 
