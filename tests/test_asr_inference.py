@@ -1,4 +1,5 @@
-"""cape.lab.apps.transcribe: loading trained runs, reading users' audio, transcribing and scoring."""
+"""cape.lab.apps.transcribe: loading trained runs, reading users' audio, transcribing and
+scoring."""
 
 from __future__ import annotations
 

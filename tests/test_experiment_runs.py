@@ -1,5 +1,5 @@
-"""The run cache every experiment shares (`cape.lab.experiments.template.cached_runs`): finished runs
-are read back, a change of what is measured evaluates again, a change of what is trained is
+"""The run cache every experiment shares (`cape.lab.experiments.template.cached_runs`): finished
+runs are read back, a change of what is measured evaluates again, a change of what is trained is
 refused with the keys named."""
 
 from __future__ import annotations

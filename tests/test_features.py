@@ -1,4 +1,5 @@
-"""cape.lab.data.speech.features: the mel filterbank and log-mel front end against NumPy references."""
+"""cape.lab.data.speech.features: the mel filterbank and log-mel front end against NumPy
+references."""
 
 from __future__ import annotations
 

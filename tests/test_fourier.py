@@ -1,4 +1,5 @@
-"""Learnable Fourier features: the init kernel by Monte Carlo, Algorithm 1 against NumPy, variants."""
+"""Learnable Fourier features: the init kernel by Monte Carlo, Algorithm 1 against NumPy,
+variants."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""relpos (Shaw et al. 2018): index, attention against a naive O(T^2 d) reference, memory, module."""
+"""relpos (Shaw et al. 2018): index, attention against a naive O(T^2 d) reference, memory,
+module."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Sinusoidal encodings: sinusoidal_1d / sinusoidal_2d / axial_sinusoidal and CAPE1d, CAPE2d, SineND.
+"""Sinusoidal encodings: sinusoidal_1d / sinusoidal_2d / axial_sinusoidal and CAPE1d, CAPE2d,
+SineND.
 
 References are independent NumPy float64 re-implementations, the closed form of the dot product
 (CAPE sec. 3), and appendix A's `CAPE_2d` copied verbatim.

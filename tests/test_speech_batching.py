@@ -1,4 +1,5 @@
-"""cape.lab.data.speech.batching: the padding-free pipeline of CAPE app. C.3 and its padded baseline."""
+"""cape.lab.data.speech.batching: the padding-free pipeline of CAPE app. C.3 and its padded
+baseline."""
 
 from __future__ import annotations
 

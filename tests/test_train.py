@@ -362,7 +362,8 @@ SCRIPT = textwrap.dedent("""
     from cape.lab.train import Trainer, TrainConfig, seed_everything, get_rank, cleanup
 
     torch.set_num_threads(1)
-    mode, run_dir, out, kill_at, steps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+    mode, run_dir, out = sys.argv[1], sys.argv[2], sys.argv[3]
+    kill_at, steps = int(sys.argv[4]), int(sys.argv[5])
     g = torch.Generator().manual_seed(0)
     x = torch.randn(96, 8, generator=g)
     y = x @ torch.randn(8, 1, generator=g) + 0.1 * torch.randn(96, 1, generator=g)

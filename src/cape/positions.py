@@ -112,7 +112,8 @@ def timestamps(
     check_tensor("hop", hop, ndims=(1, 2))
     if hop.shape[0] != batch or (hop.dim() == 2 and hop.shape[1] != length):
         raise ValueError(
-            f"hop must be a float, [B]={batch} or [B, T]=[{batch}, {length}], got {tuple(hop.shape)}"
+            f"hop must be a float, [B]={batch} or [B, T]=[{batch}, {length}], "
+            f"got {tuple(hop.shape)}"
         )
     hop32 = hop.to(torch.float32)
     check_positive_tensor("hop", hop32 if mask is None or hop.dim() == 1 else hop32[mask])
@@ -201,7 +202,8 @@ def as_positions(
         pos = pos[..., None]
     if dims is not None and pos.shape[-1] != dims:
         raise ValueError(
-            f"{name} must have {dims} coordinate(s) in its last axis, got shape {tuple(positions.shape)}"
+            f"{name} must have {dims} coordinate(s) in its last axis, "
+            f"got shape {tuple(positions.shape)}"
         )
     check_finite(name, pos, mask)
     return _zero_padding(pos, mask)

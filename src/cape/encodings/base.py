@@ -125,7 +125,8 @@ class PositionalEncoding(nn.Module):
         device: torch.device | str | None = None,
     ) -> torch.Tensor:
         """Positions of a sequence: token indices 0..T-1, or frame-centre timestamps (i + 0.5) *
-        hop seconds when `hop` is given (float, [B] or [B, T]) -> [B, T, 1] float32, 0 at padding."""
+        hop seconds when `hop` is given (float, [B] or [B, T]) -> [B, T, 1] float32, 0 at
+        padding."""
         if self.pos_dim != 1:
             raise ValueError(
                 f"{type(self).__name__} reads {self.pos_dim}-D positions: pass positions "
@@ -156,7 +157,8 @@ class PositionalEncoding(nn.Module):
         """
         if self.pos_dim != 2:
             raise ValueError(
-                f"grid: {type(self).__name__} reads {self.pos_dim}-D positions, a grid needs 2 (x, y)"
+                f"grid: {type(self).__name__} reads {self.pos_dim}-D positions, "
+                "a grid needs 2 (x, y)"
             )
         if self.units == "index":
             if extent is not None:
@@ -220,9 +222,10 @@ class PositionalEncoding(nn.Module):
         """x: [B, T, D] content (for B, T, device and dtype), or [B, H, W, D] for a grid.
 
         Positions, one of: `positions` [B, T(, M)] (with `grid` a list of each sample's (H, W)
-        when they were laid out on grids: a packed batch of images); `hop` seconds per frame (float, [B] or
-        [B, T]: frame-centre timestamps, 1-D encodings); `grid` (H, W) (or x [B, H, W, D]):
-        `grid_positions(H, W, extent=extent)`; none of them: token indices 0..T-1 (1-D).
+        when they were laid out on grids: a packed batch of images); `hop` seconds per frame
+        (float, [B] or [B, T]: frame-centre timestamps, 1-D encodings); `grid` (H, W) (or x
+        [B, H, W, D]): `grid_positions(H, W, extent=extent)`; none of them: token indices 0..T-1
+        (1-D).
         mask [B, T] bool (True = real) or lengths [B]: padding gets a zero embedding.
         Returns the embedding in x's shape and dtype (float32 [B, T, D] without x).
         """
@@ -257,7 +260,8 @@ class PositionalEncoding(nn.Module):
             )
         elif x is not None and tuple(positions.shape[:2]) != (batch, length):
             raise ValueError(
-                f"positions must start with [B, T] = [{batch}, {length}], got {tuple(positions.shape)}"
+                f"positions must start with [B, T] = [{batch}, {length}], "
+                f"got {tuple(positions.shape)}"
             )
         dtype = None if x is None else x.dtype
         aug = None if grids is None else self.grid_augmentation(grids, extent, ref.device)

@@ -103,7 +103,8 @@ class LearnableFourierFeatures(PositionalEncoding):
 
     @torch.no_grad()
     def reset_parameters(self, generator: torch.Generator | None = None) -> None:
-        """W_r ~ N(0, gamma^-2) (std 1/gamma, Eq. 4); MLP layers as nn.Linear: U(+-1/sqrt(fan_in))."""
+        """W_r ~ N(0, gamma^-2) (std 1/gamma, Eq. 4); MLP layers as nn.Linear:
+        U(+-1/sqrt(fan_in))."""
         if self.w_r is not None:
             self.w_r.normal_(0.0, 1.0 / self.gamma, generator=generator)
         if self.mlp:

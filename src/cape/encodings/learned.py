@@ -64,7 +64,8 @@ class AbsPos1d(PositionalEncoding):
 
     def index(self, positions: torch.Tensor) -> torch.Tensor:
         """positions: [...] float -> table rows [...] long, floor then mod N or clamp."""
-        # clamp first: .long() of a float beyond int64 is undefined (floats > 2^24 are coarse anyway)
+        # clamp first: .long() of a float beyond int64 is undefined (floats > 2^24 are coarse
+        # anyway)
         idx = torch.floor(positions).clamp(-(2.0**62), 2.0**62).long()
         if self.overflow == "mod":
             return torch.remainder(idx, self.num_positions)  # >= 0 for negative idx too

@@ -68,7 +68,8 @@ class RelPos(nn.Module):
         device: torch.device,
         mask: torch.Tensor | None,
     ) -> torch.Tensor:
-        """[B, T] or [B, T, 1] -> float32 [B, T]; None -> token indices [1, T] (shared by the batch)."""
+        """[B, T] or [B, T, 1] -> float32 [B, T]; None -> token indices [1, T] (shared by the
+        batch)."""
         if positions is None:
             return torch.arange(length, device=device, dtype=torch.float32)[None]
         if mask is not None and tuple(mask.shape) != tuple(positions.shape[:2]):

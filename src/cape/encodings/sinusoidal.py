@@ -229,7 +229,8 @@ class CAPE2d(_Sinusoidal):
         self.auto_local = max_local_shift == "auto"
         if isinstance(max_local_shift, str) and not self.auto_local:
             raise ValueError(
-                f"max_local_shift must be a number, per-axis numbers or 'auto', got {max_local_shift!r}"
+                "max_local_shift must be a number, per-axis numbers or 'auto', "
+                f"got {max_local_shift!r}"
             )
         local = 1.0 if self.auto_local else max_local_shift  # placeholder; the grid sets 1/N
         aug = _augmentation(max_global_shift, local, max_global_scaling, normalize)

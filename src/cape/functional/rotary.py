@@ -38,7 +38,8 @@ def rotary_angles(
     axes = 1 if mode == "1d" else 2
     if positions.shape[-1] != axes:
         raise ValueError(
-            f"positions must end with {axes} coordinate(s) for mode={mode!r}, got {tuple(positions.shape)}"
+            f"positions must end with {axes} coordinate(s) for mode={mode!r}, "
+            f"got {tuple(positions.shape)}"
         )
     pos = positions.to(torch.float32)
     if mode == "1d":

@@ -1,4 +1,5 @@
-"""`python -m cape.lab ...` is the `cape` command (and `torchrun -m cape.lab ...` its distributed form)."""
+"""`python -m cape.lab ...` is the `cape` command (and `torchrun -m cape.lab ...` its distributed
+form)."""
 
 from cape.lab.cli import main
 

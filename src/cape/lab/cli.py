@@ -112,7 +112,9 @@ def _transcribe(args: argparse.Namespace, rest: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="cape",
-        description="Continuous augmented positional embeddings: encodings, experiments, benchmarks.",
+        description=(
+            "Continuous augmented positional embeddings: encodings, experiments, benchmarks."
+        ),
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     p = sub.add_parser("bench", help="benchmarks of the cost of the encodings", add_help=False)

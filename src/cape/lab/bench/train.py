@@ -174,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         f"d{args.dim} ffn{ffn}, B{args.batch} T{args.length}, position {args.position}"
     )
     print(
-        "| precision | step ms (IQR) | tokens/s | achieved GFLOP/s | matmul peak GFLOP/s | fraction |"
+        "| precision | step ms (IQR) | tokens/s | achieved GFLOP/s "
+        "| matmul peak GFLOP/s | fraction |"
     )
     print("|---|---|---|---|---|---|")
     for name, dtype in (("fp32", torch.float32), ("bf16 autocast", torch.bfloat16)):

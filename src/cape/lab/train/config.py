@@ -78,6 +78,6 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TrainConfig:
-        """Build from a mapping (e.g. YAML/JSON) through `cape.lab.config.from_mapping`: unknown keys
-        and wrong types raise ValueError naming `train.<key>` and what is allowed."""
+        """Build from a mapping (e.g. YAML/JSON) through `cape.lab.config.from_mapping`: unknown
+        keys and wrong types raise ValueError naming `train.<key>` and what is allowed."""
         return from_mapping(cls, data, prefix="train.")

@@ -1,4 +1,5 @@
-"""Fonts for the offline character images: discovery, a legibility filter and a train/held-out split.
+"""Fonts for the offline character images: discovery, a legibility filter and a train/held-out
+split.
 
 Fonts come from Debian packages (nothing is downloaded at run time). The order is the sorted path,
 so the list, the filter and the split are the same on every machine with the same packages.
@@ -111,8 +112,8 @@ class FontSplit:
 
 
 def font_split(fonts: Sequence[str | Path] | None = None, every: int = 5) -> FontSplit:
-    """Split sorted `fonts` (default `usable_fonts()`): every `every`-th font (the 5th, 10th, ...) is
-    held out, the rest are train fonts. Deterministic given the paths."""
+    """Split sorted `fonts` (default `usable_fonts()`): every `every`-th font (the 5th, 10th, ...)
+    is held out, the rest are train fonts. Deterministic given the paths."""
     if not isinstance(every, int) or every < 2:
         raise ValueError(f"every must be an int >= 2, got {every!r}")
     paths = sorted(Path(p) for p in (usable_fonts() if fonts is None else fonts))

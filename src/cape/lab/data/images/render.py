@@ -302,7 +302,8 @@ def make_split(
 
 
 def load_split(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(images uint8 ``[N, S, S, 3]``, labels int64 ``[N]``, seeds int64 ``[N]``) of a split file."""
+    """(images uint8 ``[N, S, S, 3]``, labels int64 ``[N]``, seeds int64 ``[N]``) of a split
+    file."""
     with np.load(path, allow_pickle=False) as z:
         return z["images"], z["labels"], z["seeds"]
 

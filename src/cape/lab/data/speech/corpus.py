@@ -13,9 +13,9 @@ test_unseen_voices (`test_per_bin` utterances in each of `DURATION_BINS`, senten
 the duration falls in the bin; record["bin"] says which). test_unseen_voices speaks with
 `HELDOUT_VOICES`, which share neither accent nor variant with the `TRAIN_VOICES` of the rest.
 Records: name, path (relative to root), duration, num_samples, sample_rate, text (in
-`cape.lab.data.text.sentences.ALPHABET`), word_starts (seconds or None, one per word), bin, voice, rate, pitch,
-range, peak, snr_db, noise, reverb, tempo, seed, split, and the WAV file's size (bytes) and
-CRC-32 (crc32), which `verify_corpus` checks.
+`cape.lab.data.text.sentences.ALPHABET`), word_starts (seconds or None, one per word), bin,
+voice, rate, pitch, range, peak, snr_db, noise, reverb, tempo, seed, split, and the WAV file's
+size (bytes) and CRC-32 (crc32), which `verify_corpus` checks.
 """
 
 from __future__ import annotations
@@ -175,7 +175,8 @@ def make_speech_corpus(
     the two test splits; `seed` fixes every utterance (its text, voice, rate, pitch, noise and
     samples). `workers` processes (>= 1) synthesise in parallel. `snr_db`: (low, high) range of
     the additive white/pink noise's SNR in dB, or None for none; `sox`: random sox reverb/tempo;
-    `text`: what is said, "wordnet" sentences or "digits" strings (`cape.lab.data.text.sentences.TEXT_SOURCES`).
+    `text`: what is said, "wordnet" sentences or "digits" strings
+    (`cape.lab.data.text.sentences.TEXT_SOURCES`).
 
     Resumable: existing complete utterances are kept, missing ones made, ones whose WAV has the
     wrong size or checksum or whose record is unreadable are made again (logged by name). Every
@@ -377,7 +378,8 @@ def speech_main(argv: list[str]) -> int:
         for split, info in verify_corpus(args.root, progress=True).items():
             seconds = info["seconds"]
             print(
-                f"{split}: {info['utterances']} utterances, {seconds:.0f} s = {seconds / 3600:.2f} h, ok"
+                f"{split}: {info['utterances']} utterances, "
+                f"{seconds:.0f} s = {seconds / 3600:.2f} h, ok"
             )
     except CorpusError as e:
         print(f"error: {e}", file=sys.stderr)

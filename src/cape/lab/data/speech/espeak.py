@@ -107,7 +107,8 @@ def _unload(lib: ctypes.CDLL) -> None:
     _ctypes.dlclose(still)
     raise RuntimeError(
         "libespeak-ng stays loaded after dlclose (another ctypes handle holds it), so its "
-        "synthesis state cannot be reset: use only cape.lab.data.speech.espeak.get_espeak() in this process"
+        "synthesis state cannot be reset: use only cape.lab.data.speech.espeak.get_espeak() "
+        "in this process"
     )
 
 

@@ -173,9 +173,9 @@ _POOLS: dict[tuple[str, str, str | None], list[str]] = {}
 def text_pool(
     split: str, cache_dir: str | Path | None = None, source: str = "wordnet"
 ) -> list[str]:
-    """The sentences of `source` (`cape.lab.data.text.sentences.source_sentences`: WordNet sentences or digit
-    strings) that `split` draws from: a fixed partition by CRC-32 of the sentence, 85% train,
-    5% val, 10% test (both test splits), so no sentence is in two of them."""
+    """The sentences of `source` (`cape.lab.data.text.sentences.source_sentences`: WordNet
+    sentences or digit strings) that `split` draws from: a fixed partition by CRC-32 of the
+    sentence, 85% train, 5% val, 10% test (both test splits), so no sentence is in two of them."""
     check_choice("split", split, SPEECH_SPLITS)
     part = "test" if split.startswith("test") else split
     key = (source, part, None if cache_dir is None else str(cache_dir))
@@ -235,10 +235,11 @@ def synthesize_utterance(
 ) -> tuple[np.ndarray, dict]:
     """Make one utterance: (wave float32 [N] at `SAMPLE_RATE`, in [-1, 1]; record dict).
 
-    Sentences from the split's `text_pool` (of `params.source`) are joined (". " between them, for espeak's pauses)
-    until the estimated duration reaches a target drawn in the utterance's [lo, hi) range; after
-    synthesis the real duration is measured and, outside the range, the text is drawn again with
-    the speaking speed re-estimated (up to 12 times, then RuntimeError naming the utterance).
+    Sentences from the split's `text_pool` (of `params.source`) are joined (". " between them,
+    for espeak's pauses) until the estimated duration reaches a target drawn in the utterance's
+    [lo, hi) range; after synthesis the real duration is measured and, outside the range, the
+    text is drawn again with the speaking speed re-estimated (up to 12 times, then RuntimeError
+    naming the utterance).
     The speech is scaled to its peak level, gets a noise floor, then white/pink noise at
     `snr_db`. The record holds the label text (normalised, sentences joined by spaces), the
     duration, the word start times (seconds, None where espeak gave none) and `params`.

@@ -1,10 +1,12 @@
-"""English sentences and their Apertium Spanish translations, for `cape.lab.data.translation.corpus`.
+"""English sentences and their Apertium Spanish translations, for
+`cape.lab.data.translation.corpus`.
 
-`english_sentences` gathers WordNet gloss clauses and examples (`cape.lab.data.text.sentences.wordnet_glosses`)
-and the sentences of the Debian `fortunes` files; `translate_apertium` runs `apertium -u eng-spa`
-(no `*` marks on unknown words) in paragraph mode: each sentence made one line and followed by a
-blank line, the output split on blank lines and its count checked (`-f line` or plain newlines
-let Apertium join or split sentences, so the pairs would misalign).
+`english_sentences` gathers WordNet gloss clauses and examples
+(`cape.lab.data.text.sentences.wordnet_glosses`) and the sentences of the Debian `fortunes` files;
+`translate_apertium` runs `apertium -u eng-spa` (no `*` marks on unknown words) in paragraph mode:
+each sentence made one line and followed by a blank line, the output split on blank lines and its
+count checked (`-f line` or plain newlines let Apertium join or split sentences, so the pairs
+would misalign).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Joint English+Spanish SentencePiece BPE for the translation corpus (`cape.lab.data.translation.corpus`).
+"""Joint English+Spanish SentencePiece BPE for the translation corpus
+(`cape.lab.data.translation.corpus`).
 
 `train_bpe` trains one BPE model on the source and target sides of the train split and writes
 `root/bpe<vocab>.model` and `.vocab`; `Tokenizer` wraps it with the ids the models use:
@@ -116,7 +117,8 @@ class Tokenizer:
         self.path = Path(model_path)
         if not self.path.is_file():
             raise FileNotFoundError(
-                f"model_path {self.path} does not exist: make it with cape.lab.data.translation.bpe.train_bpe"
+                f"model_path {self.path} does not exist: "
+                "make it with cape.lab.data.translation.bpe.train_bpe"
             )
         self._sp = _spm().SentencePieceProcessor(model_file=str(self.path))
         self.vocab_size: int = self._sp.get_piece_size()

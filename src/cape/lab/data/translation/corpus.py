@@ -15,7 +15,8 @@ Apertium (`translate_apertium`, `apertium -u eng-spa` in paragraph mode). Layout
   many pairs the ratio filter and the de-duplication dropped, and the sources; written last.
 
 A build with other settings than the manifest's raises ValueError (use a new root); the same
-settings return the manifest at once. The joint SentencePiece BPE lives in `cape.lab.data.translation.bpe`.
+settings return the manifest at once. The joint SentencePiece BPE lives in
+`cape.lab.data.translation.bpe`.
 """
 
 from __future__ import annotations

@@ -103,7 +103,8 @@ def _render(out: Path, results: dict[str, Any]) -> Path:
         f"set; seeds {cfg['seeds']} (mean ± std over seeds; p: Welch's t-test over seeds, "
         f"two-sided, needs >= 2 seeds). Positions: box edges / (canvas - 1) in [0, 1]; LFF "
         f"|F|={m['fourier_dim']}, |H|={m['hidden_dim']}, gamma = {m['gamma_cells']} cells, "
-        f"Embed-4D init std {m.get('embed_init_std', 0.02)} unless a row says otherwise. Produced by `cape experiment lff-boxes`; `cape plot` "
+        f"Embed-4D init std {m.get('embed_init_std', 0.02)} unless a row says otherwise. "
+        f"Produced by `cape experiment lff-boxes`; `cape plot` "
         f"redraws this page from results.json."
     )
     base = results.get("baselines", {})

@@ -3,8 +3,9 @@ presets.
 
 The paper: a 6-layer Reformer (d 1024, 8 heads, d_ff 4096) on ImageNet 64x64, 100k steps, bits
 per dim on held-out images vs training step, mean and 95% CI over 3 runs. Here: rendered
-characters (`cape.lab.data`) at 12 px by default (sequences of 12*12*3 = 432 intensities) and a small
-causal Transformer, so that every row trains in minutes on a CPU; `paper` keeps the paper's sizes.
+characters (`cape.lab.data`) at 12 px by default (sequences of 12*12*3 = 432 intensities) and a
+small causal Transformer, so that every row trains in minutes on a CPU; `paper` keeps the paper's
+sizes.
 """
 
 from __future__ import annotations

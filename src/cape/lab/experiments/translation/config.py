@@ -1,8 +1,8 @@
 """Configuration of the translation experiment (CAPE sec. 5.3, appendix D.1) and its presets.
 
 An encoder-decoder Transformer translates English into Spanish on the offline Apertium corpus
-(`cape.lab.data.translation.corpus`): trained on sentences of <= 20 words, tested in distribution, on
-longer sentences (21-30, 31-40, 41+ words) and, with teacher forcing, on stacked test pairs
+(`cape.lab.data.translation.corpus`): trained on sentences of <= 20 words, tested in distribution,
+on longer sentences (21-30, 31-40, 41+ words) and, with teacher forcing, on stacked test pairs
 far beyond the training length. Every row names a 1-D `cape.build` encoding
 with its options; CAPE's source positions are scaled by alpha, the target/source token ratio
 of the training set, measured when the experiment starts (`alpha: auto`).
