@@ -113,7 +113,8 @@ def load_asr_model(
         raise ValueError(f'{spec_file}: "model" is not valid CTCModel keywords: {e}') from e
     if model.n_mels != spec["features"]["n_mels"]:
         raise ValueError(
-            f"{spec_file}: model n_mels {model.n_mels} != features n_mels {spec['features']['n_mels']}"
+            f"{spec_file}: model n_mels {model.n_mels} != features n_mels "
+            f"{spec['features']['n_mels']}"
         )
     try:
         load_checkpoint(ckpt, model)
@@ -375,7 +376,8 @@ def transcribe_main(argv: list[str]) -> int:
     print(_table(result))
     if result["unlisted"]:
         print(
-            f"({result['unlisted']} WAV file(s) in {args.audio[0]} not in {args.transcripts}: ignored)"
+            f"({result['unlisted']} WAV file(s) in {args.audio[0]} not in "
+            f"{args.transcripts}: ignored)"
         )
     if args.out is not None:
         settings = {

@@ -1,10 +1,10 @@
 """The speech experiment: CTC models with each encoding trained on <= 6 s, tested up to 45 s.
 
 `run_experiment(cfg, mapping, out)`: for every row and seed, train (`train_run`, resumable),
-evaluate (`eval_records`, cached in the run folder's `eval.json`), then write `results.json`,
-`report.md` and the plots (`asr_report`); the evaluation is in `cape.lab.experiments.asr.evaluate`. Layout of `out`: `config.yaml`,
-`<row>/seed<k>/` (engine run folder: metrics, checkpoints, `model.json` for `cape transcribe`,
-eval.json), `results.json`, `report.md`, `*.png`.
+evaluate (`eval_records` of `cape.lab.experiments.asr.evaluate`, cached in the run folder's
+`eval.json`), then write `results.json`, `report.md` and the plots (`asr_report`). Layout of
+`out`: `config.yaml`, `<row>/seed<k>/` (engine run folder: metrics, checkpoints, `model.json`
+for `cape transcribe`, eval.json), `results.json`, `report.md`, `*.png`.
 """
 
 from __future__ import annotations
