@@ -82,19 +82,6 @@ def test_each_listed_option_builds(name: str) -> None:
         _make(name, **{unknown: 1})
 
 
-def test_cli_lists_exactly_the_options_build_accepts(capsys) -> None:
-    from cape.lab.cli import main
-
-    assert main(["encodings"]) == 0
-    lines = capsys.readouterr().out.strip().splitlines()
-    listed = {}
-    for line in lines:
-        name, kind, rest = line.split(maxsplit=2)
-        options = rest.removeprefix("options:").strip()
-        listed[name] = ([o.strip() for o in options.split(",")] if options else [], kind)
-    assert listed == {n: (encoding_options(n), encoding_class(n).kind) for n in ENCODINGS}
-
-
 def test_options_given_as_fields_or_mapping_build_the_same_augmentation() -> None:
     fields = dict(max_global_shift=2.0, max_local_shift=0.5, max_global_scaling=1.3)
     for name in ("cape1d", "rotary", "lff", "abspos", "sine-2d"):

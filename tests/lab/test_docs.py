@@ -32,7 +32,7 @@ import cape.lab.report
 import cape.lab.train
 import cape.lab.viz
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 

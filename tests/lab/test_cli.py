@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import cape
+from cape.build import ENCODINGS, encoding_class, encoding_options
 from cape.lab.cli import main
 
 
@@ -160,3 +161,14 @@ def test_data_speech_makes_then_verifies_and_names_a_corrupt_file(
     assert wavs[0].name in capsys.readouterr().err
     assert main(args) == 0  # a rerun repairs it
     assert main(["data", "speech", "--root", str(tmp_path), "--verify"]) == 0
+
+
+def test_cli_lists_exactly_the_options_build_accepts(capsys) -> None:
+    assert main(["encodings"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    listed = {}
+    for line in lines:
+        name, kind, rest = line.split(maxsplit=2)
+        options = rest.removeprefix("options:").strip()
+        listed[name] = ([o.strip() for o in options.split(",")] if options else [], kind)
+    assert listed == {n: (encoding_options(n), encoding_class(n).kind) for n in ENCODINGS}
