@@ -43,7 +43,7 @@ from ..positions import (
     token_positions,
 )
 
-__all__ = ["PositionalEncoding", "float32_region", "resolve_grid", "check_grids"]
+__all__ = ["PositionalEncoding", "float32_region", "resolve_grid", "check_grids", "layout_grid"]
 
 
 def float32_region(device: torch.device) -> contextlib.AbstractContextManager:
@@ -61,6 +61,30 @@ def check_grids(grids: list, batch: int) -> list[tuple[int, int]]:
             raise TypeError(f"grid[{i}] must be a pair (H, W) of ints >= 1, got {g!r}")
         out.append((check_int(f"grid[{i}][0]", g[0]), check_int(f"grid[{i}][1]", g[1])))
     return out
+
+
+def layout_grid(
+    module: nn.Module,
+    height: int,
+    width: int,
+    *,
+    extent: float | None,
+    batch: int,
+    device: torch.device | str | None,
+) -> torch.Tensor:
+    """The grid positions `module` reads (by its `pos_dim` and `units`) -> [B, H*W, 2]."""
+    name = type(module).__name__
+    if module.pos_dim != 2:
+        raise ValueError(f"grid: {name} reads {module.pos_dim}-D positions, a grid needs 2 (x, y)")
+    if module.units == "index":
+        if extent is not None:
+            raise ValueError(
+                f"extent applies to continuous coordinates; {name} reads integer (column, row) "
+                "indices"
+            )
+        return grid_indices(height, width, batch=batch, device=device)
+    ext = 1.0 if extent is None else check_float("extent", extent, strict=True)
+    return grid_positions(height, width, extent=ext, batch=batch, device=device)
 
 
 def resolve_grid(
@@ -155,20 +179,7 @@ class PositionalEncoding(nn.Module):
         Continuous units: (x, y) in [-extent, extent] (`cape.grid_positions`, extent 1 by
         default); index units: integer (column, row) indices (`cape.grid_indices`).
         """
-        if self.pos_dim != 2:
-            raise ValueError(
-                f"grid: {type(self).__name__} reads {self.pos_dim}-D positions, "
-                "a grid needs 2 (x, y)"
-            )
-        if self.units == "index":
-            if extent is not None:
-                raise ValueError(
-                    f"extent applies to continuous coordinates; {type(self).__name__} reads "
-                    "integer (column, row) indices"
-                )
-            return grid_indices(height, width, batch=batch, device=device)
-        ext = 1.0 if extent is None else check_float("extent", extent, strict=True)
-        return grid_positions(height, width, extent=ext, batch=batch, device=device)
+        return layout_grid(self, height, width, extent=extent, batch=batch, device=device)
 
     # -- shared ----------------------------------------------------------------------------
     def prepare(

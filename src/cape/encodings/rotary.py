@@ -14,8 +14,8 @@ from torch import nn
 from .._checks import check_choice, check_even, check_float, check_int
 from ..augment import Augmentation, augment_pair, mean_normalize
 from ..functional.rotary import apply_rotary, rotary_angles
-from ..positions import as_positions, grid_positions, token_positions
-from .base import float32_region
+from ..positions import as_positions, token_positions
+from .base import float32_region, layout_grid
 
 __all__ = ["Rotary"]
 
@@ -67,10 +67,7 @@ class Rotary(nn.Module):
         device: torch.device | str | None = None,
     ) -> torch.Tensor:
         """(x, y) of an H x W patch grid in [-extent, extent] (extent 1) -> [B, H*W, 2]."""
-        if self.pos_dim != 2:
-            raise ValueError("grid: this Rotary reads 1-D positions, a grid needs pos_dim=2 (x, y)")
-        ext = 1.0 if extent is None else check_float("extent", extent, strict=True)
-        return grid_positions(height, width, extent=ext, batch=batch, device=device)
+        return layout_grid(self, height, width, extent=extent, batch=batch, device=device)
 
     def _angles(self, pos: torch.Tensor) -> torch.Tensor:
         return rotary_angles(
