@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-__all__ = ["UsageError", "RunError", "RunFolderBusy"]
+from pathlib import Path
+
+__all__ = ["UsageError", "RunError", "RunFolderBusy", "DamagedFile"]
 
 
 class UsageError(ValueError):
@@ -14,4 +16,14 @@ class RunError(RuntimeError):
 
 
 class RunFolderBusy(UsageError):
-    """A run folder is locked by another process."""
+    """A run folder is locked by another process; the message names the folder and the holder
+    (PID, host, start time)."""
+
+
+class DamagedFile(RunError):
+    """A file on disk is truncated, unreadable or inconsistent (a checkpoint, a results file);
+    the message names it and what is wrong, `path` is that file or folder."""
+
+    def __init__(self, message: str, path: str | Path) -> None:
+        super().__init__(message)
+        self.path = Path(path)

@@ -1,5 +1,10 @@
 """Atomic file writes: a reader never sees a half-written report, plot or checkpoint.
 
+A file is written under a temporary name, flushed to the disk (fsync), renamed into place and
+the folder synced, so a crash or a power cut leaves the old file or the new one, never a mix.
+A file found damaged anyway (by hand, a full disk, a copy cut short) is `set_aside` under a
+`.damaged-<time>` name, never deleted; `read_json` names such a file in its error.
+
 `write_json` is the lab's one JSON writer (results, evaluations, run records, corpus manifests).
 Its NaN rule: NaN and +-inf are written as `null`, so every file is standard JSON that any
 reader (`json.load`, jq, a browser) accepts; the report code reads `null` back as NaN.
@@ -8,15 +13,29 @@ reader (`json.load`, jq, a browser) accepts; the report code reads `null` back a
 from __future__ import annotations
 
 import json
+import logging
 import math
 import numbers
 import os
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path, PurePath
 from typing import Any
 
-__all__ = ["atomic_write", "write_text", "write_json"]
+from cape.lab.errors import DamagedFile
+
+__all__ = [
+    "atomic_write",
+    "write_text",
+    "write_json",
+    "read_json",
+    "fsync_file",
+    "fsync_dir",
+    "set_aside",
+]
+
+_log = logging.getLogger(__name__)
 
 
 def _read_umask() -> int:
@@ -28,20 +47,71 @@ def _read_umask() -> int:
 _UMASK = _read_umask()
 
 
+def fsync_file(path: str | Path) -> None:
+    """Flush `path`'s data to the disk (a writer that closed it may leave it in the page cache)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(path: str | Path) -> None:
+    """Make the renames and new entries of folder `path` durable."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems cannot sync a folder; the rename is still atomic
+        pass
+    finally:
+        os.close(fd)
+
+
 def atomic_write(path: str | Path, write: Callable[[str], None]) -> Path:
-    """Call `write(tmp_path)`, then rename the temporary file onto `path` (same directory)."""
+    """Call `write(tmp_path)`, sync it, then rename the temporary file onto `path` (same folder)
+    and sync the folder."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
     os.close(fd)
     try:
         write(tmp)
+        fsync_file(tmp)
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the usual permissions
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    fsync_dir(path.parent)
     return path
+
+
+def set_aside(path: str | Path, problem: str) -> Path:
+    """Rename damaged file or folder `path` to `<name>.damaged-<time>` beside it (kept for
+    inspection, out of every reader's way) and log one warning: `problem` (which names the
+    damaged file and what is wrong), then the new name. Returns the new path."""
+    path = Path(path)
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    target = path.with_name(f"{path.name}.damaged-{stamp}")
+    n = 1
+    while target.exists() or target.is_symlink():
+        n += 1
+        target = path.with_name(f"{path.name}.damaged-{stamp}-{n}")
+    os.replace(path, target)
+    fsync_dir(path.parent)
+    _log.warning("%s; set aside as %s", problem, target)
+    return target
+
+
+def read_json(path: str | Path) -> Any:
+    """The JSON value in `path`; DamagedFile naming the file when it is not JSON (cut short,
+    garbled) or not UTF-8. FileNotFoundError as `open` raises it."""
+    path = Path(path)
+    text = path.read_bytes()
+    try:
+        return json.loads(text.decode("utf-8"))
+    except ValueError as e:  # JSONDecodeError and UnicodeDecodeError
+        raise DamagedFile(f"{path} is damaged (not JSON: {e})", path) from e
 
 
 def write_text(path: str | Path, text: str) -> Path:
