@@ -27,3 +27,6 @@ class DamagedFile(RunError):
     def __init__(self, message: str, path: str | Path) -> None:
         super().__init__(message)
         self.path = Path(path)
+
+    def __reduce__(self) -> tuple:  # pickled whole (across processes), not from args alone
+        return (type(self), (str(self), self.path))
