@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import importlib.metadata
 import json
+import logging
 import platform
 import subprocess
 import sys
@@ -19,6 +20,8 @@ from cape.lab.train.distributed import get_world_size, is_main
 
 __all__ = ["MetricsLogger", "git_state", "progress", "run_info", "write_json", "write_run_record"]
 
+_log = logging.getLogger(__name__)
+
 
 class MetricsLogger:
     """Appends one row per `log()` to `metrics.jsonl` and `metrics_<split>.csv` in `run_dir`,
@@ -29,6 +32,10 @@ class MetricsLogger:
     every 2 minutes and by `close()`). CSV columns are fixed by the first row of each split
     (later new keys go to JSONL only, which is the complete record).
     Only rank 0 writes; elsewhere every method is a no-op.
+
+    Healing: a file whose last line was cut by a kill gets that line removed (with a warning
+    naming the file) before anything is appended; `truncate` (the Trainer's resume) also drops
+    damaged lines elsewhere and keeps one row per step and split (see there).
     """
 
     def __init__(
@@ -77,6 +84,7 @@ class MetricsLogger:
             return
         row = {"step": step, "split": split, **{k: float(v) for k, v in metrics.items()}}
         if self._jsonl is None:
+            _cut_torn_line(self.jsonl_path)
             self._jsonl = open(self.jsonl_path, "a", encoding="utf-8")  # noqa: SIM115
         self._jsonl.write(json.dumps(row) + "\n")
         self._jsonl.flush()
@@ -90,6 +98,7 @@ class MetricsLogger:
     def _csv_writer(self, split: str, keys: list[str]) -> csv.DictWriter:
         if split not in self._csv:
             path = self.csv_path(split)
+            _cut_torn_line(path)
             header = None
             if path.exists() and path.stat().st_size > 0:  # resumed run: keep its columns
                 with open(path, encoding="utf-8", newline="") as f:
@@ -102,24 +111,18 @@ class MetricsLogger:
         return self._csv[split][1]
 
     def truncate(self, step: int) -> None:
-        """Drop rows logged after `step`: a resumed run re-logs the steps it repeats."""
+        """Drop rows logged after `step`: a resumed run logs the steps it repeats again, so no
+        step appears twice. The files are healed on the way, each repair named in a warning:
+        a torn last line is cut; a damaged line elsewhere (not a whole row, e.g. a torn line
+        that rows were appended to by an older version) is dropped, as its step's values
+        cannot be trusted; of two rows for one step (and split) the later is kept."""
         if not self.enabled:
             return
         self.close()
         self._purge_step = step + 1
-        paths = [self.jsonl_path, *self.run_dir.glob("metrics_*.csv")]
-        for path in paths:
-            if not path.exists():
-                continue
-            lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-            if path.suffix == ".jsonl":
-                kept = [ln for ln in lines if ln.strip() and json.loads(ln)["step"] <= step]
-            else:
-                kept = lines[:1] + [
-                    ln for ln in lines[1:] if ln.strip() and int(ln.split(",", 1)[0]) <= step
-                ]
-            text = "".join(kept)
-            atomic_write(path, lambda tmp, text=text: Path(tmp).write_text(text, encoding="utf-8"))
+        for path in [self.jsonl_path, *sorted(self.run_dir.glob("metrics_*.csv"))]:
+            if path.is_file():
+                _keep_rows_to(path, step)
 
     def close(self) -> None:
         """Flush and close every file (TensorBoard events included); a later `log()` reopens."""
@@ -132,6 +135,68 @@ class MetricsLogger:
         if self._tb is not None:
             self._tb.close()  # flushes the pending events and ends the writer thread
             self._tb = None
+
+
+def _cut_torn_line(path: Path) -> None:
+    """Remove a last line without its newline (a write cut by a kill) before appending."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    data = path.read_bytes()
+    if data.endswith(b"\n"):
+        return
+    kept = data[: data.rfind(b"\n") + 1]
+    atomic_write(path, lambda tmp: Path(tmp).write_bytes(kept))
+    _log.warning(
+        "%s: cut its torn last line (%d bytes, a write interrupted)", path, len(data) - len(kept)
+    )
+
+
+def _row_key(line: str, header: list[str] | None) -> tuple[int, str] | None:
+    """(step, split) of one JSONL row (`header` None) or CSV row; None for a damaged line."""
+    try:
+        if header is None:
+            row = json.loads(line)
+            step, split = row["step"], row.get("split", "")
+        else:
+            fields = next(csv.reader([line]))
+            if len(fields) != len(header):
+                return None
+            step, split = int(fields[0]), ""
+    except (ValueError, KeyError, TypeError, StopIteration):
+        return None
+    return (step, split) if isinstance(step, int) else None
+
+
+def _keep_rows_to(path: Path, step: int) -> None:
+    """Rewrite metrics file `path` with its whole rows of steps <= `step`, one per key."""
+    text = path.read_bytes().decode("utf-8", errors="replace")
+    lines = text.split("\n")
+    torn = lines.pop()  # "" when the file ends with a newline
+    header: list[str] | None = None
+    head: list[str] = []
+    if path.suffix == ".csv" and lines:
+        head = lines[:1]
+        header = next(csv.reader(head))
+        lines = lines[1:]
+    rows: dict[tuple[int, str], str] = {}
+    damaged, repeated = [], 0
+    for n, line in enumerate(lines, len(head) + 1):
+        if not line.strip():
+            continue
+        key = _row_key(line, header)
+        if key is None:
+            damaged.append(n)
+        elif key[0] <= step:
+            repeated += rows.pop(key, None) is not None
+            rows[key] = line  # the later row of a step replaces the earlier
+    body = "".join(line + "\n" for line in head + list(rows.values()))
+    atomic_write(path, lambda tmp: Path(tmp).write_text(body, encoding="utf-8"))
+    if torn:
+        _log.warning("%s: cut its torn last line (a write interrupted)", path)
+    if damaged:
+        _log.warning("%s: dropped damaged line(s) %s (not a whole row)", path, damaged[:10])
+    if repeated:
+        _log.warning("%s: %d step(s) were logged twice; kept the later row", path, repeated)
 
 
 def _git(args: list[str], cwd: Path) -> str:
