@@ -18,15 +18,19 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset
 
+from cape.lab.errors import DamagedFile
+from cape.lab.io import set_aside
 from cape.lab.train import distributed as D
 from cape.lab.train.checkpoint import (
     get_rng_state,
-    latest_checkpoint,
     load_checkpoint,
+    read_checkpoint,
+    resume_checkpoint,
     save_checkpoint,
     set_rng_state,
 )
 from cape.lab.train.config import TrainConfig
+from cape.lab.train.lock import locked_folder
 from cape.lab.train.logging import MetricsLogger, progress, write_run_record
 from cape.lab.train.optim import build_optimizer, build_scheduler
 from cape.lab.train.sampler import ResumableBatchSampler, ResumableSampler
@@ -56,7 +60,8 @@ class Trainer:
     optimiser step, after that step's logging and checkpointing; `metrics` holds that step's
     values as the loss function gave them (tensors stay on the device: no host sync per step
     unless a metric is logged, every `log_every` steps). Under torchrun the model is
-    wrapped in DDP; only rank 0 writes to `run_dir`. Build the model after `seed_everything`.
+    wrapped in DDP; only rank 0 writes to `run_dir`, holding its lock during `fit` (a second
+    process on the same folder gets `RunFolderBusy`). Build the model after `seed_everything`.
 
     Exact resume covers RNG draws in the main process (loss_fn, collate_fn with num_workers=0);
     draws inside DataLoader workers are seeded per epoch iterator, not checkpointed.
@@ -183,14 +188,23 @@ class Trainer:
         D.barrier()
 
     def resume(self) -> bool:
-        """Load the latest checkpoint of `run_dir`, if any; True when one was loaded."""
-        path = latest_checkpoint(self.ckpt_dir)
-        if path is None:
+        """Load the newest intact checkpoint of `run_dir`, if any; True when one was loaded.
+        Rank 0 chooses (damaged ones are set aside, `resume_checkpoint`) and tells the others
+        (a collective). A damaged best/ is set aside too, and the next evaluation saves anew."""
+        found, best_lost = None, False
+        if self.dist.rank == 0:
+            found = resume_checkpoint(self.ckpt_dir)
+            best_lost = self._set_aside_damaged_best()
+        name, best_lost = D.all_gather_object((found[0].name if found else None, best_lost))[0]
+        if name is None:
             return False
-        state = load_checkpoint(path, self.model, self.optimizer, self.scheduler)
+        read = found[1:] if found is not None else None
+        state = load_checkpoint(
+            self.ckpt_dir / name, self.model, self.optimizer, self.scheduler, read=read
+        )
         self.step = state["step"]
         self.sampler.load_state_dict(state["extra"]["sampler"])
-        self.best = state["extra"]["best"]
+        self.best = None if best_lost else state["extra"]["best"]
         self.times.update(state["extra"].get("times", {}))  # older checkpoints: from zero
         self.last_train = dict(state["extra"].get("last_train", {}))
         self.last_eval = dict(state["extra"].get("last_eval", {}))
@@ -200,8 +214,18 @@ class Trainer:
             set_rng_state(rngs[self.dist.rank])
         else:  # another world size: exact resume is impossible, stay reproducible anyway
             seed_everything(self.cfg.seed + self.dist.rank + 1_000_003 * self.step)
-        self.logger.truncate(self.step)
         return True
+
+    def _set_aside_damaged_best(self) -> bool:
+        best = self.ckpt_dir / "best"
+        if not best.exists():
+            return False
+        try:
+            read_checkpoint(best)
+        except DamagedFile as e:
+            set_aside(best, f"{e}; the next evaluation saves a new best")
+            return True
+        return False
 
     # -- loop -----------------------------------------------------------------------------------
     def _autocast(self) -> contextlib.AbstractContextManager:
@@ -266,12 +290,18 @@ class Trainer:
         """Train to `cfg.steps`. Returns the last train metrics (all-reduced), the last eval
         metrics as `eval_<name>`, `step`, seconds per category and `engine_overhead`: the
         fraction of loop time spent on data, logging and checkpoints rather than compute. A
-        resumed run's metrics and seconds include the sessions before (from its checkpoint)."""
+        resumed run's metrics and seconds include the sessions before (from its checkpoint).
+        Logged rows of the steps trained again (after the checkpoint) are dropped first."""
+        with locked_folder(self.run_dir):
+            return self._fit(resume)
+
+    def _fit(self, resume: bool) -> dict[str, float]:
         cfg = self.cfg
         if self.dist.rank == 0:
             write_run_record(self.run_dir, {"train": cfg.to_dict(), "experiment": self.experiment})
         if resume:
             self.resume()
+        self.logger.truncate(self.step)
         self.model.train()
         for _ in progress(range(self.step, cfg.steps), total=cfg.steps - self.step, desc="train"):
             metrics = self._train_step()
