@@ -1,12 +1,30 @@
-"""The `cape` command line. Exit codes: 0 ok, 1 failure at run time, 2 bad usage."""
+"""The `cape` command line.
+
+Exit codes, the same in every subcommand: 0 ok; 2 the user's mistake (an argument, a config, a
+path, an input file), one line naming it and what is allowed; 1 a failure at run time, one line
+naming what failed; 130 interrupted (Ctrl-C). A traceback only with `cape --debug ...` (also
+accepted after the subcommand) or CAPE_DEBUG=1.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
+import traceback
+from pathlib import Path
 
-__all__ = ["main"]
+from cape.lab.errors import RunError, UsageError
+
+__all__ = [
+    "main",
+    "ArgumentParser",
+    "report_error",
+    "check_out_folder",
+    "check_out_file",
+    "out_folder",
+]
 
 
 _BENCHES = ("encodings", "slowdown", "throughput", "train", "gpu")
@@ -23,6 +41,116 @@ _EXTRA_OF_MODULE = {
     "matplotlib": "plot",
 }
 
+_EPILOG = (
+    "exit codes: 0 ok, 2 a mistake in the command (an argument, a config, a path, an input "
+    "file), 1 a failure at run time, 130 interrupted; each error is one line on stderr. "
+    "--debug (before or after the subcommand) or the environment variable CAPE_DEBUG=1 also "
+    "prints the traceback."
+)
+
+_debug = False  # set by main() for the duration of one command (report_error reads it)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose errors are one line (the usage folded into it), still exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        usage = " ".join(self.format_usage().split())
+        print(f"{self.prog}: error: {message} ({usage})", file=sys.stderr)
+        self.exit(2)
+
+
+def _debug_wanted() -> bool:
+    return _debug or os.environ.get("CAPE_DEBUG", "") not in ("", "0")
+
+
+def _one_line(text: str) -> str:
+    """A multi-line message (a YAML error, a list of problems) folded into one line."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    out = lines[0] if lines else ""
+    for line in lines[1:]:
+        out += (" " if out.endswith(":") else "; ") + line
+    return out
+
+
+def _classify(err: BaseException) -> tuple[int, str]:
+    """(exit code, message) of an exception that ended a command."""
+    text = _one_line(str(err)) or type(err).__name__
+    if isinstance(err, ModuleNotFoundError):
+        extra = _EXTRA_OF_MODULE.get((err.name or "").partition(".")[0])
+        if extra is not None:
+            return 1, (
+                f"the module {err.name!r} is not installed; "
+                f'install it with: pip install "cape[{extra}]"'
+            )
+    elif isinstance(err, RunError):
+        return 1, text
+    elif isinstance(err, (ValueError, TypeError, FileNotFoundError)):  # UsageError included
+        return 2, text
+    elif isinstance(err, KeyError):
+        key = err.args[0] if err.args else None
+        if isinstance(key, str) and " " in key:  # a sentence for the user; a bare key is a bug
+            return 2, _one_line(key)
+    elif isinstance(err, (OSError, ImportError)):  # disk full, permissions, a broken install
+        return 1, text
+    # not raised on purpose: say so, so that a bug is not mistaken for a failed run
+    return 1, (
+        f"unexpected {type(err).__name__}: {text} "
+        "(rerun with --debug or CAPE_DEBUG=1 to see the traceback)"
+    )
+
+
+def report_error(prog: str, err: BaseException, code: int | None = None) -> int:
+    """Print `err` as one line `PROG: error: MESSAGE` (after its traceback when debugging) and
+    return its exit code; `code` overrides the class's code (a main that knows what failed)."""
+    if _debug_wanted():
+        traceback.print_exception(err)
+    if code is None:
+        code, message = _classify(err)
+    else:  # the caller knows this failure: its message alone
+        message = _one_line(str(err)) or type(err).__name__
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    return code
+
+
+def _writable_above(path: Path, what: str) -> None:
+    """UsageError unless `path` (a folder, existing or to be made) can be written into; `what`
+    names it ("--out 'runs/x'")."""
+    existing = path
+    while not existing.is_dir():  # the nearest existing folder above, or a file in the way
+        if existing.exists() or existing.is_symlink() or existing.parent == existing:
+            where = "" if existing == path else f": {str(existing)!r}"
+            raise UsageError(f"{what}{where} is a file, not a folder; give a folder path")
+        existing = existing.parent
+    if not os.access(existing, os.W_OK | os.X_OK):
+        where = "" if existing == path else f": the folder above it, {str(existing)!r},"
+        raise UsageError(f"{what}{where} is not writable; give a writable folder")
+
+
+def check_out_folder(path: str | Path, flag: str) -> Path:
+    """`path` as a Path when it is a folder that can be written into (or made): else UsageError
+    naming `flag` (e.g. "--out") before any work is done."""
+    path = Path(path)
+    _writable_above(path, f"{flag} {str(path)!r}")
+    return path
+
+
+def out_folder(text: str) -> Path:
+    """argparse `type=` of an output folder flag: `check_out_folder` at parse time."""
+    try:
+        return check_out_folder(text, "")
+    except UsageError as e:  # argparse prefixes "argument --out: "
+        raise argparse.ArgumentTypeError(str(e).lstrip()) from e
+
+
+def check_out_file(path: str | Path, flag: str) -> Path:
+    """`path` as a Path when it names a file that can be written (its folder made if needed)."""
+    path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"{flag} {str(path)!r} is a folder; give a file path")
+    _writable_above(path.parent, f"{flag} {str(path)!r}")
+    return path
+
 
 def _bench(args: argparse.Namespace, rest: list[str]) -> int:
     import importlib
@@ -36,15 +164,13 @@ def _data(args: argparse.Namespace, rest: list[str]) -> int:
         from cape.lab.data.speech.corpus import speech_main
 
         return speech_main(rest)
-    if (
-        args.what == "translation"
-    ):  # WordNet + fortunes through Apertium (cape.lab.data.translation.corpus)
+    if args.what == "translation":  # WordNet + fortunes through Apertium (data.translation)
         from cape.lab.data.translation.corpus import translation_main
 
         return translation_main(rest)
     from cape.lab.data.images.render import make_native_sizes, make_split
 
-    p = argparse.ArgumentParser(prog=f"cape data {args.what}")
+    p = ArgumentParser(prog=f"cape data {args.what}")
     p.add_argument("--root", default="data/chars", help="cache folder (default data/chars)")
     p.add_argument("--sizes", default="24,32,56,96", help="comma-separated image sizes in px")
     p.add_argument("--train", type=int, default=10000, help="training images")
@@ -59,7 +185,8 @@ def _data(args: argparse.Namespace, rest: list[str]) -> int:
     try:
         sizes = [int(v) for v in opts.sizes.split(",") if v.strip()]
     except ValueError:
-        raise ValueError(f"--sizes must be comma-separated integers, got {opts.sizes!r}") from None
+        raise UsageError(f"--sizes must be comma-separated integers, got {opts.sizes!r}") from None
+    check_out_folder(opts.root, "--root")
     counts = {"train": opts.train, "val": opts.val, "test": opts.test, "test_fonts": opts.test}
     for size in sizes:
         for split, count in counts.items():
@@ -82,8 +209,7 @@ def _encodings(args: argparse.Namespace, rest: list[str]) -> int:
     from cape.build import ENCODINGS
 
     if rest:
-        print(f"cape encodings: unexpected arguments {rest}", file=sys.stderr)
-        return 2
+        raise UsageError(f"unexpected arguments {rest}; `cape encodings` takes none")
     for name, entry in ENCODINGS.items():
         print(f"{name:10s} {entry.cls.kind:9s} options: {', '.join(entry.options())}")
     return 0
@@ -102,19 +228,21 @@ def _translate(args: argparse.Namespace, rest: list[str]) -> int:
 
 
 def _transcribe(args: argparse.Namespace, rest: list[str]) -> int:
-    from cape.lab.apps.transcribe import (
-        transcribe_main,  # WAV files + a trained CTC run -> text, or WER
-    )
+    from cape.lab.apps.transcribe_cli import main as transcribe  # WAVs -> text, or WER
 
-    return transcribe_main(rest)
+    return transcribe(rest)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+def _parser() -> ArgumentParser:
+    parser = ArgumentParser(
         prog="cape",
         description=(
             "Continuous augmented positional embeddings: encodings, experiments, benchmarks."
         ),
+        epilog=_EPILOG,
+    )
+    parser.add_argument(
+        "--debug", action="store_true", help="print the traceback of an error (or CAPE_DEBUG=1)"
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     p = sub.add_parser("bench", help="benchmarks of the cost of the encodings", add_help=False)
@@ -155,26 +283,29 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(run=_demo)
     p = sub.add_parser("encodings", help="list the encodings `cape.build` knows and their options")
     p.set_defaults(run=_encodings)
-    args, rest = parser.parse_known_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    global _debug
+    args, rest = _parser().parse_known_args(argv)
+    # --debug after the subcommand lands in `rest`: the global flag there too (not after "--")
+    cut = rest.index("--") if "--" in rest else len(rest)
+    debug = args.debug or "--debug" in rest[:cut]
+    rest = [a for a in rest[:cut] if a != "--debug"] + rest[cut:]
+    prog = " ".join(["cape", args.command, *([args.what] if "what" in args else [])])
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `cape ... | head` ends quietly
+    saved, _debug = _debug, debug
     try:
         return args.run(args, rest)
-    except ModuleNotFoundError as err:
-        extra = _EXTRA_OF_MODULE.get((err.name or "").partition(".")[0])
-        if extra is None:  # not a dependency of an extra: a real bug, keep its traceback
-            raise
-        print(
-            f"cape {args.command}: error: the module {err.name!r} is not installed; "
-            f'install it with: pip install "cape[{extra}]"',
-            file=sys.stderr,
-        )
-        return 1
-    except (ValueError, TypeError) as err:  # bad arguments or config
-        print(f"cape {args.command}: error: {err}", file=sys.stderr)
-        return 2
-    except (FileNotFoundError, KeyError) as err:  # e.g. evaluating a run never trained
-        print(f"cape {args.command}: error: {err}", file=sys.stderr)
-        return 1
+    except KeyboardInterrupt:
+        if _debug_wanted():
+            traceback.print_exc()
+        return 130
+    except Exception as err:  # one line, its code by class (see _classify)
+        return report_error(prog, err)
+    finally:
+        _debug = saved
 
 
 if __name__ == "__main__":

@@ -20,26 +20,52 @@ __all__ = ["load_file", "apply_overrides", "from_mapping", "to_mapping"]
 
 
 def load_file(path: str | Path) -> dict[str, Any]:
-    """Read a .yaml/.yml or .toml config into a dict."""
+    """Read a .yaml/.yml or .toml config into a dict. ValueError names the file (and the line
+    and column where the parser gives them) for a missing, unreadable or malformed one."""
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"config file {str(path)!r} does not exist")
-    text = path.read_text()
-    if path.suffix in (".yaml", ".yml"):
-        import yaml
+        what = "is a folder" if path.is_dir() else "does not exist"
+        raise ValueError(f"config file {str(path)!r} {what}")
+    if path.suffix not in (".yaml", ".yml", ".toml"):
+        raise ValueError(f"config file must end in .yaml, .yml or .toml, got {str(path)!r}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"config file {str(path)!r} is not UTF-8 text: {e}") from e
+    data = _parse(path, text)
+    if not isinstance(data, dict):
+        raise ValueError(f"config file {str(path)!r} must hold a mapping at the top level")
+    return data
 
-        data = yaml.safe_load(text) or {}
-    elif path.suffix == ".toml":
+
+def _parse(path: Path, text: str) -> Any:
+    """The content of config `path` by its suffix; ValueError "FILE: invalid FORMAT at line L,
+    column C: PROBLEM" (lines and columns counted from 1) for a malformed one."""
+    where = f"config file {str(path)!r}: invalid"
+    if path.suffix == ".toml":
         if sys.version_info >= (3, 11):
             import tomllib
         else:  # pragma: no cover
             import tomli as tomllib
-        data = tomllib.loads(text)
-    else:
-        raise ValueError(f"config file must end in .yaml, .yml or .toml, got {path.name!r}")
-    if not isinstance(data, dict):
-        raise ValueError(f"config file {path.name!r} must hold a mapping at the top level")
-    return data
+        try:
+            return tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:  # its message ends "(at line L, column C)"
+            raise ValueError(f"{where} TOML: {e}") from e
+    import yaml
+
+    try:
+        return yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        raise ValueError(f"{where} YAML{_yaml_problem(e)}") from e
+
+
+def _yaml_problem(e: Exception) -> str:
+    """' at line L, column C: PROBLEM' of a YAML error (PyYAML's marks count from 0)."""
+    mark = getattr(e, "problem_mark", None)
+    at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    problem = getattr(e, "problem", None) or str(e)
+    context = getattr(e, "context", None)
+    return f"{at}: {problem}" + (f" ({context})" if context else "")
 
 
 def apply_overrides(config: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
@@ -57,7 +83,13 @@ def apply_overrides(config: Mapping[str, Any], overrides: Sequence[str]) -> dict
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise ValueError(f"--set {key}: {part!r} is not a section")
-        node[parts[-1]] = _scalar(yaml.safe_load(raw)) if raw.strip() else ""
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError as e:
+            raise ValueError(
+                f"--set {key}: {raw!r} is not a valid YAML value{_yaml_problem(e)}"
+            ) from e
+        node[parts[-1]] = _scalar(value)
     return out
 
 
@@ -84,7 +116,7 @@ def from_mapping(cls: type, mapping: Mapping[str, Any], prefix: str = "") -> Any
     if not isinstance(mapping, Mapping):
         raise ValueError(f"{prefix.rstrip('.') or 'config'} must be a mapping, got {mapping!r}")
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(mapping) - set(fields))
+    unknown = sorted(map(str, set(mapping) - set(fields)))  # str: YAML keys can be numbers
     if unknown:
         raise ValueError(
             f"unknown config key(s) {[prefix + k for k in unknown]}; allowed under "

@@ -8,13 +8,13 @@ other patch, per encoding (the LFF paper's Figure 2).
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import torch
 
 from cape import functional as F
 from cape.build import build
+from cape.lab.cli import ArgumentParser, check_out_folder
 from cape.positions import grid_indices, grid_positions
 
 GRID = 14
@@ -115,9 +115,10 @@ def similarity_maps(dim: int = 64, seed: int = 0) -> dict[str, torch.Tensor]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="cape demo", description=__doc__)
+    p = ArgumentParser(prog="cape demo", description=__doc__)
     p.add_argument("--out", type=Path, default=Path("runs/demo"), help="folder for the plot")
     args = p.parse_args(argv)
+    check_out_folder(args.out, "--out")
     print("| encoding | output shape | property |\n|---|---|---|")
     for name, shape, prop in _properties():
         print(f"| {name} | {shape} | {prop} |")

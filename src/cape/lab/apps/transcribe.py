@@ -14,9 +14,7 @@ a result. `cape transcribe` (`transcribe_main`) is the command-line front end.
 
 from __future__ import annotations
 
-import argparse
 import json
-import math
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -29,7 +27,6 @@ from cape.lab.data.speech.audio import read_wav, resample
 from cape.lab.data.speech.features import _samples, frame_hop_seconds, log_mel
 from cape.lab.data.speech.tokens import VOCAB_SIZE, ctc_beam_decode, ctc_greedy_decode
 from cape.lab.data.text.sentences import normalize_text
-from cape.lab.io import write_json
 from cape.lab.metrics import DURATION_BINS, cer, wer, wer_by_bin
 from cape.lab.train.checkpoint import (
     MODEL_FILE,
@@ -106,6 +103,8 @@ def load_asr_model(
         raise ValueError(
             f"device must be a torch device such as 'cpu' or 'cuda:0', got {device!r}"
         ) from e
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {str(device)!r}: CUDA is not available on this machine")
     spec = _read_spec(spec_file)
     try:
         model = CTCModel(**spec["model"])
@@ -218,11 +217,17 @@ def read_transcripts(path: str | Path) -> dict[str, str]:
     or absolute name, a name with "..", and a repeated name.
     """
     path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"transcripts {path} is a folder; give a TSV file of name<TAB>text lines")
     if not path.is_file():
         raise FileNotFoundError(f"no such transcripts file: {path}")
     out: dict[str, str] = {}
     seen: dict[str, int] = {}
-    lines = path.read_text(encoding="utf-8-sig").splitlines()  # -sig: Windows editors add a BOM
+    try:
+        text = path.read_text(encoding="utf-8-sig")  # -sig: Windows editors add a BOM
+    except UnicodeDecodeError as e:
+        raise ValueError(f"transcripts {path} is not UTF-8 text: {e}") from e
+    lines = text.splitlines()
     for number, line in enumerate(lines, start=1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
@@ -300,92 +305,10 @@ def evaluate_folder(
 
 
 # -- command line ------------------------------------------------------------------------------
-def _pct(x: float) -> str:
-    return "-" if math.isnan(x) else f"{100 * x:.2f}"
-
-
-def _table(result: dict[str, Any]) -> str:
-    """Markdown table: WER/CER % per duration bin, then all utterances."""
-    lines = ["| duration (s) | utterances | WER % | CER % |", "|---|---:|---:|---:|"]
-    for b in result["bins"]:
-        lines.append(
-            f"| {b['low']:g}-{b['high']:g} | {b['count']} | {_pct(b['wer'])} | {_pct(b['cer'])} |"
-        )
-    lines.append(
-        f"| all ({result['seconds']:.1f} s) | {result['utterances']} | "
-        f"{_pct(result['wer'])} | {_pct(result['cer'])} |"
-    )
-    return "\n".join(lines)
-
-
-def _audio_files(paths: list[str]) -> list[Path]:
-    files: list[Path] = []
-    for p in map(Path, paths):
-        if p.is_dir():
-            found = sorted(p.glob("*.wav"))
-            if not found:
-                raise ValueError(f"audio folder {p} holds no .wav file")
-            files += found
-        elif p.is_file():
-            files.append(p)
-        else:
-            raise FileNotFoundError(f"no such audio file or folder: {p}")
-    return files
-
-
 def transcribe_main(argv: list[str]) -> int:
     """`cape transcribe MODEL AUDIO...`: print `name<TAB>text` per WAV file, or with
-    `--transcripts TSV` score one folder and print WER/CER per duration bin. Returns 0; raises
-    ValueError for bad usage."""
-    p = argparse.ArgumentParser(
-        prog="cape transcribe", description="Transcribe WAV files with a trained CTC model."
-    )
-    p.add_argument("model", help="run folder (with model.json) or one of its checkpoint folders")
-    p.add_argument("audio", nargs="+", help="WAV files or folders (their *.wav, sorted)")
-    p.add_argument("--checkpoint", default=None, help="best (default), latest or a checkpoint name")
-    p.add_argument("--beam", type=int, default=0, help="beam width; 0 = greedy (default)")
-    p.add_argument("--hop-ms", type=float, default=None, help="STFT hop (default: the model's)")
-    p.add_argument("--transcripts", default=None, help="TSV of name<TAB>text: score one folder")
-    p.add_argument("--out", default=None, help="with --transcripts: write the scores as JSON")
-    p.add_argument("--device", default="cpu", help="torch device (default cpu)")
-    args = p.parse_args(argv)
-    if args.beam < 0:
-        raise ValueError(f"--beam must be >= 0 (0 = greedy), got {args.beam}")
-    if args.hop_ms is not None and not (math.isfinite(args.hop_ms) and args.hop_ms > 0):
-        raise ValueError(f"--hop-ms must be a number > 0, got {args.hop_ms}")
-    if args.out is not None and args.transcripts is None:
-        raise ValueError("--out needs --transcripts (it writes the scores)")
-    model_path = Path(args.model)
-    if args.checkpoint is not None and not (model_path / SPEC_FILE).is_file():
-        raise ValueError(f"--checkpoint needs a run folder (with {SPEC_FILE}), got {model_path}")
-    model, spec = load_asr_model(
-        model_path, checkpoint=args.checkpoint or "best", device=args.device
-    )
-    feat = spec["features"]
-    if args.transcripts is None:
-        for file in _audio_files(args.audio):
-            wave = load_audio(file, feat["sample_rate"], win_ms=feat["win_ms"])
-            text = transcribe(model, spec, [wave], hop_ms=args.hop_ms, beam=args.beam)[0]
-            print(f"{file}\t{text}", flush=True)  # as it goes: long lists show progress
-        return 0
-    if len(args.audio) != 1 or not Path(args.audio[0]).is_dir():
-        raise ValueError(f"with --transcripts, audio must be one folder, got {args.audio}")
-    result = evaluate_folder(
-        model, spec, args.audio[0], args.transcripts, hop_ms=args.hop_ms, beam=args.beam
-    )
-    print(_table(result))
-    if result["unlisted"]:
-        print(
-            f"({result['unlisted']} WAV file(s) in {args.audio[0]} not in "
-            f"{args.transcripts}: ignored)"
-        )
-    if args.out is not None:
-        settings = {
-            "model": str(model_path),
-            "checkpoint": spec["checkpoint"],
-            "hop_ms": args.hop_ms or feat["hop_ms"],
-            "beam": args.beam,
-        }
-        write_json(args.out, {"settings": settings, **result})  # an empty bin's NaN -> null
-        print(f"scores -> {args.out}")
-    return 0
+    `--transcripts TSV` score one folder (see `cape.lab.apps.transcribe_cli`). Returns 0; raises
+    ValueError (or FileNotFoundError) for bad usage."""
+    from cape.lab.apps.transcribe_cli import main
+
+    return main(argv)

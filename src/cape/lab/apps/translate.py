@@ -8,7 +8,6 @@ turns sentences into Spanish (lower-cased, as the corpus is) with beam search.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
@@ -19,6 +18,7 @@ from typing import Any
 import torch
 
 from cape._checks import check_int
+from cape.lab.cli import ArgumentParser
 from cape.lab.data.translation.bpe import Tokenizer
 from cape.lab.train.checkpoint import load_checkpoint, pick_checkpoint
 from cape.models.search import beam_search, greedy_decode, max_lengths
@@ -67,11 +67,24 @@ def load_translation_model(
             f"run {str(run)!r} has no model.json: give a folder "
             "<out>/<row>/seed<k> of `cape experiment translation`"
         )
-    spec = json.loads(spec_path.read_text(encoding="utf-8"))
+    try:
+        spec = json.loads(spec_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{spec_path} is not valid JSON: {e}") from e
+    if not isinstance(spec, dict):
+        raise ValueError(f"{spec_path} must hold a JSON object, got {type(spec).__name__}")
     if spec.get("experiment") != "translation":
         raise ValueError(
             f"run {str(run)!r} is a {spec.get('experiment')!r} run, not a translation one"
         )
+    if not isinstance(spec.get("model"), dict):
+        raise ValueError(f'{spec_path} must hold a "model" object (Seq2Seq keywords)')
+    try:
+        device = torch.device(device)
+    except RuntimeError as e:
+        raise ValueError(f"device must be a torch device such as 'cpu' or 'cuda:0': {e}") from e
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {str(device)!r}: CUDA is not available on this machine")
     path = pick_checkpoint(run / "checkpoints", checkpoint)
     model = Seq2Seq(**_current_spec(spec["model"]))
     load_checkpoint(path, model)
@@ -168,7 +181,7 @@ def source_ids(ids: Sequence[int], tokenizer: Tokenizer) -> list[int]:
 
 def translate_main(argv: list[str]) -> int:
     """`cape translate RUN [TEXT ...]`: translate each TEXT, or each line of stdin."""
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="cape translate",
         description="Translate English sentences into Spanish with a "
         "trained `cape experiment translation` run.",
@@ -184,13 +197,10 @@ def translate_main(argv: list[str]) -> int:
     )
     p.add_argument("--device", default="cpu")
     args = p.parse_args(argv)
-    try:
-        model, tok, _ = load_translation_model(
-            args.run, device=args.device, checkpoint=args.checkpoint
-        )
-    except (FileNotFoundError, ValueError) as e:
-        print(f"cape translate: {e}", file=sys.stderr)
-        return 2
+    if args.beam < 0:
+        raise ValueError(f"--beam must be >= 0 (0 = greedy), got {args.beam}")
+    # a missing or foreign run is a FileNotFoundError or ValueError: `cape` exits 2 with its line
+    model, tok, _ = load_translation_model(args.run, device=args.device, checkpoint=args.checkpoint)
     texts = args.text or [line.rstrip("\n") for line in sys.stdin]
     keep = [t for t in texts if t.strip()]
     hyps = iter(translate(model, tok, keep, beam=args.beam, length_penalty=args.length_penalty))
