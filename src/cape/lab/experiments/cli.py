@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 from pathlib import Path
 from typing import Any
 
+from cape.lab.cli import ArgumentParser, check_out_folder
 from cape.lab.config import from_mapping
+from cape.lab.errors import UsageError
 from cape.lab.experiments import EXPERIMENTS, resolve_config
 from cape.lab.experiments.template import archive_runs, finished_rows, read_results
 
@@ -19,7 +22,7 @@ __all__ = ["experiment_main", "train_main", "eval_main", "plot_main"]
 
 
 def _parser(prog: str, *, row: bool) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog)
+    p = ArgumentParser(prog=prog)
     p.add_argument("name", choices=sorted(EXPERIMENTS), help="which experiment")
     p.add_argument(
         "--preset", default=None, help="a preset of the experiment (quick, cpu-full, paper)"
@@ -71,7 +74,7 @@ def _resolve(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Path]:
         known = [r["name"] for r in mapping["rows"]]
         unknown = [n for n in names if n not in known]
         if unknown or not names:
-            raise ValueError(f"--rows must name rows of the config {known}, got {unknown or names}")
+            raise UsageError(f"--rows must name rows of the config {known}, got {unknown or names}")
         cfg, mapping = _keep_rows(exp, mapping, names)
     return cfg, mapping, args.out or Path("runs") / cfg.name
 
@@ -93,7 +96,7 @@ def _module(args: argparse.Namespace) -> Any:
 def _row(cfg: Any, args: argparse.Namespace) -> tuple[Any, int]:
     rows = {r.name: r for r in cfg.rows}
     if args.row not in rows:
-        raise ValueError(f"--row must be one of {sorted(rows)}, got {args.row!r}")
+        raise UsageError(f"--row must be one of {sorted(rows)}, got {args.row!r}")
     seed = cfg.seeds[0] if args.seed is None else args.seed
     return rows[args.row], seed
 
@@ -107,10 +110,11 @@ def experiment_main(argv: list[str]) -> int:
 
         print(yaml.safe_dump(mapping, sort_keys=False, allow_unicode=True), end="")
         return 0
+    check_out_folder(out, "--out")  # before any training: a file or a read-only folder
     if args.finished:
         names = finished_rows(cfg, out)
         if not names:
-            raise ValueError(
+            raise UsageError(
                 f"--finished: {str(out)!r} holds no finished run of the rows "
                 f"{[r.name for r in cfg.rows]} (see --out, --preset, --rows)"
             )
@@ -124,6 +128,7 @@ def train_main(argv: list[str]) -> int:
     """Train one row and seed of an experiment into <out>/<row>/seed<k> (resumable)."""
     args = _parser("cape train", row=True).parse_args(argv)
     cfg, _, out = _resolve(args)
+    check_out_folder(out, "--out")  # before the data are made and training starts
     mod = _module(args)
     row, seed = _row(cfg, args)
     data = mod.make_data(cfg)
@@ -141,19 +146,26 @@ def eval_main(argv: list[str]) -> int:
     cfg, _, out = _resolve(args)
     mod = _module(args)
     row, seed = _row(cfg, args)
+    run = mod.run_dir(out, row, seed)
+    if not run.is_dir():  # before the data are made: they can take minutes
+        raise UsageError(
+            f"no run {str(run)!r}: train it first (cape train {args.name} --row {row.name} "
+            f"--seed {seed} with the same --out, --preset, --config and --set)"
+        )
+    check_out_folder(run, "the run folder")  # eval_only.json goes there
     data = mod.make_data(cfg)
     model = mod.load_run(cfg, row, seed, out, data)
     records = mod.eval_records(cfg, row, seed, model, data, next(model.parameters()).device)
     print(mod.format_records(records))
     from cape.lab.report import write_json
 
-    write_json(mod.run_dir(out, row, seed) / "eval_only.json", {"records": records})
+    write_json(run / "eval_only.json", {"records": records})
     return 0
 
 
 def plot_main(argv: list[str]) -> int:
     """Redraw report.md and the plots of an experiment folder from its results.json."""
-    p = argparse.ArgumentParser(prog="cape plot")
+    p = ArgumentParser(prog="cape plot")
     p.add_argument("folder", type=Path, help="an experiment folder holding results.json")
     p.add_argument(
         "--archive",
@@ -164,9 +176,22 @@ def plot_main(argv: list[str]) -> int:
         "settings.json to DEST (e.g. results/NAME), without weights",
     )
     args = p.parse_args(argv)
-    name = read_results(args.folder).get("experiment")
+    if not args.folder.is_dir():
+        what = "is not a folder" if args.folder.exists() else "does not exist"
+        raise UsageError(f"folder {str(args.folder)!r} {what}; give an experiment folder")
+    check_out_folder(args.folder, "folder")  # the report and plots are written there
+    if args.archive is not None:
+        check_out_folder(args.archive, "--archive")
+    try:
+        results = read_results(args.folder)
+    except json.JSONDecodeError as e:  # a damaged file is named, not only the JSON error
+        raise UsageError(f"{args.folder / 'results.json'} is not valid JSON: {e}") from e
+    name = results.get("experiment") if isinstance(results, dict) else None
     if name not in EXPERIMENTS:
-        raise ValueError(f"results.json names experiment {name!r}; known: {sorted(EXPERIMENTS)}")
+        raise UsageError(
+            f"{args.folder / 'results.json'} names experiment {name!r}; "
+            f"known: {sorted(EXPERIMENTS)}"
+        )
     print(f"report: {importlib.import_module(EXPERIMENTS[name].module).redraw(args.folder)}")
     if args.archive is not None:
         print(f"archived {len(archive_runs(args.folder, args.archive))} files to {args.archive}")
