@@ -12,7 +12,6 @@ on CUDA the allocator's peak above the step's input.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +23,7 @@ from cape.build import build
 from cape.lab.bench.memory import cuda_peak_bytes, saved_bytes
 from cape.lab.bench.results import machine, write_results
 from cape.lab.bench.timing import time_interleaved
+from cape.lab.cli import ArgumentParser, out_folder
 from cape.positions import grid_positions, timestamps, token_positions
 
 __all__ = ["Case", "CASES", "run_case", "main"]
@@ -243,12 +243,14 @@ COLUMNS = [
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="cape bench encodings", description=__doc__)
+    p = ArgumentParser(prog="cape bench encodings", description=__doc__)
     p.add_argument("--runs", type=int, default=20, help="timed runs per measurement (>= 1)")
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     p.add_argument("--families", default="text,audio,vit", help="comma list of text, audio, vit")
     p.add_argument("--scale", type=float, default=1.0, help="fraction of each batch size (tests)")
-    p.add_argument("--out", default=None, help="folder for encodings.md / encodings.csv")
+    p.add_argument(
+        "--out", type=out_folder, default=None, help="folder for encodings.md / encodings.csv"
+    )
     args = p.parse_args(argv)
     families = [f for f in args.families.split(",") if f]
     unknown = sorted(set(families) - {c.family for c in CASES})

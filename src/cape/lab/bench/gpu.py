@@ -25,6 +25,7 @@ from torch import nn
 
 from cape.encodings.fourier import LearnableFourierFeatures
 from cape.lab.bench.results import machine, write_results
+from cape.lab.cli import ArgumentParser, out_folder
 
 __all__ = ["SYNC_CASES", "check_sync", "check_graph_step", "check_bf16", "main"]
 
@@ -190,13 +191,13 @@ def check_bf16(name: str, device: torch.device, rtol: float = 0.05) -> dict[str,
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="cape bench gpu",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--device", default="cuda", help="a CUDA device, e.g. cuda or cuda:1")
-    p.add_argument("--out", default=None, help="folder for gpu.md / gpu.csv")
+    p.add_argument("--out", type=out_folder, default=None, help="folder for gpu.md / gpu.csv")
     args = p.parse_args(argv)
     try:
         device = torch.device(args.device)

@@ -42,6 +42,7 @@ from cape.encodings.fourier import LearnableFourierFeatures
 from cape.lab.bench.results import machine, write_results
 from cape.lab.bench.table9 import CAPE_TARGET, PAPER_TABLE9, table9_rows
 from cape.lab.bench.timing import time_interleaved
+from cape.lab.cli import ArgumentParser, out_folder
 from cape.models import TransformerDecoder, TransformerEncoder
 from cape.positions import token_positions
 
@@ -255,7 +256,7 @@ def _lengths(p: argparse.ArgumentParser, text: str) -> list[int]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="cape bench slowdown",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -288,7 +289,12 @@ def _parser() -> argparse.ArgumentParser:
         "--dtypes", default="fp32,bf16", help="comma list of fp32, bf16, fp16 (CUDA only)"
     )
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
-    p.add_argument("--out", default=None, help="folder for slowdown.md/.csv and table9.md/.csv")
+    p.add_argument(
+        "--out",
+        type=out_folder,
+        default=None,
+        help="folder for slowdown.md/.csv and table9.md/.csv",
+    )
     return p
 
 

@@ -22,6 +22,7 @@ import torch
 
 from cape.lab.bench.results import machine, write_results
 from cape.lab.bench.timing import time_interleaved
+from cape.lab.cli import ArgumentParser, out_folder
 
 __all__ = ["VIT_MODELS", "vit_throughput", "asr_throughput", "main"]
 
@@ -177,7 +178,7 @@ def _numbers(p: argparse.ArgumentParser, flag: str, text: str, kind: type) -> li
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="cape bench throughput", description=__doc__)
+    p = ArgumentParser(prog="cape bench throughput", description=__doc__)
     p.add_argument("what", choices=["vit", "asr"], help="which model family")
     p.add_argument("--model", default="experiment", choices=sorted(VIT_MODELS), help="vit: size")
     p.add_argument("--sizes", default=None, help="vit: comma list of resolutions in px")
@@ -188,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--runs", type=int, default=10)
     p.add_argument("--device", default="cpu")
-    p.add_argument("--out", default=None, help="folder for the .md, .csv and .png")
+    p.add_argument("--out", type=out_folder, default=None, help="folder for the .md, .csv and .png")
     args = p.parse_args(argv)
     if args.runs < 1 or (args.batch is not None and args.batch < 1):
         p.error("--runs and --batch must be >= 1")

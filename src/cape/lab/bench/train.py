@@ -25,6 +25,7 @@ from torch import nn
 
 from cape.build import build
 from cape.lab.bench.timing import time_interleaved
+from cape.lab.cli import ArgumentParser
 from cape.models import TransformerEncoder
 
 __all__ = ["matmul_peak", "step_flops", "engine_overhead", "main"]
@@ -140,7 +141,7 @@ def _print_engine(steps: int, batch: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="cape bench train", description=__doc__)
+    p = ArgumentParser(prog="cape bench train", description=__doc__)
     p.add_argument("--layers", type=int, default=6)
     p.add_argument("--dim", type=int, default=256)
     p.add_argument("--heads", type=int, default=4)

@@ -20,16 +20,15 @@ size (bytes) and CRC-32 (crc32), which `verify_corpus` checks.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import multiprocessing
-import sys
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
 from cape._checks import check_choice, check_int
+from cape.lab.cli import ArgumentParser, check_out_folder, report_error
 from cape.lab.data.speech.audio import read_wav, write_wav
 from cape.lab.data.speech.synth import (
     DURATION_BINS,
@@ -335,8 +334,8 @@ def verify_corpus(
 
 def speech_main(argv: list[str]) -> int:
     """`cape data speech`: make (or finish) the speech corpus, then verify it; `--verify` only
-    verifies. Returns the exit status (0 ok, 1 corpus problems)."""
-    parser = argparse.ArgumentParser(
+    verifies. Returns the exit status (0 ok, 1 corpus problems, 2 bad settings)."""
+    parser = ArgumentParser(
         prog="cape data speech", description="Make the offline espeak-ng speech corpus."
     )
     parser.add_argument("--root", default="data/speech", help="corpus folder (data/speech)")
@@ -359,6 +358,7 @@ def speech_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         if not args.verify:
+            check_out_folder(args.root, "--root")
             summary = make_speech_corpus(
                 args.root,
                 train=args.train,
@@ -381,10 +381,8 @@ def speech_main(argv: list[str]) -> int:
                 f"{split}: {info['utterances']} utterances, "
                 f"{seconds:.0f} s = {seconds / 3600:.2f} h, ok"
             )
-    except CorpusError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    except CorpusError as e:  # missing or damaged files: a failure, not a mistake
+        return report_error(parser.prog, e, code=1)
+    except (ValueError, FileNotFoundError) as e:
+        return report_error(parser.prog, e)
     return 0

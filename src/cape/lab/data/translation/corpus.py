@@ -21,17 +21,16 @@ settings return the manifest at once. The joint SentencePiece BPE lives in
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import random
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from cape._checks import check_choice, check_int
+from cape.lab.cli import ArgumentParser, check_out_folder, report_error
 from cape.lab.data.text.sentences import WORDNET_DIR
 from cape.lab.data.translation.apertium import (
     FORTUNES_DIR,
@@ -348,7 +347,7 @@ def verify_translation_corpus(root: str | Path) -> dict[str, int]:
 def translation_main(argv: list[str]) -> int:
     """`cape data translation`: make (or finish) the corpus, verify it and print its counts.
     Returns the exit status (0 ok, 1 corpus problems, 2 bad settings)."""
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="cape data translation",
         description="Make the offline English->Spanish corpus (WordNet + fortunes, Apertium).",
     )
@@ -365,6 +364,7 @@ def translation_main(argv: list[str]) -> int:
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     try:
+        check_out_folder(args.root, "--root")
         manifest = make_translation_corpus(
             args.root,
             seed=args.seed,
@@ -379,12 +379,10 @@ def translation_main(argv: list[str]) -> int:
             progress=not args.no_progress,
         )
         verify_translation_corpus(args.root)
-    except CorpusError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    except CorpusError as e:  # missing or damaged files: a failure, not a mistake
+        return report_error(parser.prog, e, code=1)
     except (ValueError, TypeError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return report_error(parser.prog, e)
     for split, n in manifest["counts"].items():
         print(f"{split}: {n} pairs")
     d = manifest["dropped"]
