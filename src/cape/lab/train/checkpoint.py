@@ -282,7 +282,7 @@ def resume_checkpoint(
             set_aside(path, str(e))
             continue
         if pointer != path.name:
-            if pointer is not None and not (root / pointer).is_dir():
+            if pointer is not None and not (_STEP.fullmatch(pointer) and (root / pointer).is_dir()):
                 _log.warning(
                     "%s names %r, which is missing or damaged; resuming from %s",
                     root / "latest",

@@ -11,13 +11,14 @@ learns whether it could (one collective), so no rank waits on a rank that gave u
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
 import socket
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from cape.lab.errors import RunFolderBusy, UsageError
 from cape.lab.io import write_json
 from cape.lab.train import distributed as D
 
-__all__ = ["LOCK_FILE", "OWNER_FILE", "FolderLock", "locked_folder"]
+__all__ = ["LOCK_FILE", "OWNER_FILE", "FolderLock", "locked_folder", "holds_out", "make_folder"]
 
 LOCK_FILE = ".lock"
 OWNER_FILE = ".lock.owner"
@@ -67,6 +68,23 @@ def _unwritable(folder: Path, err: OSError) -> UsageError:
     )
 
 
+def make_folder(folder: str | Path) -> Path:
+    """`mkdir -p folder` for a run folder; UsageError naming the file that stands in its way,
+    or the folder when it cannot be made or written."""
+    folder = Path(folder)
+    for path in (folder, *folder.parents):
+        if path.is_dir():
+            break
+        if path.exists() or path.is_symlink():
+            where = "" if path == folder else f"; the run folder {folder} cannot be made inside it"
+            raise UsageError(f"{path} is a file: a run folder must be a folder{where}")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise _unwritable(folder, e) from None
+    return folder
+
+
 class FolderLock:
     """The exclusive lock of run folder `folder` (made when missing). `acquire()` raises
     `RunFolderBusy` naming the holder when another process has it, and `UsageError` when
@@ -81,19 +99,14 @@ class FolderLock:
     def acquire(self) -> None:
         import filelock
 
-        if self.folder.exists() and not self.folder.is_dir():
-            raise UsageError(f"{self.folder} is a file: a run folder must be a folder")
+        make_folder(self.folder)
         try:
-            self.folder.mkdir(parents=True, exist_ok=True)
+            # made here first: filelock reports some failures to create it as a busy lock
+            os.close(os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644))
             lock = filelock.FileLock(self.lock_path, timeout=0)
             lock.acquire()
         except filelock.Timeout:
             raise self._busy() from None
-        except (FileExistsError, NotADirectoryError):  # a file where a parent folder should be
-            raise UsageError(
-                f"{self.folder} cannot be made: a file stands in its path "
-                "(a run folder must be a folder)"
-            ) from None
         except OSError as e:  # read-only, no permission, ...
             raise _unwritable(self.folder, e) from None
         stale = _read_owner(self.owner_path)
@@ -164,3 +177,17 @@ def locked_folder(folder: str | Path) -> Iterator[None]:
         yield
     finally:
         lock.release()
+
+
+def holds_out(run_experiment: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorate an experiment's `run_experiment(cfg, mapping, out, *, train)`: its experiment
+    folder `out` is locked for the whole call (config, runs, report), so a second process on
+    it stops at once with `RunFolderBusy` naming the holder."""
+
+    @functools.wraps(run_experiment)
+    def locked(cfg: Any, mapping: dict[str, Any], out: str | Path, **kw: Any) -> Any:
+        D.init_distributed(cfg.train.device)  # under torchrun: rank 0 locks, every rank learns
+        with locked_folder(out):
+            return run_experiment(cfg, mapping, out, **kw)
+
+    return locked

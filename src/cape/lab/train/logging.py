@@ -17,6 +17,7 @@ from typing import Any
 from cape.lab.io import atomic_write, write_json
 from cape.lab.progress import progress
 from cape.lab.train.distributed import get_world_size, is_main
+from cape.lab.train.lock import make_folder
 
 __all__ = ["MetricsLogger", "git_state", "progress", "run_info", "write_json", "write_run_record"]
 
@@ -50,7 +51,7 @@ class MetricsLogger:
         self._purge_step: int | None = None
         if not self.enabled:
             return
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        make_folder(self.run_dir)  # a file or read-only folder there: UsageError naming it
         if tensorboard:
             try:  # optional: torch's writer imports the tensorboard package
                 from torch.utils.tensorboard import SummaryWriter
