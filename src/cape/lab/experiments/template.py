@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from cape.lab.config import apply_overrides, from_mapping, load_file, to_mapping
-from cape.lab.io import atomic_write
+from cape.lab.errors import DamagedFile
+from cape.lab.io import atomic_write, read_json, set_aside
 
 __all__ = [
     "merge",
@@ -174,12 +175,17 @@ def check_run_settings(folder: Path, settings: dict[str, Any]) -> bool:
     there is no file yet; ValueError naming the keys when a training setting differs (the eval
     keys that pick the checkpoint count as training), since the folder's checkpoints came from
     other settings. `_NOT_TRAINING` keys are ignored."""
-    import json
-
     path = folder / "settings.json"
     if not path.is_file():
         return False
-    old = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        old = read_json(path)
+    except DamagedFile as e:  # what the checkpoints were trained with is unknown: ask
+        raise DamagedFile(
+            f"{e}; delete it if this run was trained with this config's settings "
+            "(it is written again), else delete the run folder",
+            path,
+        ) from e
     diff = sorted(
         k
         for k in set(old) | set(settings)
@@ -214,8 +220,6 @@ def cached_runs(
 
     With `train=False` nothing is computed or written: only the finished runs (`is_finished`)
     are yielded, so a report of a study still in progress can be drawn from them."""
-    import json
-
     from cape.lab.report import write_json
     from cape.lab.train import distributed as D
 
@@ -225,13 +229,14 @@ def cached_runs(
         path = folder / "eval.json"
         if not train:
             done = is_finished(folder, None if cfg is None else run_settings(cfg, row))
+            record = _cached_eval(path, set_damaged_aside=False) if done else None
             print(
                 f"[{i + 1}/{len(jobs)}] {row.name} seed {seed}"
-                f"{'' if done else ': not finished, left out'}",
+                f"{'' if record is not None else ': not finished, left out'}",
                 flush=True,
             )
-            if done:
-                yield row, seed, json.loads(path.read_text(encoding="utf-8"))
+            if record is not None:
+                yield row, seed, record
             continue
         print(f"[{i + 1}/{len(jobs)}] {row.name} seed {seed}", flush=True)
         stale = False
@@ -243,13 +248,29 @@ def cached_runs(
                 if stale:  # gone before the new settings are: a crash cannot pair them
                     path.unlink(missing_ok=True)
                 write_json(folder / "settings.json", settings)
-        if path.is_file() and not stale:
-            done = json.loads(path.read_text(encoding="utf-8"))
-        else:
+        done = None if stale else _cached_eval(path, set_damaged_aside=D.get_rank() == 0)
+        if done is None:
             done = compute(row, seed, folder)
             if D.get_rank() == 0:
                 write_json(path, done)
         yield row, seed, done
+
+
+def _cached_eval(path: Path, *, set_damaged_aside: bool) -> dict[str, Any] | None:
+    """A run's eval.json; None when it is absent or damaged (named in a warning; with
+    `set_damaged_aside` set aside, so that the run is evaluated again from its checkpoint)."""
+    import logging
+
+    try:
+        return read_json(path)
+    except FileNotFoundError:  # absent, or set aside by rank 0 a moment ago
+        return None
+    except DamagedFile as e:
+        if set_damaged_aside:
+            set_aside(path, f"{e}; the run is evaluated again")
+        else:
+            logging.getLogger(__name__).warning("%s; the run is left out", e)
+        return None
 
 
 def is_finished(folder: Path, settings: dict[str, Any] | None) -> bool:
@@ -274,12 +295,13 @@ def finished_rows(cfg: Any, out: str | Path) -> list[str]:
 def read_results(out: str | Path) -> dict[str, Any]:
     """The results.json of a finished experiment folder (what `cape plot` and every report's
     `redraw` re-render from); ValueError naming the folder when it has none."""
-    import json
-
     path = Path(out) / "results.json"
     if not path.is_file():
         raise ValueError(f"{str(out)!r} has no results.json: run `cape experiment` there first")
-    return json.loads(path.read_text(encoding="utf-8"))
+    try:
+        return read_json(path)
+    except DamagedFile as e:
+        raise DamagedFile(f"{e}; `cape experiment` on this folder writes it again", path) from e
 
 
 # what an experiment folder keeps without weights: enough to report it again and, copied back

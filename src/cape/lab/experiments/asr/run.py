@@ -34,6 +34,7 @@ from cape.lab.metrics import error_counts
 from cape.lab.train import Trainer, seed_everything
 from cape.lab.train import distributed as D
 from cape.lab.train.checkpoint import load_checkpoint, pick_checkpoint
+from cape.lab.train.lock import holds_out
 from cape.models.asr import CTCModel
 
 __all__ = [
@@ -187,6 +188,7 @@ def load_run(
     return model
 
 
+@holds_out
 def run_experiment(
     cfg: AsrConfig, mapping: dict[str, Any], out: str | Path, *, train: bool = True
 ) -> dict[str, Any]:

@@ -42,6 +42,7 @@ from cape.lab.experiments.template import cached_runs, run_dir, save_config, sum
 from cape.lab.train import Trainer, seed_everything
 from cape.lab.train import distributed as D
 from cape.lab.train.checkpoint import latest_checkpoint, load_checkpoint
+from cape.lab.train.lock import holds_out
 from cape.models.transformer import TransformerEncoder
 
 __all__ = [
@@ -286,6 +287,7 @@ def _baselines(data: dict[str, Screens]) -> dict[str, dict[str, float]]:
     }
 
 
+@holds_out
 def run_experiment(
     cfg: LffBoxesConfig, mapping: dict[str, Any], out: str | Path, *, train: bool = True
 ) -> dict[str, Any]:

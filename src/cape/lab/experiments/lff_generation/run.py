@@ -30,6 +30,7 @@ from cape.lab.experiments.vision.data import VisionData
 from cape.lab.train import Trainer, seed_everything
 from cape.lab.train import distributed as D
 from cape.lab.train.checkpoint import latest_checkpoint, load_checkpoint
+from cape.lab.train.lock import holds_out
 
 __all__ = [
     "GenerationData",
@@ -258,6 +259,7 @@ def read_curve(folder: str | Path) -> list[dict[str, Any]]:
     return [{"step": s, "bpd": points[s]} for s in sorted(points)]
 
 
+@holds_out
 def run_experiment(
     cfg: GenerationConfig, mapping: dict[str, Any], out: str | Path, *, train: bool = True
 ) -> dict[str, Any]:

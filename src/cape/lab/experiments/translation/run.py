@@ -30,6 +30,7 @@ from cape.lab.experiments.translation.report import redraw, write_report
 from cape.lab.io import atomic_write, write_json
 from cape.lab.train import Trainer, seed_everything
 from cape.lab.train import distributed as D
+from cape.lab.train.lock import holds_out
 from cape.models.search import sequence_nll
 from cape.models.seq2seq import Seq2Seq
 
@@ -314,6 +315,7 @@ def format_records(result: dict[str, Any] | list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+@holds_out
 def run_experiment(
     cfg: TranslationConfig, mapping: dict[str, Any], out: str | Path, *, train: bool = True
 ) -> dict[str, Any]:

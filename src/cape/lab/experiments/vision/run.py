@@ -30,6 +30,7 @@ from cape.lab.experiments.vision.report import (
 from cape.lab.train import Trainer, seed_everything
 from cape.lab.train import distributed as D
 from cape.lab.train.checkpoint import latest_checkpoint, load_checkpoint
+from cape.lab.train.lock import holds_out
 from cape.models.vit import ViT
 
 __all__ = [
@@ -185,6 +186,7 @@ def load_run(
     return model
 
 
+@holds_out
 def run_experiment(
     cfg: VisionConfig, mapping: dict[str, Any], out: str | Path, *, train: bool = True
 ) -> dict[str, Any]:
