@@ -390,6 +390,12 @@ SCRIPT = textwrap.dedent("""
     rank = int(os.environ.get("RANK", "0"))
     if mode == "ddp":
         run_dir = os.path.join(run_dir, f"rank{rank}")  # rank 1's must stay empty
+        from cape.lab.errors import RunFolderBusy
+        try:  # a folder another process holds: every rank stops, none waits on rank 0
+            Trainer(nn.Linear(8, 1), loss_fn, TensorDataset(x, y), None, cfg, out + "/busy").fit()
+        except RunFolderBusy as e:
+            with open(os.path.join(out, f"busy{rank}.txt"), "w") as f:
+                f.write(str(e))
     trainer = Trainer(model, loss_fn, TensorDataset(x, y), eval_fn, cfg, run_dir, on_step_end=hook)
     if mode == "ddp":
         with open(os.path.join(out, f"aug{get_rank()}.json"), "w") as f:
@@ -447,11 +453,17 @@ def test_sigkill_and_resume_matches_uninterrupted_run_bitwise(tmp_path: Path) ->
 
 @pytest.mark.slow
 def test_ddp_two_cpu_ranks_with_gloo(tmp_path: Path) -> None:
+    from cape.lab.train.lock import FolderLock
+
     out = tmp_path / "out"
     out.mkdir()
     launch = ["-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone"]
-    res = _run([*launch, "ddp", str(tmp_path / "run"), str(out), "-1", "10"], tmp_path)
+    with FolderLock(out / "busy"):  # held by this process while the ranks try it
+        res = _run([*launch, "ddp", str(tmp_path / "run"), str(out), "-1", "10"], tmp_path)
     assert res.returncode == 0, res.stderr[-4000:]
+    for rank in (0, 1):  # rank 1 learnt rank 0's outcome instead of waiting for it
+        busy = (out / f"busy{rank}.txt").read_text()
+        assert busy.startswith(f"{out / 'busy'} is in use by PID {os.getpid()} on host ")
     aug = [json.loads((out / f"aug{r}.json").read_text()) for r in range(2)]
     assert aug[0] != aug[1]  # seed + rank: different augmentation draws
     finals = [json.loads((out / f"final_ddp{r}.json").read_text()) for r in range(2)]
