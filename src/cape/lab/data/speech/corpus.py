@@ -42,7 +42,8 @@ from cape.lab.data.speech.synth import (
     utterance_params,
 )
 from cape.lab.data.text.sentences import TEXT_SOURCES, source_sentences
-from cape.lab.io import atomic_write, write_json
+from cape.lab.errors import DamagedFile
+from cape.lab.io import atomic_write, read_json, set_aside, write_json
 from cape.lab.progress import progress as progress_bar  # `progress` names the on/off flag here
 
 __all__ = [
@@ -134,7 +135,14 @@ def _plan(
 def _check_config(root: Path, config: dict) -> None:
     path = root / "corpus.json"
     if path.is_file():
-        old = {"text": "wordnet", **json.loads(path.read_text(encoding="utf-8"))}  # older: WordNet
+        try:
+            old = read_json(path)
+            if not isinstance(old, dict):
+                raise DamagedFile(f"{path} is damaged (not a JSON object)", path)
+        except DamagedFile as e:  # each utterance's own record is still checked
+            set_aside(path, f"{e}; it is written again")
+            return _check_config(root, config)
+        old = {"text": "wordnet", **old}  # older corpora: WordNet
         diff = sorted(k for k in set(old) | set(config) if old.get(k) != config.get(k))
         if diff:
             made = ", ".join(f"{k}={old.get(k)!r}" for k in diff)

@@ -222,10 +222,12 @@ def wordnet_sentences(
     stamp = _fingerprint(paths, min_words, max_words)
     cache = Path(cache_dir) / "wordnet_sentences.txt" if cache_dir is not None else None
     if cache is not None and cache.is_file():
-        lines = cache.read_text(encoding="utf-8").split("\n")
-        if lines[0] == f"# cape wordnet sentences {stamp}":
-            _MEMORY[key] = [s for s in lines[1:] if s]
-            return list(_MEMORY[key])
+        lines = cache.read_text(encoding="utf-8", errors="replace").split("\n")
+        kept = [s for s in lines[1:] if s]
+        # the header counts the sentences: a file cut short is rebuilt, not read as a corpus
+        if lines[0] == f"# cape wordnet sentences {stamp} {len(kept)}" and lines[-1] == "":
+            _MEMORY[key] = kept
+            return list(kept)
     seen: set[str] = set()
     sentences: list[str] = []
     for piece in wordnet_glosses(paths[0].parent):
@@ -235,7 +237,7 @@ def wordnet_sentences(
                 seen.add(s)
                 sentences.append(s)
     if cache is not None:
-        body = "\n".join([f"# cape wordnet sentences {stamp}", *sentences]) + "\n"
+        body = "\n".join([f"# cape wordnet sentences {stamp} {len(sentences)}", *sentences]) + "\n"
         atomic_write(cache, lambda tmp: Path(tmp).write_text(body, encoding="utf-8"))
     _MEMORY[key] = sentences
     return list(sentences)

@@ -21,7 +21,6 @@ settings return the manifest at once. The joint SentencePiece BPE lives in
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import subprocess
@@ -45,7 +44,8 @@ from cape.lab.data.translation.apertium import (
     english_sentences,
     translate_apertium,
 )
-from cape.lab.io import atomic_write, write_json
+from cape.lab.errors import DamagedFile
+from cape.lab.io import atomic_write, read_json, set_aside, write_json
 
 __all__ = [
     "CorpusError",
@@ -251,8 +251,8 @@ def make_translation_corpus(
     check_int("workers", workers)
     check_int("chunk", chunk)
     manifest_path = root / "manifest.json"
-    if manifest_path.is_file():
-        old = json.loads(manifest_path.read_text(encoding="utf-8"))
+    old = _manifest(manifest_path, set_damaged_aside=True)
+    if old is not None:
         diff = sorted(k for k in settings if old["settings"].get(k) != settings[k])
         if diff:
             made = ", ".join(f"{k}={old['settings'].get(k)!r}" for k in diff)
@@ -299,18 +299,32 @@ def make_translation_corpus(
     return manifest
 
 
+def _manifest(path: Path, *, set_damaged_aside: bool = False) -> dict | None:
+    """manifest.json, or None when it is absent or damaged (named in a warning; with
+    `set_damaged_aside` set aside, so that the corpus is made again from the chunk cache)."""
+    try:
+        manifest = read_json(path)
+        if isinstance(manifest, dict) and {"settings", "counts", "splits"} <= set(manifest):
+            return manifest
+        raise DamagedFile(f"{path} is damaged (it lacks settings, counts or splits)", path)
+    except FileNotFoundError:
+        return None
+    except DamagedFile as e:
+        if set_damaged_aside:
+            set_aside(path, f"{e}; the corpus is made again")
+        else:
+            _log.warning("%s", e)
+        return None
+
+
 def load_pairs(root: str | Path, split: str) -> list[tuple[str, str]]:
     """The (src, tgt) pairs of `split` (lower case, single spaces) in file order. Raises
     FileNotFoundError naming the split and the ones the corpus has."""
     root = Path(root)
     path = root / f"{split}.tsv"
     if not isinstance(split, str) or "/" in split or not path.is_file():
-        manifest = root / "manifest.json"
-        allowed = (
-            json.loads(manifest.read_text(encoding="utf-8"))["splits"]
-            if manifest.is_file()
-            else split_names()
-        )
+        manifest = _manifest(root / "manifest.json")
+        allowed = manifest["splits"] if manifest is not None else split_names()
         raise FileNotFoundError(
             f"no split {split!r} in {root} (allowed: {', '.join(allowed)}); make the corpus with "
             "`cape data translation`"
@@ -325,7 +339,11 @@ def verify_translation_corpus(root: str | Path) -> dict[str, int]:
     path = root / "manifest.json"
     if not path.is_file():
         raise CorpusError([f"{path}: missing (make the corpus with `cape data translation`)"])
-    counts = json.loads(path.read_text(encoding="utf-8"))["counts"]
+    try:
+        counts = read_json(path)["counts"]
+    except (DamagedFile, KeyError, TypeError) as e:
+        why = e if isinstance(e, DamagedFile) else f"{path} is damaged (it lacks counts)"
+        raise CorpusError([f"{why}; `cape data translation` makes it again"]) from e
     problems = []
     for split, n in counts.items():
         file = root / f"{split}.tsv"
