@@ -19,6 +19,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -389,3 +390,36 @@ def test_out_that_cannot_be_a_run_folder_exits_2(tmp_path, capsys, kind):
         assert said.startswith(f"{out / 'seed0'} cannot be used as a run folder (")
     else:
         assert said.startswith(f"{bad} is a file: a run folder must be a folder; the run folder")
+
+
+# -- corpora --------------------------------------------------------------------------------------
+
+
+def test_damaged_image_split_and_shard_are_set_aside_and_rendered_again(tmp_path, caplog):
+    from cape.lab.data.images.render import load_split, make_split
+
+    kw = dict(shard_size=4, workers=1, keep_shards=True)
+    path = make_split(tmp_path, "val", 8, 12, **kw)
+    images, labels, _ = load_split(path)
+    shard = path.with_name(path.stem + ".shards") / "shard_00001.npz"
+    shard.write_bytes(shard.read_bytes()[:-30])
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with caplog.at_level(logging.WARNING):
+        assert make_split(tmp_path, "val", 8, 12, **kw) == path
+    said = _warnings(caplog)
+    for file in (path, shard):
+        (aside,) = file.parent.glob(f"{file.name}.damaged-*")  # kept, not deleted
+        (line,) = [w for w in said if w.startswith(f"{file} is damaged (")]
+        assert line.endswith(f"; it is rendered again; set aside as {aside}")
+    again, labels_again, _ = load_split(path)
+    assert np.array_equal(again, images) and np.array_equal(labels_again, labels)
+
+
+def test_damaged_translation_manifest_is_named(tmp_path):
+    from cape.lab.data.translation.corpus import CorpusError, verify_translation_corpus
+
+    (tmp_path / "manifest.json").write_text('{"settings": {"seed": 0}, "coun')
+    with pytest.raises(
+        CorpusError, match=r"manifest\.json is damaged \(not JSON: .*makes it again"
+    ):
+        verify_translation_corpus(tmp_path)

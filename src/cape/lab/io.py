@@ -33,6 +33,7 @@ __all__ = [
     "fsync_file",
     "fsync_dir",
     "set_aside",
+    "zip_problem",
 ]
 
 _log = logging.getLogger(__name__)
@@ -101,6 +102,20 @@ def set_aside(path: str | Path, problem: str) -> Path:
     fsync_dir(path.parent)
     _log.warning("%s; set aside as %s", problem, target)
     return target
+
+
+def zip_problem(path: str | Path) -> str | None:
+    """What is wrong with zip archive `path` (an .npz), or None when every member reads back
+    and matches its CRC-32."""
+    import zipfile
+    import zlib
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            bad = z.testzip()
+    except (OSError, EOFError, ValueError, zipfile.BadZipFile, zlib.error) as e:
+        return f"not a whole zip archive: {e}"
+    return None if bad is None else f"its member {bad} fails its CRC check"
 
 
 def read_json(path: str | Path) -> Any:

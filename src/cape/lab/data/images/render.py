@@ -30,7 +30,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from cape.lab.data.images.fonts import CHARSET, FontSplit, font_split
-from cape.lab.io import atomic_write
+from cape.lab.io import atomic_write, set_aside, zip_problem
 from cape.lab.progress import progress
 
 __all__ = [
@@ -207,6 +207,17 @@ def _render_shard(
     return len(seeds)
 
 
+def _whole(path: Path) -> bool:
+    """Whether `path` holds a whole .npz; a damaged one (cut short, garbled) is set aside with
+    a warning naming it, to be rendered again."""
+    if not path.exists():
+        return False
+    problem = zip_problem(path)
+    if problem is not None:
+        set_aside(path, f"{path} is damaged ({problem}); it is rendered again")
+    return problem is None
+
+
 def _pool(workers: int) -> ProcessPoolExecutor:
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if "fork" in methods else None)
@@ -225,7 +236,7 @@ def _generate(
     keep_shards: bool,
     desc: str,
 ) -> Path:
-    if path.exists():
+    if _whole(path):
         return path
     if not isinstance(shard_size, int) or shard_size < 1:
         raise ValueError(f"shard_size must be a positive int, got {shard_size!r}")
@@ -238,7 +249,7 @@ def _generate(
     jobs = []  # (shard path, seeds)
     for k, start in enumerate(range(0, max(len(seeds), 1), shard_size)):
         jobs.append((shard_dir / f"shard_{k:05d}.npz", seeds[start : start + shard_size]))
-    todo = [(p, s) for p, s in jobs if not p.exists()]
+    todo = [(p, s) for p, s in jobs if not _whole(p)]
     bar = progress(total=len(seeds), desc=desc, unit="img")
     bar.update(len(seeds) - sum(len(s) for _, s in todo))
     with bar:
