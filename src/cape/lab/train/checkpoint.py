@@ -105,8 +105,9 @@ def _crc32(path: Path) -> int:
 
 
 def _why(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return text[0] if text else type(err).__name__
+    """The first sentence of `err`'s message (torch's run on for a paragraph)."""
+    text = str(err).strip().split("\n")[0].split(". ")[0].rstrip(".")
+    return text or type(err).__name__
 
 
 def _replace_dir(tmp: Path, final: Path) -> None:
@@ -297,12 +298,14 @@ def resume_checkpoint(
 
 
 def _newest_intact(root: Path) -> tuple[Path | None, list[DamagedFile]]:
-    """The newest step folder that reads whole, and the damage met on the way (nothing moved)."""
+    """The newest step folder that reads whole, and the damage met on the way (each named in a
+    warning, nothing moved)."""
     damage = []
     for path in _step_dirs(root):
         try:
             read_checkpoint(path)
         except DamagedFile as e:
+            _log.warning("%s; skipped for an older intact checkpoint", e)
             damage.append(e)
             continue
         return path, damage
@@ -312,10 +315,7 @@ def _newest_intact(root: Path) -> tuple[Path | None, list[DamagedFile]]:
 def latest_checkpoint(root: str | Path) -> Path | None:
     """The newest intact step folder of `root`, or None when there is none. Each damaged newer
     one is named in a warning (and left in place: only the run's writer sets it aside)."""
-    path, damage = _newest_intact(Path(root))
-    for e in damage:
-        _log.warning("%s; skipped", e)
-    return path
+    return _newest_intact(Path(root))[0]
 
 
 def is_checkpoint(path: str | Path) -> bool:
@@ -337,8 +337,6 @@ def pick_checkpoint(root: str | Path, checkpoint: str = "best") -> Path:
         if checkpoint == "best" and (root / "best").exists():
             return _checked(root / "best", root)
         found, damage = _newest_intact(root)
-        for e in damage:
-            _log.warning("%s; skipped", e)
         if found is not None:
             return found
         if damage:
