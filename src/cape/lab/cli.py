@@ -113,17 +113,17 @@ def report_error(prog: str, err: BaseException, code: int | None = None) -> int:
     return code
 
 
-def _writable_above(path: Path, what: str) -> None:
-    """UsageError unless `path` (a folder, existing or to be made) can be written into; `what`
-    names it ("--out 'runs/x'")."""
-    existing = path
+def _writable_above(target: Path, folder: Path, what: str) -> None:
+    """UsageError unless `folder` (existing or to be made) can be written into; `target` is the
+    folder itself or a file to write in it, `what` names it ("--out 'runs/x'")."""
+    existing = folder
     while not existing.is_dir():  # the nearest existing folder above, or a file in the way
         if existing.exists() or existing.is_symlink() or existing.parent == existing:
-            where = "" if existing == path else f": {str(existing)!r}"
+            where = "" if existing == target else f": {str(existing)!r}"
             raise UsageError(f"{what}{where} is a file, not a folder; give a folder path")
         existing = existing.parent
     if not os.access(existing, os.W_OK | os.X_OK):
-        where = "" if existing == path else f": the folder above it, {str(existing)!r},"
+        where = "" if existing == target else f": {str(existing)!r}"
         raise UsageError(f"{what}{where} is not writable; give a writable folder")
 
 
@@ -131,7 +131,7 @@ def check_out_folder(path: str | Path, flag: str) -> Path:
     """`path` as a Path when it is a folder that can be written into (or made): else UsageError
     naming `flag` (e.g. "--out") before any work is done."""
     path = Path(path)
-    _writable_above(path, f"{flag} {str(path)!r}")
+    _writable_above(path, path, f"{flag} {str(path)!r}")
     return path
 
 
@@ -148,7 +148,7 @@ def check_out_file(path: str | Path, flag: str) -> Path:
     path = Path(path)
     if path.is_dir():
         raise UsageError(f"{flag} {str(path)!r} is a folder; give a file path")
-    _writable_above(path.parent, f"{flag} {str(path)!r}")
+    _writable_above(path, path.parent, f"{flag} {str(path)!r}")
     return path
 
 

@@ -365,6 +365,8 @@ def speech_main(argv: list[str]) -> int:
     parser.add_argument("--verify", action="store_true", help="only verify an existing corpus")
     args = parser.parse_args(argv)
     try:
+        if args.verify and not Path(args.root).is_dir():
+            raise FileNotFoundError(f"--root {args.root!r}: no corpus there to verify")
         if not args.verify:
             check_out_folder(args.root, "--root")
             summary = make_speech_corpus(
