@@ -116,7 +116,7 @@ MISTAKES = [
     ([*TRAIN, "--out", "{file}"], "--out", "a_file' is a file, not a folder"),
     ([*TRAIN, "--out", "{file}/run"], "--out", "a_file' is a file, not a folder"),
     ([*EXPERIMENT, "--out", "{file}"], "--out", "is a file, not a folder"),
-    (["plot", "{file}"], "a_file' is not a folder"),
+    (["plot", "{file}"], "a_file' is a file, not a folder; give an experiment folder"),
     (["plot", "{empty_dir}", "--archive", "{file}"], "--archive", "is a file, not a folder"),
     (["demo", "--out", "{file}"], "--out", "is a file, not a folder"),
     (["data", "chars", "--root", "{file}"], "--root", "is a file, not a folder"),
@@ -144,7 +144,7 @@ MISTAKES = [
     ([*EVAL, "--out", "{missing}"], "no run", "missing/cape/seed0", "cape train vision"),
     (["transcribe", "{missing}", "{good_wav}"], "missing", "a run folder or a checkpoint folder"),
     (["translate", "{missing}", "hello"], "missing", "has no model.json"),
-    (["plot", "{missing}"], "missing' does not exist"),
+    (["plot", "{missing}"], "missing' does not exist; give an experiment folder"),
     (["plot", "{empty_dir}"], "empty_dir' has no results.json"),
     (["data", "speech", "--verify", "--root", "{missing}"], "missing", "no corpus there"),
     # audio (checked before the model is loaded)

@@ -177,8 +177,8 @@ def plot_main(argv: list[str]) -> int:
     )
     args = p.parse_args(argv)
     if not args.folder.is_dir():
-        what = "is not a folder" if args.folder.exists() else "does not exist"
-        raise UsageError(f"folder {str(args.folder)!r} {what}; give an experiment folder")
+        what = "is a file, not a folder" if args.folder.exists() else "does not exist"
+        raise UsageError(f"{str(args.folder)!r} {what}; give an experiment folder")
     check_out_folder(args.folder, "folder")  # the report and plots are written there
     if args.archive is not None:
         check_out_folder(args.archive, "--archive")
