@@ -7,6 +7,12 @@ from collections.abc import Sequence
 
 import torch
 
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+# The largest magnitude cape lets a phase (position x frequency), an augmented position or a
+# positional option (hop, extent, amounts, scales) reach: float32 holds up to 3.4e38, and this
+# margin keeps sums and products of such values finite.
+LIMIT = 1e38
+
 
 def check_int(name: str, value: object, *, minimum: int = 1) -> int:
     """`value` must be an int >= `minimum` (bools are rejected)."""
@@ -36,6 +42,36 @@ def check_float(name: str, value: object, *, minimum: float = 0.0, strict: bool 
         op = ">" if strict else ">="
         raise ValueError(f"{name} must be a finite number {op} {minimum}, got {value}")
     return value
+
+
+def check_limit(name: str, value: float, what: str = "") -> float:
+    """A finite float whose magnitude is at most `LIMIT` (what float32 maths can carry)."""
+    if abs(value) > LIMIT:
+        raise ValueError(
+            f"{name} must be at most {LIMIT:.0e} in magnitude{what} (float32 maths), got {value:g}"
+        )
+    return value
+
+
+def check_bool(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
+    return value
+
+
+def check_generator(name: str, value: object) -> None:
+    if value is not None and not isinstance(value, torch.Generator):
+        raise TypeError(f"{name} must be a torch.Generator or None, got {type(value).__name__}")
+
+
+def check_mask(name: str, mask: object, shape: Sequence[int]) -> torch.Tensor:
+    """`mask` must be a bool tensor of `shape` (True at real tokens)."""
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise TypeError(f"{name} must be a bool tensor (True at real tokens), got {got}")
+    if tuple(mask.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {list(shape)}, got {list(mask.shape)}")
+    return mask
 
 
 def check_rate(name: str, value: object, *, one: bool = False) -> float:
@@ -77,22 +113,83 @@ def check_tensor(
     return value
 
 
+def check_content(
+    name: str,
+    x: object,
+    dim: int,
+    dtype: torch.dtype | None = None,
+    ndims: Sequence[int] = (3,),
+) -> torch.Tensor:
+    """Content `x`: a floating-point tensor of rank in `ndims` whose last axis is `dim`, in
+    `dtype` (the parameters') unless autocast is on."""
+    check_tensor(name, x, ndims=ndims, floating=True)
+    assert isinstance(x, torch.Tensor)
+    if x.shape[-1] != dim:
+        raise ValueError(f"{name} must end with D = {dim} features, got shape {tuple(x.shape)}")
+    if dtype is not None and x.dtype != dtype and not _autocast(x.device.type):
+        raise TypeError(f"{name} must be {dtype} like the model's parameters, got {x.dtype}")
+    return x
+
+
+def _autocast(device_type: str) -> bool:
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except TypeError:  # torch < 2.4 cannot say per device: leave the dtype to torch
+        return True
+
+
 def _may_inspect_values(t: torch.Tensor) -> bool:
     # Looking at values needs the host: only on CPU and outside torch.compile, so that
     # forward never syncs with an accelerator nor breaks a compiled graph.
     return t.device.type == "cpu" and not torch.compiler.is_compiling()
 
 
-def check_finite(name: str, t: torch.Tensor, mask: torch.Tensor | None = None) -> None:
+def check_finite(
+    name: str, t: torch.Tensor, mask: torch.Tensor | None = None, what: str = ""
+) -> None:
     """Raise ValueError when `t` has NaN/inf at valid tokens (CPU only; see
-    `_may_inspect_values`)."""
+    `_may_inspect_values`). what: how the values were made (overflow hints)."""
     if not _may_inspect_values(t):
         return
     bad = ~torch.isfinite(t)
     if mask is not None:
         bad = bad & mask.reshape(mask.shape + (1,) * (t.dim() - mask.dim()))
     if bool(bad.any()):
-        raise ValueError(f"{name} must be finite at valid tokens; found NaN or inf")
+        raise ValueError(
+            f"{name} must be finite at valid tokens{what}; found NaN or inf "
+            f"(float32 holds up to {FLOAT32_MAX:.3g})"
+        )
+
+
+def max_abs(t: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Per last-axis max |t| over finite entries (valid tokens of `mask` [B, T] only) ->
+    float64 [M] (t: [..., M]; zeros when empty). Reads values: callers check
+    `_may_inspect_values` first."""
+    a = t.detach().abs().to(torch.float64).nan_to_num(0.0, 0.0, 0.0)
+    if mask is not None:
+        a = a * mask.reshape(mask.shape + (1,) * (a.dim() - mask.dim()))
+    if a.dim() == 0:
+        return a.reshape(1)
+    if a.numel() == 0:
+        return a.new_zeros(a.shape[-1])
+    return a.amax(dim=tuple(range(a.dim() - 1))) if a.dim() > 1 else a
+
+
+def check_phases(name: str, positions: torch.Tensor, scale: object, what: str = "") -> None:
+    """The phases sum_m |p_m| x scale_m (scale: the largest |frequency| per coordinate, a float
+    or a CPU tensor [M]) must stay within `LIMIT`, or cos/sin turn them into NaN. CPU only."""
+    if not _may_inspect_values(positions) or positions.numel() == 0:
+        return
+    if isinstance(scale, torch.Tensor):
+        if scale.device.type != "cpu":
+            return
+        scale = scale.detach().to(torch.float64).abs()
+    reach = float((max_abs(positions) * scale).sum())
+    if reach > LIMIT:
+        raise ValueError(
+            f"{name}: the phases |position| x frequency reach {reach:.3g}{what}, beyond "
+            f"{LIMIT:.0e} (float32 maths); keep |{name}| x the highest frequency below that"
+        )
 
 
 def check_lengths(name: str, lengths: torch.Tensor, batch: int, maximum: int) -> None:

@@ -20,7 +20,18 @@ from dataclasses import dataclass
 
 import torch
 
-from ._checks import check_float, check_per_axis, check_tensor
+from ._checks import (
+    LIMIT,
+    _may_inspect_values,
+    check_bool,
+    check_finite,
+    check_float,
+    check_generator,
+    check_limit,
+    check_per_axis,
+    check_tensor,
+    max_abs,
+)
 
 __all__ = ["Augmentation", "mean_normalize", "augment_positions", "augment_pair"]
 
@@ -44,16 +55,12 @@ class Augmentation:
 
     def __post_init__(self) -> None:
         object.__setattr__(
-            self, "max_global_shift", check_per_axis("max_global_shift", self.max_global_shift)
+            self, "max_global_shift", _check_amount("max_global_shift", self.max_global_shift)
         )
         object.__setattr__(
-            self, "max_local_shift", check_per_axis("max_local_shift", self.max_local_shift)
+            self, "max_local_shift", _check_amount("max_local_shift", self.max_local_shift)
         )
-        object.__setattr__(
-            self,
-            "max_global_scaling",
-            check_float("max_global_scaling", self.max_global_scaling, minimum=1.0),
-        )
+        object.__setattr__(self, "max_global_scaling", _check_scaling(self.max_global_scaling))
         if not isinstance(self.normalize, bool):
             raise TypeError(f"normalize must be a bool, got {self.normalize!r}")
 
@@ -86,6 +93,18 @@ class Augmentation:
         )
 
 
+def _check_amount(name: str, v: float | Sequence[float]) -> float | tuple[float, ...]:
+    """A float amount, or one per axis: finite, >= 0 and at most `LIMIT` (float32 maths)."""
+    v = check_per_axis(name, v)
+    for x in v if isinstance(v, tuple) else (v,):
+        check_limit(name, x)
+    return v
+
+
+def _check_scaling(v: float) -> float:
+    return check_limit("max_global_scaling", check_float("max_global_scaling", v, minimum=1.0))
+
+
 def _nonzero(v: Amount) -> bool:
     if isinstance(v, torch.Tensor):
         return True  # tensor amounts are never inspected (that would sync with the device)
@@ -98,11 +117,22 @@ def _amount(name: str, v: Amount, pos: torch.Tensor) -> torch.Tensor | float:
     """A max amount as a float or a float32 tensor broadcastable to [B, 1, M]."""
     if isinstance(v, torch.Tensor):
         check_tensor(name, v, ndims=(0, 1, 2))
+        batch, axes = pos.shape[0], pos.shape[-1]
+        lead = (v.shape[0] in (1, batch),) if v.dim() == 2 else ()
+        if v.dim() and (v.shape[-1] not in (1, axes) or not all(lead)):
+            raise ValueError(
+                f"{name} must be a tensor broadcastable to [B, M] = [{batch}, {axes}] (or [M]), "
+                f"got shape {tuple(v.shape)}"
+            )
+        if v.is_complex() or v.dtype == torch.bool:
+            raise TypeError(f"{name} must be a real tensor, got {v.dtype}")
         t = v.to(device=pos.device, dtype=torch.float32)
+        if _may_inspect_values(t) and bool((~torch.isfinite(t) | (t < 0) | (t > LIMIT)).any()):
+            raise ValueError(f"{name} must be finite, >= 0 and <= {LIMIT:.0e} everywhere")
         if t.dim() == 2:  # [B, M] or [B, 1]: per sample
             return t[:, None, :]
         return t
-    v = check_per_axis(name, v)
+    v = _check_amount(name, v)
     if isinstance(v, tuple):
         if len(v) != pos.shape[-1]:
             raise ValueError(f"{name} has {len(v)} values but positions have {pos.shape[-1]} axes")
@@ -121,7 +151,16 @@ def _uniform(shape: Sequence[int], gen: torch.Generator | None, pos: torch.Tenso
 
 
 def mean_normalize(positions: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Subtract each sample's mean over real tokens. positions: [B, T, M], mask: [B, T]."""
+    """Subtract each sample's mean over real tokens. positions: [B, T, M] floating point,
+    mask: [B, T] bool -> [B, T, M] in positions' dtype (integer positions: convert them first,
+    e.g. with `cape.as_positions`)."""
+    _check_positions(positions, mask)
+    out = _mean_normalize(positions, mask)
+    check_finite("positions", out, mask, what=" once mean-normalised (|p - mean| overflows)")
+    return out
+
+
+def _mean_normalize(positions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     if mask is None:
         return positions - positions.mean(dim=1, keepdim=True)
     # Accumulate in float64 (where the device has it): a float32 sum's rounding depends on the
@@ -133,41 +172,66 @@ def mean_normalize(positions: torch.Tensor, mask: torch.Tensor | None = None) ->
     return positions - (total / count).to(positions.dtype)
 
 
-def _check_positions(positions: torch.Tensor, mask: torch.Tensor | None) -> None:
-    check_tensor("positions", positions, ndims=(3,), floating=True)
+def _check_positions(
+    positions: torch.Tensor,
+    mask: torch.Tensor | None,
+    name: str = "positions",
+    mask_name: str = "mask",
+) -> None:
+    check_tensor(name, positions, ndims=(3,), floating=True)
     if mask is not None:
-        check_tensor("mask", mask, ndims=(2,))
+        check_tensor(mask_name, mask, ndims=(2,))
         if mask.dtype != torch.bool or tuple(mask.shape) != tuple(positions.shape[:2]):
             raise ValueError(
-                f"mask must be bool of shape {tuple(positions.shape[:2])}, "
+                f"{mask_name} must be bool of shape {tuple(positions.shape[:2])}, "
                 f"got {mask.dtype} {tuple(mask.shape)}"
             )
+    check_finite(name, positions.to(torch.float32), mask)
+
+
+def _check_reach(
+    names: str,
+    pos: torch.Tensor,
+    mask: torch.Tensor | None,
+    amounts: Sequence[torch.Tensor | float],
+    scaling: float,
+) -> None:
+    """(max |p| + Dmax + emax) x Lmax must stay within `LIMIT`: augmented positions, and the
+    phases made of them, stay finite in float32 (CPU only: it reads the values)."""
+    if not _may_inspect_values(pos) or pos.numel() == 0:
+        return
+    reach = float(max_abs(pos, mask).max())
+    for a in amounts:
+        reach += float(a.max()) if isinstance(a, torch.Tensor) and a.numel() else float(a or 0)
+    if reach * scaling > LIMIT:
+        raise ValueError(
+            f"{names}: augmented positions could reach (max |p| + max_global_shift + "
+            f"max_local_shift) x max_global_scaling = {reach * scaling:.3g}, beyond {LIMIT:.0e} "
+            "(float32 maths)"
+        )
 
 
 def _global_draws(
     pos: torch.Tensor,
-    max_global_shift: Amount,
-    max_global_scaling: float,
+    dmax: torch.Tensor | float,
+    lmax: float,
     generator: torch.Generator | None,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """Per-sample shift [B, 1, M] and scale [B, 1, 1] (None when switched off)."""
     batch, _, axes = pos.shape
     shift = scale = None
-    dmax = _amount("max_global_shift", max_global_shift, pos)
-    if _nonzero(max_global_shift):
+    if _nonzero(dmax):
         shift = _uniform((batch, axes), generator, pos)[:, None, :] * dmax
-    lmax = check_float("max_global_scaling", max_global_scaling, minimum=1.0)
     if lmax > 1.0:
         scale = torch.exp(_uniform((batch,), generator, pos) * math.log(lmax))[:, None, None]
     return shift, scale
 
 
 def _local_draw(
-    pos: torch.Tensor, max_local_shift: Amount, generator: torch.Generator | None
+    pos: torch.Tensor, emax: torch.Tensor | float, generator: torch.Generator | None
 ) -> torch.Tensor | None:
     """Per-token shift [B, T, M] (None when switched off), drawn token-major."""
-    emax = _amount("max_local_shift", max_local_shift, pos)
-    if not _nonzero(max_local_shift):
+    if not _nonzero(emax):
         return None
     batch, length, axes = pos.shape
     return _uniform((length, batch, axes), generator, pos).transpose(0, 1) * emax
@@ -207,13 +271,21 @@ def augment_positions(
     the mean and set to 0 in the output. In eval mode (`training=False`) only `normalize` acts.
     """
     _check_positions(positions, mask)
+    check_bool("normalize", normalize)
+    check_bool("training", training)
+    check_generator("generator", generator)
     pos = positions.to(torch.float32)
+    # the options are checked in eval mode too, where they draw nothing
+    dmax = _amount("max_global_shift", max_global_shift, pos)
+    emax = _amount("max_local_shift", max_local_shift, pos)
+    lmax = _check_scaling(max_global_scaling)
     if normalize:
         pos = mean_normalize(pos, mask)
     if not training:
         return pos if mask is None else torch.where(mask[..., None], pos, 0.0)
-    shift, scale = _global_draws(pos, max_global_shift, max_global_scaling, generator)
-    local = _local_draw(pos, max_local_shift, generator)
+    _check_reach("positions", pos, mask, (dmax, emax), lmax)
+    shift, scale = _global_draws(pos, dmax, lmax, generator)
+    local = _local_draw(pos, emax, generator)
     return _apply(pos, mask, shift, local, scale)
 
 
@@ -237,22 +309,30 @@ def augment_pair(
     mean-normalisation (both start aligned at the first position); the same global shift and
     scale for the source and target of a sample; independent local shifts.
     """
-    check_float("alpha", alpha, strict=True)
-    _check_positions(source, source_mask)
-    _check_positions(target, target_mask)
+    check_limit("alpha", check_float("alpha", alpha, strict=True))
+    _check_positions(source, source_mask, "source", "source_mask")
+    _check_positions(target, target_mask, "target", "target_mask")
+    check_bool("training", training)
+    check_generator("generator", generator)
     if source.shape[0] != target.shape[0] or source.shape[-1] != target.shape[-1]:
         raise ValueError(
             f"source {tuple(source.shape)} and target {tuple(target.shape)} must share B and M"
         )
     src = source.to(torch.float32) * alpha
     tgt = target.to(torch.float32)
+    dmax = _amount("max_global_shift", max_global_shift, src)
+    emax = _amount("max_local_shift", max_local_shift, src)
+    lmax = _check_scaling(max_global_scaling)
+    check_finite("source", src, source_mask, what=" once scaled by alpha")
     if not training:
         return _apply(src, source_mask, None, None, None), _apply(
             tgt, target_mask, None, None, None
         )
-    shift, scale = _global_draws(src, max_global_shift, max_global_scaling, generator)
-    src_local = _local_draw(src, max_local_shift, generator)
-    tgt_local = _local_draw(tgt, max_local_shift, generator)
+    _check_reach("source", src, source_mask, (dmax, emax), lmax)
+    _check_reach("target", tgt, target_mask, (dmax, emax), lmax)
+    shift, scale = _global_draws(src, dmax, lmax, generator)
+    src_local = _local_draw(src, emax, generator)
+    tgt_local = _local_draw(tgt, emax, generator)
     return (
         _apply(src, source_mask, shift, src_local, scale),
         _apply(tgt, target_mask, shift, tgt_local, scale),

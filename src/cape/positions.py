@@ -10,10 +10,13 @@ from __future__ import annotations
 import torch
 
 from ._checks import (
+    FLOAT32_MAX,
     check_finite,
     check_float,
     check_int,
     check_lengths,
+    check_limit,
+    check_mask,
     check_positive_tensor,
     check_tensor,
 )
@@ -51,11 +54,7 @@ def resolve_mask(
         check_lengths("lengths", lengths, batch, length)
         return lengths_to_mask(lengths, length)
     if mask is not None:
-        check_tensor("mask", mask, ndims=(2,))
-        if mask.dtype != torch.bool:
-            raise TypeError(f"mask must be a bool tensor (True at real tokens), got {mask.dtype}")
-        if tuple(mask.shape) != (batch, length):
-            raise ValueError(f"mask must have shape [{batch}, {length}], got {tuple(mask.shape)}")
+        check_mask("mask", mask, (batch, length))
     return mask
 
 
@@ -101,10 +100,21 @@ def timestamps(
     """
     check_int("batch", batch, minimum=0)
     check_int("length", length, minimum=0)
-    check_float("offset", offset)
+    check_limit("offset", check_float("offset", offset))
     mask = resolve_mask(batch, length, lengths, mask)
     if not isinstance(hop, torch.Tensor):
+        if isinstance(hop, bool) or not isinstance(hop, (int, float)):
+            raise TypeError(
+                "hop must be a float (seconds per frame) or a tensor [B] or [B, T], "
+                f"got {type(hop).__name__} {hop!r}"
+            )
         check_float("hop", hop, strict=True)
+        last = (max(length - 1, 0) + offset) * hop  # the last frame's time (offset >= 0)
+        if hop > FLOAT32_MAX or last > FLOAT32_MAX:
+            raise ValueError(
+                f"hop: the frame times (length - 1 + offset) * hop reach {last:.3g} s, beyond "
+                f"float32 ({FLOAT32_MAX:.3g}); got hop={hop}, offset={offset}, length={length}"
+            )
         device = mask.device if mask is not None else device
         steps = torch.arange(length, device=device, dtype=torch.float32) + offset
         pos = (steps * float(hop))[None, :, None].expand(batch, length, 1)
@@ -123,6 +133,7 @@ def timestamps(
     else:
         # start of frame i = sum of hops before it; centre = start + offset * own hop
         pos = torch.cumsum(hop32, dim=1) - (1.0 - offset) * hop32
+    check_finite("hop", pos, mask, what=" (the frame times it gives overflow float32)")
     return _zero_padding(pos[..., None], mask)
 
 
@@ -144,11 +155,12 @@ def grid_positions(
 
     Row-major (y outer, x inner), matching `x.flatten(1, 2)` of a `[B, H, W, D]` grid.
     `[..., 0]` is x (along the width), `[..., 1]` is y (along the height). `extent` is the
-    gamma of CAPE's Table 6 (re-scaling positions to [-gamma, gamma] at evaluation).
+    gamma of CAPE's Table 6 (re-scaling positions to [-gamma, gamma] at evaluation), at most
+    1e38. A 0-size grid (H or W = 0) gives no positions, as a sequence of length 0 does.
     """
-    check_int("height", height)
-    check_int("width", width)
-    check_float("extent", extent, strict=True)
+    check_int("height", height, minimum=0)
+    check_int("width", width, minimum=0)
+    check_limit("extent", check_float("extent", extent, strict=True))
     ys = _axis(height, extent, device)
     xs = _axis(width, extent, device)
     grid = torch.stack(
@@ -170,10 +182,10 @@ def grid_indices(
     """Integer patch indices (column, row) -> [H*W, 2] int64 (or [B, H*W, 2]).
 
     The same row-major order and (x, y) axis order as `grid_positions`, for the tables and
-    per-axis sinusoids that take grid indices (LFF's Embed-2D, Sine-2D).
+    per-axis sinusoids that take grid indices (LFF's Embed-2D, Sine-2D). H or W = 0: empty.
     """
-    check_int("height", height)
-    check_int("width", width)
+    check_int("height", height, minimum=0)
+    check_int("width", width, minimum=0)
     rows = torch.arange(height, device=device).repeat_interleave(width)
     cols = torch.arange(width, device=device).repeat(height)
     grid = torch.stack([cols, rows], dim=-1)
@@ -192,9 +204,13 @@ def as_positions(
 ) -> torch.Tensor:
     """Given coordinates `[B, T]` or `[B, T, M]` -> float32 `[B, T, M]`, checked finite.
 
-    dims: the number of coordinates M the caller expects (None = any).
+    dims: the number of coordinates M the caller expects (None = any). mask: [B, T] bool.
     """
     check_tensor(name, positions, ndims=(2, 3))
+    if dims is not None:
+        check_int("dims", dims)
+    if mask is not None:
+        check_mask("mask", mask, positions.shape[:2])
     if positions.dtype.is_complex or positions.dtype == torch.bool:
         raise TypeError(f"{name} must be a real tensor, got {positions.dtype}")
     pos = positions.to(torch.float32)

@@ -238,7 +238,8 @@ def test_grid_positions_bad_args():
     with pytest.raises(ValueError, match="extent"):
         grid_positions(3, 3, extent=-1.0)
     with pytest.raises(ValueError, match="height"):
-        grid_positions(0, 3)
+        grid_positions(-1, 3)
+    assert grid_positions(0, 3).shape == (0, 2)  # a 0-size grid: no positions, as T = 0
     with pytest.raises(TypeError, match="width"):
         grid_positions(3, 2.0)
 
