@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .._checks import check_float, check_int
+from .._checks import check_float, check_int, check_tensor
 from ..functional.relative import num_buckets, relative_index, relpos_attention
 from ..positions import as_positions
 
@@ -112,10 +112,14 @@ class RelPos(nn.Module):
         Positions must be finite at real tokens; where key_padding_mask is False they count as 0
         (also for the queries when Tq == Tk, i.e. the mask is taken to describe them too).
         """
-        if q.dim() != 4 or k.dim() != 4:
-            raise ValueError(
-                f"q and k must be [B, H, T, d], got {tuple(q.shape)} and {tuple(k.shape)}"
-            )
+        d = self.head_dim
+        wanted = (("q", q, d), ("k", k, d), ("v", v, d if self.rel_value is not None else None))
+        for name, t, last in wanted:
+            check_tensor(name, t, ndims=(4,), floating=True)
+            if last is not None and t.shape[-1] != last:
+                raise ValueError(
+                    f"{name} must have shape [B, H, T, head_dim={last}], got {tuple(t.shape)}"
+                )
         tq, tk = q.shape[2], k.shape[2]
         if (q_positions is None) != (k_positions is None):
             if tq != tk:

@@ -19,16 +19,35 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .._checks import check_float, check_tensor
+from .._checks import (
+    _may_inspect_values,
+    check_bool,
+    check_finite,
+    check_float,
+    check_rate,
+    check_tensor,
+)
 
-__all__ = ["num_buckets", "relative_index", "relpos_attention", "allowed_keys"]
+__all__ = ["num_buckets", "relative_index", "relpos_attention", "allowed_keys", "MAX_STEPS"]
+
+# The largest K = round(max_distance / step): a table of 2K+1 = 131,073 rows per layer, and
+# every query projected on all of them ([B, H, Tq, 2K+1]); farther offsets share edge buckets.
+MAX_STEPS = 65536
 
 
 def num_buckets(max_distance: float, step: float = 1.0) -> int:
-    """K = round(max_distance / step), the clipping distance in steps (>= 1); 2K+1 buckets."""
+    """K = round(max_distance / step), the clipping distance in steps, 1 <= K <= `MAX_STEPS`
+    (65,536); 2K+1 buckets."""
     max_distance = check_float("max_distance", max_distance, strict=True)
     step = check_float("step", step, strict=True)
-    k = round(max_distance / step)
+    ratio = max_distance / step
+    if not ratio <= MAX_STEPS + 0.5:  # also inf, when step underflows the division
+        raise ValueError(
+            f"max_distance / step must round to at most {MAX_STEPS} steps (2K+1 = "
+            f"{2 * MAX_STEPS + 1} buckets), got max_distance={max_distance}, step={step}: "
+            f"{ratio:.3g} steps, {2 * ratio + 1:.3g} buckets"
+        )
+    k = round(ratio)
     if k < 1:
         raise ValueError(
             f"max_distance / step must round to >= 1, got max_distance={max_distance}, step={step}"
@@ -45,7 +64,9 @@ def _flat_positions(name: str, p: torch.Tensor) -> torch.Tensor:
         p = p[..., 0]
     if p.dtype.is_complex or p.dtype == torch.bool:
         raise TypeError(f"{name} must be a real tensor, got {p.dtype}")
-    return p.to(torch.float32)
+    p = p.to(torch.float32)
+    check_finite(name, p)
+    return p
 
 
 def relative_index(
@@ -156,13 +177,35 @@ def _check_attention_args(
         index = index[None]
     if index.shape[0] not in (1, b) or tuple(index.shape[1:]) != (tq, tk):
         raise ValueError(f"index must have shape [{b} or 1, {tq}, {tk}], got {tuple(index.shape)}")
+    buckets = rel_key.shape[0]
+    if (
+        _may_inspect_values(index)
+        and index.numel()
+        and not 0 <= index.min() <= index.max() < buckets
+    ):
+        raise ValueError(f"index must lie in [0, {buckets - 1}] (rows of rel_key)")
     if key_padding_mask is not None:
+        check_tensor("key_padding_mask", key_padding_mask, ndims=(2,))
         if key_padding_mask.dtype != torch.bool or tuple(key_padding_mask.shape) != (b, tk):
             raise ValueError(
                 f"key_padding_mask must be bool [{b}, {tk}] (True at real keys), got "
                 f"{key_padding_mask.dtype} {tuple(key_padding_mask.shape)}"
             )
     return index
+
+
+def _check_attn_mask(attn_mask: object, shape: tuple[int, ...]) -> None:
+    """bool or floating, broadcastable to `shape` = [B, H, Tq, Tk]."""
+    check_tensor("attn_mask", attn_mask, ndims=range(5))
+    assert isinstance(attn_mask, torch.Tensor)
+    if attn_mask.dtype != torch.bool and not attn_mask.is_floating_point():
+        raise TypeError(f"attn_mask must be bool or floating point, got {attn_mask.dtype}")
+    tail = shape[len(shape) - attn_mask.dim() :]
+    if any(n not in (1, want) for n, want in zip(attn_mask.shape, tail, strict=True)):
+        raise ValueError(
+            f"attn_mask must broadcast to [B, H, Tq, Tk] = {list(shape)}, "
+            f"got {list(attn_mask.shape)}"
+        )
 
 
 def relpos_attention(
@@ -190,10 +233,12 @@ def relpos_attention(
     key give 0. Dropout acts on the probabilities (of both terms) when `training`.
     """
     index = _check_attention_args(q, k, v, rel_key, index, rel_value, key_padding_mask)
-    check_float("dropout_p", dropout_p)
-    if dropout_p > 1.0:
-        raise ValueError(f"dropout_p must lie in [0, 1], got {dropout_p}")
+    check_rate("dropout_p", dropout_p, one=True)
+    check_bool("is_causal", is_causal)
+    check_bool("training", training)
     b, h, tq, d = q.shape
+    if attn_mask is not None:
+        _check_attn_mask(attn_mask, (b, h, tq, k.shape[2]))
     buckets = rel_key.shape[0]
     scale = 1.0 / math.sqrt(d) if scale is None else check_float("scale", scale, strict=True)
     # stride-0 expansion over heads (and batch): no copy of the [Tq, Tk] index
