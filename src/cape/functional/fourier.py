@@ -12,7 +12,15 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .._checks import check_float
+from .._checks import (
+    _may_inspect_values,
+    check_bool,
+    check_float,
+    check_limit,
+    check_phases,
+    check_tensor,
+    max_abs,
+)
 from .sinusoidal import cos_sin
 
 __all__ = ["fourier_features", "lff_kernel", "learnable_fourier_features"]
@@ -24,9 +32,9 @@ def fourier_features(positions: torch.Tensor, weight: torch.Tensor) -> torch.Ten
     positions: [..., M] real, weight W_r: [F/2, M] -> [..., F] float32.
     r_x . r_y = (1/F) sum_k cos(w_k . (x - y)) depends on x - y only (Eq. 3), and r_x . r_x = 1/2.
     """
-    if weight.dim() != 2:
-        raise ValueError(f"weight must have shape [F/2, M], got {tuple(weight.shape)}")
+    check_tensor("weight", weight, ndims=(2,), floating=True)
     axes = weight.shape[1]
+    _check_real("positions", positions)
     if positions.dim() < 1 or positions.shape[-1] != axes:
         raise ValueError(
             f"positions must end with M = {axes} coordinates (weight is {tuple(weight.shape)}), "
@@ -34,6 +42,8 @@ def fourier_features(positions: torch.Tensor, weight: torch.Tensor) -> torch.Ten
         )
     pos = positions.to(torch.float32)
     w = weight.to(torch.float32)
+    if _may_inspect_values(w):
+        check_phases("positions", pos, max_abs(w), " (the largest |W_r| per axis)")
     # One multiply-add per axis rather than a matmul: M is tiny, and an accelerator's matmul
     # may round the phases to TF32 (10 mantissa bits), far too coarse for large positions.
     phase = pos[..., 0:1] * w[:, 0]
@@ -59,8 +69,25 @@ def lff_kernel(distance_sq: torch.Tensor | float, gamma: float) -> torch.Tensor:
     - exp(-||d||^2 / gamma^2).
     """
     gamma = check_float("gamma", gamma, strict=True)
+    if not 1e-19 <= gamma <= 1e19:  # 2 gamma^2 must be a normal float32
+        raise ValueError(f"gamma must lie in [1e-19, 1e19], got {gamma}")
+    if isinstance(distance_sq, torch.Tensor):
+        _check_real("distance_sq", distance_sq)
+    elif isinstance(distance_sq, bool) or not isinstance(distance_sq, (int, float)):
+        raise TypeError(
+            f"distance_sq must be a float or a tensor, got {type(distance_sq).__name__}"
+        )
     d2 = torch.as_tensor(distance_sq, dtype=torch.float32)
+    if _may_inspect_values(d2) and bool((d2 < 0).any()):
+        raise ValueError("distance_sq must be >= 0 (a squared distance)")
     return 0.5 * torch.exp(-d2 / (2.0 * gamma**2))
+
+
+def _check_real(name: str, t: object) -> None:
+    check_tensor(name, t, ndims=range(9))
+    assert isinstance(t, torch.Tensor)
+    if t.is_complex() or t.dtype == torch.bool:
+        raise TypeError(f"{name} must be a real tensor, got {t.dtype}")
 
 
 def _check_mlp(
@@ -73,6 +100,7 @@ def _check_mlp(
     for name, t in (("w1", w1), ("b1", b1), ("w2", w2), ("b2", b2)):
         if t is None:
             raise ValueError(f"{name} is required when mlp=True")
+        check_tensor(name, t, ndims=(1, 2), floating=True)
     assert w1 is not None and b1 is not None and w2 is not None and b2 is not None
     if w1.dim() != 2 or w1.shape[0] != in_dim:
         raise ValueError(f"w1 must have shape [F_in={in_dim}, H], got {tuple(w1.shape)}")
@@ -104,11 +132,16 @@ def learnable_fourier_features(
     group order (line 3: reshape [..., G, D/G] -> [..., D]). Parameters of any dtype are used in
     float32.
     """
+    _check_real("positions", positions)
+    check_bool("mlp", mlp)
     if positions.dim() < 2:
         raise ValueError(f"positions must have shape [..., G, M], got {tuple(positions.shape)}")
     if weight is None and not mlp:
         raise ValueError("weight=None (MLP only) needs mlp=True: one of the two stages must run")
     feats = positions.to(torch.float32) if weight is None else fourier_features(positions, weight)
+    if weight is None:
+        _check_mlp(feats.shape[-1], w1, b1, w2, b2)
+        _check_mlp_reach(feats, w1, b1, w2, b2)  # type: ignore[arg-type]
     if not mlp:
         if any(t is not None for t in (w1, b1, w2, b2)):
             raise ValueError("w1, b1, w2, b2 must be None when mlp=False (Fourier only)")
@@ -119,3 +152,16 @@ def learnable_fourier_features(
     hidden = F.gelu(torch.matmul(feats, w1.to(f32)) + b1.to(f32))
     out = torch.matmul(hidden, w2.to(f32)) + b2.to(f32)
     return out.flatten(-2)
+
+
+def _check_mlp_reach(
+    pos: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor, b2: torch.Tensor
+) -> None:
+    """MLP only: raw positions through the MLP must stay finite in float32 (a bound from
+    max |p|, |W1|, |B1|, |W2|, |B2|; CPU only)."""
+    if not (_may_inspect_values(pos) and _may_inspect_values(w1) and pos.numel()):
+        return
+    f64 = torch.float64
+    hidden = max_abs(pos.flatten(0, -2)) @ w1.detach().abs().to(f64) + b1.detach().abs().to(f64)
+    reach = float((hidden @ w2.detach().abs().to(f64) + b2.detach().abs().to(f64)).max())
+    check_limit("positions", reach, " once through the MLP (|p| |W1| ... bound)")
