@@ -82,10 +82,13 @@ class AbsPos1d(PositionalEncoding):
         )
 
 
-def _grid(name: str, grid: object) -> tuple[int, int]:
+def _grid(name: str, grid: object, minimum: int = 1) -> tuple[int, int]:
     if not isinstance(grid, (tuple, list)) or len(grid) != 2:
-        raise ValueError(f"{name} must be a pair (H, W) of ints >= 1, got {grid!r}")
-    return check_int(f"{name}[0]", grid[0]), check_int(f"{name}[1]", grid[1])
+        raise ValueError(f"{name} must be a pair (H, W) of ints >= {minimum}, got {grid!r}")
+    return (
+        check_int(f"{name}[0]", grid[0], minimum=minimum),
+        check_int(f"{name}[1]", grid[1], minimum=minimum),
+    )
 
 
 class AbsPos2d(PositionalEncoding):
@@ -122,10 +125,13 @@ class AbsPos2d(PositionalEncoding):
             _init_table(self.cls_position, self.init_std)
 
     def resample(self, grid: tuple[int, int]) -> torch.Tensor:
-        """The table for grid (H, W) -> [H, W, D] in the table's dtype; the table itself if same."""
-        height, width = _grid("grid", grid)
+        """The table for grid (H, W) -> [H, W, D] in the table's dtype; the table itself if same
+        (a 0-size grid: an empty table, as T = 0)."""
+        height, width = _grid("grid", grid, minimum=0)
         if (height, width) == self.grid:
             return self.table
+        if height * width == 0:
+            return self.table.new_zeros(height, width, self.dim)
         with float32_region(self.table.device):
             src = self.table.to(torch.float32).permute(2, 0, 1)[None]  # [1, D, H0, W0]
             out = F.interpolate(src, size=(height, width), mode="bicubic", align_corners=False)
@@ -145,8 +151,8 @@ class AbsPos2d(PositionalEncoding):
             raise ValueError(
                 "extent applies to continuous encodings; AbsPos2d's table spans the image"
             )
-        check_int("height", height)
-        check_int("width", width)
+        check_int("height", height, minimum=0)
+        check_int("width", width, minimum=0)
         ys = (2 * torch.arange(height, device=device, dtype=torch.float32) + 1) / height - 1
         xs = (2 * torch.arange(width, device=device, dtype=torch.float32) + 1) / width - 1
         pos = torch.stack(torch.meshgrid(xs, ys, indexing="xy"), dim=-1).reshape(-1, 2)
@@ -178,7 +184,7 @@ class AbsPos2d(PositionalEncoding):
                 )
             table = self.resample((x.shape[1], x.shape[2]))
             return table.to(x.dtype)[None].expand(x.shape)
-        height, width = _grid("grid", self.grid if grid is None else grid)
+        height, width = _grid("grid", self.grid if grid is None else grid, minimum=0)
         cells = height * width
         with_cls = self.cls_position is not None and (x is None or x.shape[1] == cells + 1)
         if x is not None and x.shape[1] != cells + with_cls:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .._checks import check_int
+from .._checks import check_float, check_generator, check_int
+from ..positions import resolve_mask
 from .base import resolve_grid
 
 __all__ = ["NoPos"]
@@ -41,6 +42,8 @@ class NoPos(nn.Module):
         extent: float | None = None,
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
+        # nothing is read, but the arguments are checked as every encoding checks them
+        _check_unused(hop, extent, generator)
         if x is not None:
             if not isinstance(x, torch.Tensor):
                 raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
@@ -49,6 +52,10 @@ class NoPos(nn.Module):
                     f"x must have shape [B, T, D] or [B, H, W, D] with D = {self.dim}, "
                     f"got {tuple(x.shape)}"
                 )
+            if not x.is_floating_point():
+                raise TypeError(f"x must be a floating-point tensor (the content), got {x.dtype}")
+            if mask is not None or lengths is not None:
+                resolve_mask(x.shape[0], x.shape[1], lengths, mask)
             return x.new_zeros(()).expand(x.shape)
         if positions is not None:
             if not isinstance(positions, torch.Tensor) or positions.dim() not in (2, 3):
@@ -58,6 +65,10 @@ class NoPos(nn.Module):
                     else type(positions).__name__
                 )
                 raise ValueError(f"positions must be a tensor [B, T] or [B, T, M], got {got}")
+            if positions.is_complex() or positions.dtype == torch.bool:
+                raise TypeError(f"positions must be a real tensor, got {positions.dtype}")
+            if mask is not None or lengths is not None:
+                resolve_mask(positions.shape[0], positions.shape[1], lengths, mask)
             shape = (positions.shape[0], positions.shape[1], self.dim)
             return positions.new_zeros((), dtype=torch.float32).expand(shape)
         if grid is not None:
@@ -67,3 +78,13 @@ class NoPos(nn.Module):
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}"
+
+
+def _check_unused(hop: object, extent: object, generator: object) -> None:
+    if hop is not None and not isinstance(hop, torch.Tensor):
+        if isinstance(hop, bool) or not isinstance(hop, (int, float)):
+            raise TypeError(f"hop must be a float or a tensor [B] / [B, T], got {hop!r}")
+        check_float("hop", hop, strict=True)
+    if extent is not None:
+        check_float("extent", extent, strict=True)
+    check_generator("generator", generator)
