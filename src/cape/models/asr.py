@@ -38,7 +38,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._checks import check_float, check_int, check_lengths, check_rate, check_tensor
+from .._checks import (
+    check_content,
+    check_finite,
+    check_float,
+    check_int,
+    check_lengths,
+    check_rate,
+    check_tensor,
+)
 from ..build import build, encoding_class
 from ..positions import lengths_to_mask, timestamps
 from .options import check_pos_dim, resolve_options
@@ -288,11 +296,12 @@ class CTCModel(nn.Module):
         skipped: `SpeechBatch.frame_times`); then positions follow them (`output_times`) and
         `hop` is unused, except by abspos, which counts frames whatever their times.
         """
-        check_tensor("features", features, ndims=(3,), floating=True)
+        check_content("features", features, self.n_mels, self.conv.weight.dtype)
         batch, frames = features.shape[:2]
-        if features.shape[-1] != self.n_mels:
+        if frames + 2 * self.padding < self.kernel:
             raise ValueError(
-                f"features must have shape [B, F, {self.n_mels}], got {tuple(features.shape)}"
+                f"features must have at least {self.kernel - 2 * self.padding} frames (kernel "
+                f"{self.kernel}, padding {self.padding}), got shape {tuple(features.shape)}"
             )
         frame_hop = self._frame_hop(hop, batch, features.device)
         if lengths is not None:
@@ -321,6 +330,7 @@ class CTCModel(nn.Module):
                     f"got {list(frame_times.shape)}"
                 )
             times = output_times(frame_times, lengths, self.stride, steps)
+            check_finite("frame_times", times, what=" (the output frames' times)")
             positions = times[..., None]  # [B, T', 1]
         elif self.feed == "hop":
             kwargs = {"hop": frame_hop}

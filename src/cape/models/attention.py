@@ -11,7 +11,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._checks import check_int, check_rate
+from .._checks import (
+    check_bool,
+    check_content,
+    check_int,
+    check_mask,
+    check_rate,
+    check_tensor,
+)
 from ..encodings.relative import RelPos
 from ..encodings.rotary import Rotary
 from ..functional.relative import allowed_keys
@@ -31,6 +38,12 @@ def attention_mask(
     [B or 1, 1, Tq or 1, 1]); dead rows are opened in the mask (a finite softmax, also in the
     backward) and must be zeroed in the output. (None, None) when nothing is masked.
     """
+    check_int("tq", tq, minimum=0)
+    check_int("tk", tk, minimum=0)
+    check_bool("causal", causal)
+    if key_mask is not None:
+        check_tensor("key_mask", key_mask, ndims=(2,))
+        check_mask("key_mask", key_mask, (key_mask.shape[0], tk))
     mask = allowed_keys(key_mask, causal, tq, tk, device)
     if mask is None:
         return None, None
@@ -122,8 +135,11 @@ class MultiheadAttention(nn.Module):
         generator: for rotary's augmentation draws.
         cache: incremental decoding (`AttentionCache`, see `_forward_cached`); None = off.
         """
-        if query.dim() != 3 or query.shape[-1] != self.dim:
-            raise ValueError(f"query must have shape [B, Tq, {self.dim}], got {tuple(query.shape)}")
+        weight = self.q_proj.weight
+        check_content("query", query, self.dim, weight.dtype)
+        if key_value is not None:
+            check_content("key_value", key_value, self.dim, weight.dtype)
+        check_bool("causal", causal)
         if cache is not None:
             return self._forward_cached(
                 query, key_value, cache, key_mask, causal, q_positions, generator

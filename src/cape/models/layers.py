@@ -17,7 +17,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from .._checks import check_choice, check_int, check_rate
+from .._checks import check_choice, check_content, check_int, check_mask, check_rate
 from ..encodings.relative import RelPos
 from ..encodings.rotary import Rotary
 from .attention import MultiheadAttention
@@ -85,6 +85,12 @@ class _Block(nn.Module):
             return x if branch is None else x + self.dropout(branch(norm(x)))
         return norm(x if branch is None else x + self.dropout(branch(x)))
 
+    def _check(self, name: str, x: torch.Tensor, mask_name: str, mask: object) -> None:
+        """x: [B, T, D] content in the parameters' dtype; mask: None or bool [B, T]."""
+        check_content(name, x, self.self_attn.dim, self.self_attn.q_proj.weight.dtype)
+        if mask is not None:
+            check_mask(mask_name, mask, x.shape[:2])
+
     def _ffn(self, x: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
         skip = _drop_layer(self.layer_drop, self.training, generator)
         return self._residual(x, self.ffn_norm, None if skip else self.ffn)
@@ -130,6 +136,7 @@ class TransformerEncoderLayer(_Block):
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
         """x: [B, T, D], mask: [B, T] bool (True = real), positions: [B, T(, M)] -> [B, T, D]."""
+        self._check("x", x, "mask", mask)
 
         def attend(h: torch.Tensor) -> torch.Tensor:
             return self.self_attn(
@@ -186,6 +193,13 @@ class TransformerDecoderLayer(_Block):
         self_cache, cross_cache = (None, None) if cache is None else cache
         if memory is None and (cross_cache is None or cross_cache.k is None):
             raise ValueError("memory is required unless a filled cross-attention cache is given")
+        self._check("x", x, "mask", mask)
+        if memory is not None:
+            self._check("memory", memory, "memory_mask", memory_mask)
+            if memory.shape[0] != x.shape[0]:
+                raise ValueError(
+                    f"memory must have shape [B={x.shape[0]}, S, D], got {tuple(memory.shape)}"
+                )
 
         def attend(h: torch.Tensor) -> torch.Tensor:
             return self.self_attn(

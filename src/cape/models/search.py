@@ -21,8 +21,8 @@ from collections.abc import Iterator
 
 import torch
 
-from .._checks import check_float, check_int, check_tensor
-from .seq2seq import Seq2Seq
+from .._checks import check_float, check_int, check_mask, check_tensor
+from .seq2seq import Seq2Seq, _check_tokens
 
 __all__ = ["greedy_decode", "beam_search", "sequence_nll"]
 
@@ -92,6 +92,8 @@ def max_lengths(src_mask: torch.Tensor, max_len_a: float, max_len_b: float) -> t
     step generates one token, EOS included: an output has at most limit - 1 tokens plus EOS, or
     `limit` tokens without EOS when the search ran out of steps.
     """
+    check_tensor("src_mask", src_mask, ndims=(2,))
+    check_mask("src_mask", src_mask, src_mask.shape)
     a = check_float("max_len_a", max_len_a)
     b = check_float("max_len_b", max_len_b, minimum=-float("inf"))
     lengths = src_mask.sum(dim=1).to(torch.float64)
@@ -320,6 +322,10 @@ def sequence_nll(
             raise ValueError(
                 f"{name} must have shape [{src.shape[0]}, T] like tgt_in, got {list(t.shape)}"
             )
+        if name == "tgt_mask":
+            check_mask(name, t, tgt_in.shape)
+        else:
+            _check_tokens(name, t, model.vocab_size)
     with _eval_mode(model):
         lp = model(src, src_mask, tgt_in, tgt_mask).log_softmax(dim=-1)
         nll = -lp.gather(-1, tgt_out[..., None].to(torch.long))[..., 0]

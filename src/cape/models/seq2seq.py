@@ -43,7 +43,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._checks import check_float, check_int, check_rate, check_tensor
+from .._checks import _may_inspect_values, check_float, check_int, check_rate, check_tensor
 from ..augment import augment_pair
 from ..build import build, encoding_class
 from ..positions import token_positions
@@ -75,10 +75,13 @@ def _check_mask(
     return mask
 
 
-def _check_tokens(name: str, tokens: torch.Tensor) -> torch.Tensor:
+def _check_tokens(name: str, tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
     check_tensor(name, tokens, ndims=(2,))
     if tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
         raise TypeError(f"{name} must be an integer tensor of token ids [B, L], got {tokens.dtype}")
+    if _may_inspect_values(tokens) and tokens.numel():
+        if not 0 <= int(tokens.min()) <= int(tokens.max()) < vocab_size:
+            raise ValueError(f"{name} must hold token ids in [0, vocab_size={vocab_size})")
     return tokens
 
 
@@ -287,7 +290,7 @@ class Seq2Seq(nn.Module):
     ) -> torch.Tensor:
         """src [B, S] token ids, src_mask [B, S] bool, src_pos [B, S, 1] (None = eval-mode
         positions) -> memory [B, S, D]. Rows at padding are unspecified."""
-        _check_tokens("src", src)
+        _check_tokens("src", src, self.vocab_size)
         _check_mask("src_mask", src_mask, tuple(src.shape))
         if src_pos is None:
             src_pos, _ = self._positions(src_mask, None, False, None)
@@ -311,7 +314,7 @@ class Seq2Seq(nn.Module):
 
         last_only: project only the last position -> [B, 1, V] (for step-wise search).
         """
-        _check_tokens("tgt", tgt)
+        _check_tokens("tgt", tgt, self.vocab_size)
         batch, length = tgt.shape
         check_tensor("memory", memory, ndims=(3,), floating=True)
         if memory.shape[0] != batch or memory.shape[2] != self.dim:
@@ -355,7 +358,7 @@ class Seq2Seq(nn.Module):
         """The next decoder inputs tokens [B, 1] (target index t = `state.length`, eval-mode
         positions) -> (logits [B, V] float32 for the token after them, state updated in place).
         Equal to `decode(prefix)[:, -1]` over all the tokens fed so far."""
-        _check_tokens("tokens", tokens)
+        _check_tokens("tokens", tokens, self.vocab_size)
         if tokens.shape[1] != 1:
             raise ValueError(f"tokens must have shape [B, 1], got {list(tokens.shape)}")
         if not isinstance(state, DecoderCache):
@@ -379,8 +382,8 @@ class Seq2Seq(nn.Module):
         """Teacher forcing: src [B, S], src_mask [B, S], tgt [B, T] (decoder inputs),
         tgt_mask [B, T] -> logits [B, T, V] float32. Positions from `positions()` (augmented
         in training for cape/rotary, drawn from `generator`)."""
-        _check_tokens("src", src)
-        _check_tokens("tgt", tgt)
+        _check_tokens("src", src, self.vocab_size)
+        _check_tokens("tgt", tgt, self.vocab_size)
         _check_mask("src_mask", src_mask, tuple(src.shape))
         _check_mask("tgt_mask", tgt_mask, tuple(tgt.shape))
         src_pos, tgt_pos = self.positions(src_mask, tgt_mask, generator)

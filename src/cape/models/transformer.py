@@ -51,6 +51,11 @@ class _Stack(nn.Module):
         check_choice("relative_layers", relative_layers, ("all", "first"))
         if position is not None and not isinstance(position, nn.Module):
             raise TypeError(f"position must be an nn.Module or None, got {type(position).__name__}")
+        if getattr(position, "kind", None) == "attention":
+            raise TypeError(
+                f"position must be an absolute encoding; {type(position).__name__} acts inside "
+                "attention: pass relative_factory=lambda: a new one per layer"
+            )
         if position is not None and getattr(position, "dim", dim) != dim:
             raise ValueError(f"position.dim must equal dim ({dim}), got {position.dim}")
         # an encoding that reads no positions (NoPos) adds nothing: skip it

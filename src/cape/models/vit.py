@@ -19,7 +19,8 @@ Any 2-D encoding of `cape.build` by name, asked for the positions of the patch g
   2D grid positions (`Rotary(head_dim, pos_dim=2)`); the class token sits at (0, 0).
 
 Options that depend on the training grid are filled in when the encoding takes them and the
-caller did not: `grid` (abspos2d's table), `sizes` (embed-2d's bins, (W, H)), `pos_dim` (2).
+caller did not: `grid` (abspos2d's table), `sizes` (embed-2d's bins, (W, H)), `pos_dim` (2);
+`fit_grid=True` fits the frequencies (cape2d, sinpos2d, sine-2d, rotary2d) to the training grid.
 
 `extent` (CAPE Table 6) rescales the grid positions to [-extent, extent]; it applies to the
 encodings over continuous image coordinates (sinpos2d, cape2d, lff, rotary2d): the others
@@ -36,7 +37,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._checks import check_int
+from .._checks import check_content, check_float, check_int
 from ..build import build, encoding_class, encoding_options
 from .options import check_pos_dim
 from .transformer import TransformerEncoder
@@ -94,6 +95,13 @@ class ViT(nn.Module):
         check_int("dim", dim)
         check_int("heads", heads)
         check_int("depth", depth)
+        check_float("mlp_ratio", mlp_ratio, strict=True)
+        if int(mlp_ratio * dim) < 1:
+            raise ValueError(f"mlp_ratio * dim must be >= 1 (the MLP's width), got {mlp_ratio}")
+        if position_options is not None and not isinstance(position_options, dict):
+            raise TypeError(
+                f"position_options must be a dict or None, got {type(position_options).__name__}"
+            )
         if dim % heads:
             raise ValueError(f"dim ({dim}) must be divisible by heads ({heads})")
         if any(s % self.patch for s in self.image_size):
@@ -117,6 +125,8 @@ class ViT(nn.Module):
         name = self.position_name
         if options.get("cls_token"):
             raise ValueError(f"{name}: the ViT has its own class-token position; drop cls_token")
+        if options.get("fit_grid") is True:  # frequencies fitted to this ViT's training grid
+            options["fit_grid"] = self.grid
         training_grid = {"grid": self.grid, "sizes": (self.grid[1], self.grid[0]), "pos_dim": 2}
         for key, value in training_grid.items():
             if key in encoding_options(name):
@@ -160,9 +170,12 @@ class ViT(nn.Module):
             raise ValueError(
                 f"images must have {self.channels} channels, got {tuple(images.shape)}"
             )
+        check_content("images", images, images.shape[-1], self.patch_embed.weight.dtype, (4,))
         height, width = images.shape[-2:]
-        if height % self.patch or width % self.patch:
-            raise ValueError(f"image size {height}x{width} is not a multiple of patch={self.patch}")
+        if height % self.patch or width % self.patch or not height * width:
+            raise ValueError(
+                f"images size {height}x{width} must be a positive multiple of patch={self.patch}"
+            )
         return height // self.patch, width // self.patch
 
     @property

@@ -50,10 +50,12 @@ def check_packed(images: object, channels: int, patch: int) -> list[Grid]:
                 f"images[{i}] is {img.dtype} on {img.device}, images[0] is "
                 f"{first.dtype} on {first.device}: all images must share dtype and device"
             )
+        if not img.is_floating_point():
+            raise TypeError(f"images[{i}] must be a floating-point tensor, got {img.dtype}")
         height, width = img.shape[-2:]
-        if height % patch or width % patch:
+        if height % patch or width % patch or not height * width:
             raise ValueError(
-                f"images[{i}] size {height}x{width} is not a multiple of patch={patch}"
+                f"images[{i}] size {height}x{width} is not a positive multiple of patch={patch}"
             )
         grids.append((height // patch, width // patch))
     return grids
