@@ -20,6 +20,7 @@ from .encodings import (
     RelPos,
     Rotary,
     SineND,
+    count_aliased,
 )
 from .positions import (
     as_positions,
@@ -55,6 +56,7 @@ __all__ = [
     "RelPos",
     "Rotary",
     "SineND",
+    "count_aliased",
     "as_positions",
     "grid_indices",
     "grid_positions",

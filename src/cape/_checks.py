@@ -113,6 +113,15 @@ def check_tensor(
     return value
 
 
+def check_real(name: str, t: object, ndims: Sequence[int] = range(1, 9)) -> torch.Tensor:
+    """A real (not complex, not bool) tensor of rank in `ndims`: positions, phases."""
+    check_tensor(name, t, ndims=ndims)
+    assert isinstance(t, torch.Tensor)
+    if t.is_complex() or t.dtype == torch.bool:
+        raise TypeError(f"{name} must be a real tensor, got {t.dtype}")
+    return t
+
+
 def check_content(
     name: str,
     x: object,

@@ -21,13 +21,15 @@ from typing import Any
 
 from torch import nn
 
+from ._checks import check_int
 from .augment import Augmentation
+from .encodings.axial import SineND
 from .encodings.fourier import LearnableFourierFeatures
 from .encodings.learned import AbsPos1d, AbsPos2d, EmbedND
 from .encodings.none import NoPos
 from .encodings.relative import RelPos
 from .encodings.rotary import Rotary
-from .encodings.sinusoidal import PRESETS, CAPE1d, CAPE2d, SineND
+from .encodings.sinusoidal import PRESETS, CAPE1d, CAPE2d
 
 __all__ = ["build", "ENCODINGS", "encoding_class", "encoding_options"]
 
@@ -41,6 +43,7 @@ class Encoding:
 
     cls: the module's class. fixed: constructor options set by the name (sine-2d: pos_dim=2).
     augments: whether the name takes CAPE's augmentation. presets: the modality presets it takes.
+    without: constructor options the name does not offer (a 1-D rotary fits no grid).
     """
 
     def __init__(
@@ -50,15 +53,16 @@ class Encoding:
         fixed: Mapping[str, Any] | None = None,
         augments: bool = False,
         presets: tuple[str, ...] = (),
+        without: tuple[str, ...] = (),
     ) -> None:
-        self.cls, self.fixed = cls, dict(fixed or {})
+        self.cls, self.fixed, self.without = cls, dict(fixed or {}), without
         self.augments, self.presets = augments, presets
         self.name = cls.__name__  # set to the registry name below
 
     def options(self) -> list[str]:
         """The keywords this name accepts (besides dim), in the constructor's order."""
         params = list(inspect.signature(self.cls).parameters)[1:]  # [0]: dim / head_dim
-        skip = {*self.fixed, "augmentation", *AUGMENTATION_FIELDS, "cache_size"}
+        skip = {*self.fixed, *self.without, "augmentation", *AUGMENTATION_FIELDS, "cache_size"}
         names = [p for p in params if p not in skip]
         if self.augments:
             names += [*AUGMENTATION_FIELDS, "augmentation"]
@@ -120,13 +124,13 @@ ENCODINGS: dict[str, Encoding] = {
     "abspos": Encoding(AbsPos1d, augments=True),
     "abspos2d": Encoding(AbsPos2d),
     "relpos": Encoding(RelPos),
-    "rotary": Encoding(Rotary, augments=True, presets=("text", "audio")),
+    "rotary": Encoding(Rotary, augments=True, presets=("text", "audio"), without=("fit_grid",)),
     "rotary2d": Encoding(Rotary, fixed={"pos_dim": 2}, augments=True),
     "lff": Encoding(LearnableFourierFeatures, augments=True),
     # the Learnable Fourier Features paper's baselines
     "sine-1d": Encoding(CAPE1d),
     "sine-2d": Encoding(SineND, fixed={"pos_dim": 2}, augments=True),
-    "sine-4d": Encoding(SineND, fixed={"pos_dim": 4}, augments=True),
+    "sine-4d": Encoding(SineND, fixed={"pos_dim": 4}, augments=True, without=("fit_grid",)),
     "embed-1d": Encoding(AbsPos1d, augments=True),
     "embed-2d": Encoding(EmbedND, augments=True),
     "embed-4d": Encoding(EmbedND, augments=True),
@@ -165,4 +169,6 @@ def build(name: str, dim: int, **options: Any) -> nn.Module:
     plus CAPE's augmentation and `preset` where the name takes them (module docstring);
     unknown names or options raise ValueError/TypeError listing what is allowed.
     """
-    return _entry(name)(dim, **options)
+    entry = _entry(name)
+    check_int("dim", dim)  # named as given here (the classes say dim or head_dim)
+    return entry(dim, **options)

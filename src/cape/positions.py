@@ -201,16 +201,18 @@ def as_positions(
     mask: torch.Tensor | None = None,
     dims: int | None = None,
     name: str = "positions",
+    mask_name: str = "mask",
 ) -> torch.Tensor:
     """Given coordinates `[B, T]` or `[B, T, M]` -> float32 `[B, T, M]`, checked finite.
 
     dims: the number of coordinates M the caller expects (None = any). mask: [B, T] bool.
+    name, mask_name: the arguments named in errors.
     """
     check_tensor(name, positions, ndims=(2, 3))
     if dims is not None:
         check_int("dims", dims)
     if mask is not None:
-        check_mask("mask", mask, positions.shape[:2])
+        check_mask(mask_name, mask, positions.shape[:2])
     if positions.dtype.is_complex or positions.dtype == torch.bool:
         raise TypeError(f"{name} must be a real tensor, got {positions.dtype}")
     pos = positions.to(torch.float32)

@@ -48,6 +48,7 @@ EXAMPLES: dict[str, dict] = {
     "sizes": {"sizes": (4, 4)},
     "low": {"low": -2.0},
     "high": {"high": 2.0},
+    "fit_grid": {"fit_grid": (4, 4)},
 }
 REQUIRED = {
     "abspos": {"num_positions": 9},

@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cape.augment import augment_positions
-from cape.encodings.sinusoidal import PRESETS, CAPE1d, CAPE2d, SineND
+from cape.encodings.axial import SineND
+from cape.encodings.sinusoidal import PRESETS, CAPE1d, CAPE2d
 from cape.functional.sinusoidal import (
     axial_sinusoidal,
     cape2d_frequencies,

@@ -1,15 +1,17 @@
 """Step 3 of the data flow: positions -> features. One file per family of encodings."""
 
-from .base import PositionalEncoding
+from .axial import SineND
+from .base import PositionalEncoding, count_aliased
 from .fourier import LearnableFourierFeatures
 from .learned import AbsPos1d, AbsPos2d, EmbedND
 from .none import NoPos
 from .relative import RelPos
 from .rotary import Rotary
-from .sinusoidal import PRESETS, CAPE1d, CAPE2d, SineND
+from .sinusoidal import PRESETS, CAPE1d, CAPE2d
 
 __all__ = [
     "PositionalEncoding",
+    "count_aliased",
     "LearnableFourierFeatures",
     "AbsPos1d",
     "AbsPos2d",

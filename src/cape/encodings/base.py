@@ -32,8 +32,9 @@ import contextlib
 import torch
 from torch import nn
 
-from .._checks import check_float, check_int
+from .._checks import check_float, check_generator, check_int, check_phases, max_abs
 from ..augment import Augmentation
+from ..functional.frequencies import aliased, grid_sampling
 from ..positions import (
     as_positions,
     grid_indices,
@@ -43,7 +44,16 @@ from ..positions import (
     token_positions,
 )
 
-__all__ = ["PositionalEncoding", "float32_region", "resolve_grid", "check_grids", "layout_grid"]
+__all__ = [
+    "PositionalEncoding",
+    "float32_region",
+    "resolve_grid",
+    "check_grids",
+    "layout_grid",
+    "sampling_of",
+    "count_aliased",
+    "max_scaling_of",
+]
 
 
 def float32_region(device: torch.device) -> contextlib.AbstractContextManager:
@@ -87,6 +97,37 @@ def layout_grid(
     return grid_positions(height, width, extent=ext, batch=batch, device=device)
 
 
+def sampling_of(module: nn.Module, grid: object) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(spacing, span) per axis of the positions `module` reads for the patch grid (H, W)
+    (`grid_positions`): what frequencies fitted to that grid are derived from."""
+    if not isinstance(grid, (tuple, list)) or len(grid) != 2:
+        raise TypeError(f"fit_grid must be a pair (H, W) of ints >= 2, got {grid!r}")
+    height, width = check_int("fit_grid[0]", grid[0]), check_int("fit_grid[1]", grid[1])
+    spacing, span = grid_sampling(module.grid_positions(height, width)[0])
+    return tuple(spacing.tolist()), tuple(span.tolist())
+
+
+def count_aliased(encoding: nn.Module, grid: object, *, extent: float | None = None) -> int:
+    """How many of `encoding`'s frequencies (`.frequencies`, radians per unit) alias on the
+    H x W patch grid it reads (`grid_positions(H, W, extent=extent)`): a frequency aliases when
+    its phase steps by pi or more between neighbouring patches on some axis
+    (`cape.functional.frequencies.aliased`). CAPE2d, SineND and 2-D Rotary have frequencies."""
+    if not hasattr(encoding, "frequencies"):
+        raise TypeError(
+            f"encoding must have frequencies (CAPE2d, SineND, Rotary), got {encoding!r}"
+        )
+    if not isinstance(grid, (tuple, list)) or len(grid) != 2:
+        raise TypeError(f"grid must be a pair (H, W) of ints >= 1, got {grid!r}")
+    height, width = check_int("grid[0]", grid[0]), check_int("grid[1]", grid[1])
+    positions = encoding.grid_positions(height, width, extent=extent)[0]
+    return int(aliased(encoding.frequencies, grid_sampling(positions)[0]).sum())
+
+
+def max_scaling_of(augmentation: Augmentation | None) -> float:
+    """The largest global scaling of training (1 without augmentation): it multiplies phases."""
+    return 1.0 if augmentation is None else float(augmentation.max_global_scaling)
+
+
 def resolve_grid(
     x: torch.Tensor | None, grid: object, dim: int
 ) -> tuple[int, int, int, tuple[int, ...]]:
@@ -102,8 +143,9 @@ def resolve_grid(
         shape = None if x is None else tuple(x.shape)
         raise ValueError(f"x of shape {shape} needs grid=(H, W) or positions")
     if not isinstance(grid, (tuple, list)) or len(grid) != 2:
-        raise TypeError(f"grid must be a pair (H, W) of ints >= 1, got {grid!r}")
-    height, width = check_int("grid[0]", grid[0]), check_int("grid[1]", grid[1])
+        raise TypeError(f"grid must be a pair (H, W) of ints >= 0, got {grid!r}")
+    height = check_int("grid[0]", grid[0], minimum=0)  # a 0-size grid: empty, as T = 0
+    width = check_int("grid[1]", grid[1], minimum=0)
     if x is None:
         return height, width, 1, (1, height * width, dim)
     if x.dim() != 3 or x.shape[1] != height * width:
@@ -209,10 +251,13 @@ class PositionalEncoding(nn.Module):
         dtype: torch.dtype | None = None,
         augmentation: Augmentation | None = None,
         validate: bool = True,
+        source: str = "positions",
     ) -> torch.Tensor:
-        """positions: [B, T] or [B, T, M] -> embedding [B, T, D] in `dtype` (0 at padding)."""
+        """positions: [B, T] or [B, T, M] -> embedding [B, T, D] in `dtype` (0 at padding).
+        source: the argument the positions come from, named if their phases overflow."""
         with float32_region(positions.device):
             pos = self.prepare(positions, mask, generator, augmentation, validate)
+            self.check_range(source, pos)
             out = self.embed(pos)
         if mask is not None:
             out = out * mask[..., None].to(out.dtype)
@@ -240,6 +285,7 @@ class PositionalEncoding(nn.Module):
         mask [B, T] bool (True = real) or lengths [B]: padding gets a zero embedding.
         Returns the embedding in x's shape and dtype (float32 [B, T, D] without x).
         """
+        check_generator("generator", generator)
         grids = None
         if positions is not None and isinstance(grid, list):  # the grids positions come from
             grids, grid = check_grids(grid, positions.shape[0]), None
@@ -276,9 +322,8 @@ class PositionalEncoding(nn.Module):
             )
         dtype = None if x is None else x.dtype
         aug = None if grids is None else self.grid_augmentation(grids, extent, ref.device)
-        return self.encode(
-            positions, mask, generator, dtype=dtype, augmentation=aug, validate=validate
-        )
+        source = "hop" if hop is not None else "positions"
+        return self.encode(positions, mask, generator, dtype, aug, validate=validate, source=source)
 
     def grid_augmentation(
         self, grids: list[tuple[int, int]], extent: float | None, device: torch.device
@@ -299,10 +344,16 @@ class PositionalEncoding(nn.Module):
         height, width, batch, shape = resolve_grid(x, grid, self.dim)
         device = x.device if x is not None else torch.device("cpu")
         pos = self.grid_positions(height, width, extent=extent, batch=batch, device=device)
-        out = self.encode(
-            pos, None, generator, dtype=None if x is None else x.dtype, validate=False
-        )
+        dtype = None if x is None else x.dtype
+        out = self.encode(pos, None, generator, dtype, validate=False, source="extent")
         return out.reshape(shape)
+
+    def check_range(self, name: str, positions: torch.Tensor) -> None:
+        """Refuse positions (from the argument `name`) whose phases |p| x frequency would
+        overflow float32 (CPU only): encodings with `frequencies` [M, K] check them here."""
+        freqs = getattr(self, "frequencies", None)
+        if isinstance(freqs, torch.Tensor):
+            check_phases(name, positions, max_abs(freqs.t()))
 
     def check_content(self, x: torch.Tensor | None, ndims: tuple[int, ...] = (3,)) -> None:
         """x (the content) must be a tensor of rank in `ndims` ending with D = self.dim."""
@@ -313,6 +364,8 @@ class PositionalEncoding(nn.Module):
         if x.dim() not in ndims or x.shape[-1] != self.dim:
             want = " or ".join("[B, T, D]" if n == 3 else "[B, H, W, D]" for n in ndims)
             raise ValueError(f"x must have shape {want} with D = {self.dim}, got {tuple(x.shape)}")
+        if not x.is_floating_point():  # the embedding is cast to x's dtype: ints would truncate
+            raise TypeError(f"x must be a floating-point tensor (the content), got {x.dtype}")
 
     def add_to(self, x: torch.Tensor, **kwargs: object) -> torch.Tensor:
         """x + self(x, **kwargs) (the default combination) without a second output buffer.

@@ -74,7 +74,8 @@ class RelPos(nn.Module):
             return torch.arange(length, device=device, dtype=torch.float32)[None]
         if mask is not None and tuple(mask.shape) != tuple(positions.shape[:2]):
             mask = None  # the key mask does not describe these positions
-        pos = as_positions(positions, mask=mask, dims=1, name=name)[..., 0]
+        pos = as_positions(positions, mask=mask, dims=1, name=name, mask_name="key_padding_mask")
+        pos = pos[..., 0]
         if pos.shape[1] != length:
             raise ValueError(
                 f"{name} must have length {length}, got shape {tuple(positions.shape)}"

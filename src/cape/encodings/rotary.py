@@ -11,11 +11,20 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .._checks import check_choice, check_even, check_float, check_int
+from .._checks import (
+    check_choice,
+    check_even,
+    check_float,
+    check_generator,
+    check_int,
+    check_tensor,
+)
 from ..augment import Augmentation, augment_pair, mean_normalize
+from ..functional.frequencies import grid_frequencies_2d
 from ..functional.rotary import apply_rotary, rotary_angles
+from ..functional.sinusoidal import cape2d_frequencies, sinusoid_frequencies
 from ..positions import as_positions, token_positions
-from .base import float32_region, layout_grid
+from .base import float32_region, layout_grid, max_scaling_of, sampling_of
 
 __all__ = ["Rotary"]
 
@@ -27,6 +36,8 @@ class Rotary(nn.Module):
     rotated 2D frequencies). base, freq_scale: 1D frequencies freq_scale * base^(-2c/hd)
     (freq_scale = 30 for seconds); in 2D freq_scale multiplies CAPE's 2D frequencies.
     augmentation: CAPE's `Augmentation`, applied in train mode (normalisation also in eval).
+    fit_grid (pos_dim 2): (H, W) of the training grid: 2D frequencies fitted to it (as
+    `CAPE2d(fit_grid=...)`, through the augmentation's max_global_scaling) instead of the paper's.
 
     It acts inside attention (`kind = "attention"`): one module per layer, `dim` of `cape.build`
     is the head size. `grid_positions(H, W)` are the continuous (x, y) a 2-D rotary reads.
@@ -43,6 +54,7 @@ class Rotary(nn.Module):
         base: float = 10000.0,
         freq_scale: float = 1.0,
         augmentation: Augmentation | None = None,
+        fit_grid: tuple[int, int] | None = None,
     ) -> None:
         super().__init__()
         self.head_dim = check_even("head_dim", head_dim)
@@ -56,6 +68,35 @@ class Rotary(nn.Module):
                 f"augmentation must be a cape.Augmentation or None, got {augmentation!r}"
             )
         self.augmentation = augmentation
+        self.fit_grid = None if fit_grid is None else tuple(fit_grid)
+        self._fitted: torch.Tensor | None = None
+        if fit_grid is not None:
+            if pos_dim != 2:
+                raise ValueError(f"fit_grid applies to pos_dim=2 (a grid), got pos_dim={pos_dim}")
+            if freq_scale != 1.0:
+                raise ValueError("give freq_scale or fit_grid, not both (fit_grid sets the range)")
+            spacing, span = sampling_of(self, fit_grid)
+            self._fitted = grid_frequencies_2d(
+                head_dim, spacing, span, max_scaling=max_scaling_of(augmentation)
+            )
+            self.register_buffer("fitted_freqs", self._fitted.clone(), persistent=False)
+
+    def _apply(self, fn, recurse=True):  # type: ignore[override]
+        super()._apply(fn, recurse)
+        if self._fitted is not None:  # float32 through .to(bf16): phases must not shift
+            self.fitted_freqs = self._fitted.to(self.fitted_freqs.device)
+        return self
+
+    @property
+    def frequencies(self) -> torch.Tensor:
+        """The angular frequencies [M, head_dim/2] (radians per unit), float32 on the CPU."""
+        if self._fitted is not None:
+            return self._fitted
+        if self.pos_dim == 1:
+            return sinusoid_frequencies(self.head_dim, base=self.base, freq_scale=self.freq_scale)[
+                None
+            ]
+        return cape2d_frequencies(self.head_dim, freq_scale=self.freq_scale)
 
     def grid_positions(
         self,
@@ -76,6 +117,7 @@ class Rotary(nn.Module):
             base=self.base,
             freq_scale=self.freq_scale,
             mode="1d" if self.pos_dim == 1 else "2d",
+            freqs=None if self._fitted is None else self.fitted_freqs,
         )
 
     def angles(
@@ -110,7 +152,9 @@ class Rotary(nn.Module):
         """
         with float32_region(positions.device):
             q = as_positions(positions, mask=mask, dims=self.pos_dim)
-            k = as_positions(k_positions, mask=k_mask, dims=self.pos_dim, name="k_positions")
+            k = as_positions(
+                k_positions, mask=k_mask, dims=self.pos_dim, name="k_positions", mask_name="k_mask"
+            )
             aug = self.augmentation
             if aug is not None:
                 if aug.normalize:
@@ -146,7 +190,9 @@ class Rotary(nn.Module):
         k_positions: [B, Tk(, M)]; None = self-attention: the same (augmented) angles rotate
         q and k, so Tq must equal Tk. mask / k_mask: [B, Tq] / [B, Tk] bool, True at real tokens.
         """
+        check_generator("generator", generator)
         for name, t in (("q", q), ("k", k)):
+            check_tensor(name, t, ndims=(4,), floating=True)
             if t.dim() != 4 or t.shape[-1] != self.head_dim:
                 raise ValueError(
                     f"{name} must have shape [B, H, T, {self.head_dim}], got {tuple(t.shape)}"
@@ -171,7 +217,8 @@ class Rotary(nn.Module):
 
     def extra_repr(self) -> str:
         aug = "" if self.augmentation is None else f", augmentation={self.augmentation}"
+        fit = "" if self.fit_grid is None else f", fit_grid={self.fit_grid}"
         return (
             f"head_dim={self.head_dim}, pos_dim={self.pos_dim}, base={self.base}, "
-            f"freq_scale={self.freq_scale}{aug}"
+            f"freq_scale={self.freq_scale}{fit}{aug}"
         )

@@ -11,20 +11,20 @@ from dataclasses import replace
 
 import torch
 
-from .._checks import check_choice, check_float, check_int
+from .._checks import check_choice, check_float, check_generator, check_int
 from ..augment import Amount, Augmentation, augment_positions
+from ..functional.frequencies import grid_frequencies_2d
 from ..functional.sinusoidal import (
-    axial_sinusoidal,
     cape2d_frequencies,
     doubled_frequencies,
     shifted_sine,
     sinusoid_frequencies,
 )
-from ..positions import grid_indices, grid_positions
-from .base import PositionalEncoding, float32_region, resolve_grid
+from ..positions import grid_positions
+from .base import PositionalEncoding, float32_region, max_scaling_of, resolve_grid, sampling_of
 from .cache import TableCache
 
-__all__ = ["CAPE1d", "CAPE2d", "SineND", "PRESETS"]
+__all__ = ["CAPE1d", "CAPE2d", "PRESETS"]
 
 # The papers' values per modality (CAPE sec. 5, appendices C.2, D.1).
 PRESETS: dict[str, dict[str, object]] = {
@@ -86,6 +86,11 @@ class _Sinusoidal(PositionalEncoding):
         freqs2, offset = doubled_frequencies(self._freqs.to(device))
         self.register_buffer("freqs2", freqs2, persistent=False)
         self.register_buffer("offset", offset, persistent=False)
+
+    @property
+    def frequencies(self) -> torch.Tensor:
+        """The angular frequencies [M, K] (radians per position unit), float32 on the CPU."""
+        return self._freqs
 
     def _apply(self, fn, recurse=True):  # type: ignore[override]
         super()._apply(fn, recurse)
@@ -162,13 +167,14 @@ class CAPE1d(_Sinusoidal):
         """As `PositionalEncoding.forward`; a deterministic table (eval mode, no padding, a
         float hop or none) is cached per length."""
         plain = positions is None and grid is None and extent is None and mask is None
+        check_generator("generator", generator)
         if (
             plain
             and lengths is None
             and isinstance(x, torch.Tensor)
             and x.dim() == 3
             and self._deterministic()
-            and not isinstance(hop, torch.Tensor)
+            and isinstance(hop, (type(None), int, float))  # hashable: a cache key
         ):
             self.check_content(x, ndims=(3,))
             batch, length = x.shape[0], x.shape[1]
@@ -179,6 +185,7 @@ class CAPE1d(_Sinusoidal):
                     self.sequence_positions(1, length, hop=hop, device=x.device),
                     dtype=x.dtype,
                     validate=False,
+                    source="positions" if hop is None else "hop",
                 ),
             )
             return table.expand(batch, length, self.dim)
@@ -206,6 +213,11 @@ class CAPE2d(_Sinusoidal):
     float, one per axis (x, y), or "auto" = 1/N per axis for the grid being encoded (the
     paper's emax = 1/N).
 
+    fit_grid: (H, W) of the training grid: frequencies fitted to it instead of the paper's
+    (`cape.functional.frequencies`: radii from half a period across the grid to its Nyquist limit
+    divided by max_global_scaling, the paper's directions), so that none aliases on the grid
+    the model trains on, augmented or not. `cape.count_aliased(enc, (H, W))` counts them.
+
     forward(x: [B, H, W, D] -> [B, H, W, D]; or x: [B, T, D] with grid=(H, W), T = H*W, or with
     positions: [B, T, 2] (x, y)) -> the embedding in x's dtype.
     """
@@ -221,6 +233,7 @@ class CAPE2d(_Sinusoidal):
         rho: str = "exact",
         freq_scale: float = 1.0,
         extent: float = 1.0,
+        fit_grid: tuple[int, int] | None = None,
         cache_size: int = 8,
     ) -> None:
         check_int("dim", dim)
@@ -239,7 +252,17 @@ class CAPE2d(_Sinusoidal):
         self.freq_scale = check_float("freq_scale", freq_scale, strict=True)
         self.extent = check_float("extent", extent, strict=True)
         self._cache = TableCache(check_int("cache_size", cache_size, minimum=0))
-        self._set_frequencies(cape2d_frequencies(dim, rho=rho, freq_scale=freq_scale, device="cpu"))
+        self.fit_grid = None if fit_grid is None else tuple(fit_grid)
+        if fit_grid is None:
+            freqs = cape2d_frequencies(dim, rho=rho, freq_scale=freq_scale, device="cpu")
+        else:
+            if freq_scale != 1.0:
+                raise ValueError("give freq_scale or fit_grid, not both (fit_grid sets the range)")
+            spacing, span = sampling_of(self, fit_grid)
+            freqs = grid_frequencies_2d(
+                dim, spacing, span, max_scaling=max_scaling_of(self.augmentation), rho=rho
+            )
+        self._set_frequencies(freqs)
 
     @classmethod
     def preset(cls, dim: int, **overrides: object) -> CAPE2d:
@@ -307,7 +330,8 @@ class CAPE2d(_Sinusoidal):
         ext = self.extent if extent is None else check_float("extent", extent, strict=True)
         device = x.device if x is not None else torch.device("cpu")
         dtype = x.dtype if x is not None else torch.float32
-        if self.augmentation is None or not (self.training and self.augmentation.random):
+        aug = self.augmentation  # a 0-size grid has nothing to augment (nor an emax = 1/N)
+        if aug is None or not (self.training and aug.random) or not height * width:
             key = (height, width, ext, device, dtype)
             table = self._cache.get(
                 key,
@@ -315,6 +339,7 @@ class CAPE2d(_Sinusoidal):
                     grid_positions(height, width, extent=ext, batch=1, device=device),
                     dtype=dtype,
                     validate=False,
+                    source="extent",
                 ),
             )
             return table.reshape((1,) + shape[1:]).expand(shape)
@@ -322,6 +347,7 @@ class CAPE2d(_Sinusoidal):
         aug = self.grid_augmentation([(height, width)], ext, device)
         with float32_region(device):
             pos = self.prepare(pos, None, generator, aug, validate=False)
+            self.check_range("extent", pos)
             # embed straight into the output's shape: a reshaped view would make the caller's
             # in-place add (add_to) go through autograd's slow view-rebase path
             out = self.embed(pos.reshape(shape[:-1] + (2,)))
@@ -330,54 +356,5 @@ class CAPE2d(_Sinusoidal):
     def extra_repr(self) -> str:
         local = ", max_local_shift='auto'" if self.auto_local else ""
         scale = f", freq_scale={self.freq_scale}" if self.freq_scale != 1.0 else ""
+        scale += f", fit_grid={self.fit_grid}" if self.fit_grid is not None else ""
         return super().extra_repr() + f"{local}, rho={self.rho!r}{scale}, extent={self.extent}"
-
-
-class SineND(PositionalEncoding):
-    """Per-axis sinusoids concatenated: LFF's Sine-2D (M=2) and Sine-4D (boxes, M=4).
-
-    dim: D, divisible by 2M. Positions [B, T, M] are required (e.g. row/column indices or box
-    edges); each axis gets D/M channels of `sinusoidal_1d`. Augmentation options as CAPE1d.
-    """
-
-    def __init__(
-        self,
-        dim: int,
-        pos_dim: int = 2,
-        *,
-        base: float = 10000.0,
-        freq_scale: float = 1.0,
-        max_global_shift: float = 0.0,
-        max_local_shift: float = 0.0,
-        max_global_scaling: float = 1.0,
-        normalize: bool = False,
-    ) -> None:
-        check_int("dim", dim)
-        check_int("pos_dim", pos_dim)
-        if dim % (2 * pos_dim):
-            raise ValueError(f"dim must be divisible by 2 * pos_dim = {2 * pos_dim}, got {dim}")
-        aug = _augmentation(max_global_shift, max_local_shift, max_global_scaling, normalize)
-        super().__init__(dim, pos_dim, aug)
-        self.base = check_float("base", base, minimum=1.0, strict=True)
-        self.freq_scale = check_float("freq_scale", freq_scale, strict=True)
-
-    def embed(self, positions: torch.Tensor) -> torch.Tensor:
-        return axial_sinusoidal(positions, self.dim, base=self.base, freq_scale=self.freq_scale)
-
-    def grid_positions(
-        self,
-        height: int,
-        width: int,
-        *,
-        extent: float | None = None,
-        batch: int = 1,
-        device: torch.device | str | None = None,
-    ) -> torch.Tensor:
-        """The LFF paper's Sine-2D reads integer (column, row) indices of the grid (as float)."""
-        if self.pos_dim != 2:
-            return super().grid_positions(height, width, extent=extent, batch=batch, device=device)
-        if extent is not None:
-            raise ValueError(
-                "extent applies to continuous coordinates; SineND reads (column, row) indices"
-            )
-        return grid_indices(height, width, batch=batch, device=device).to(torch.float32)

@@ -4,6 +4,14 @@ Modules in `cape.encodings` are thin wrappers holding configuration and paramete
 """
 
 from .fourier import fourier_features, learnable_fourier_features, lff_kernel
+from .frequencies import (
+    aliased,
+    count_aliased,
+    grid_frequencies_1d,
+    grid_frequencies_2d,
+    grid_radii,
+    grid_sampling,
+)
 from .relative import num_buckets, relative_index, relpos_attention
 from .rotary import apply_rotary, rotary_angles
 from .sinusoidal import (
@@ -36,4 +44,10 @@ __all__ = [
     "relpos_attention",
     "apply_rotary",
     "rotary_angles",
+    "grid_sampling",
+    "aliased",
+    "count_aliased",
+    "grid_radii",
+    "grid_frequencies_2d",
+    "grid_frequencies_1d",
 ]

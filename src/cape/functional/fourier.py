@@ -18,6 +18,7 @@ from .._checks import (
     check_float,
     check_limit,
     check_phases,
+    check_real,
     check_tensor,
     max_abs,
 )
@@ -84,10 +85,7 @@ def lff_kernel(distance_sq: torch.Tensor | float, gamma: float) -> torch.Tensor:
 
 
 def _check_real(name: str, t: object) -> None:
-    check_tensor(name, t, ndims=range(9))
-    assert isinstance(t, torch.Tensor)
-    if t.is_complex() or t.dtype == torch.bool:
-        raise TypeError(f"{name} must be a real tensor, got {t.dtype}")
+    check_real(name, t, ndims=range(9))
 
 
 def _check_mlp(

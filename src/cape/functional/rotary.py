@@ -8,9 +8,11 @@ c + hd/2 form the rotation plane of frequency c (same convention as the `[cos ||
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-from .._checks import check_choice, check_even, check_tensor
+from .._checks import check_choice, check_even, check_phases, check_real, check_tensor
 from .sinusoidal import cape2d_frequencies, sinusoid_frequencies
 
 __all__ = ["rotary_angles", "apply_rotary"]
@@ -23,6 +25,7 @@ def rotary_angles(
     base: float = 10000.0,
     freq_scale: float = 1.0,
     mode: str = "1d",
+    freqs: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """positions: [B, T, M] (any leading dims) -> angles [B, T, head_dim/2] float32.
 
@@ -31,17 +34,28 @@ def rotary_angles(
     mode "2d" (M = 2, (x, y)): angle_c = freq_scale * pi * (w_x,c x + w_y,c y), CAPE's rotated
     2D frequencies (`cape2d_frequencies`), so that every rotation plane mixes both axes;
     `base` is unused. The angle is linear in the position, hence the relative property in 2D.
+    freqs: [M, head_dim/2] frequencies (radians per unit) instead, e.g. fitted to a grid
+    (`cape.functional.frequencies.grid_frequencies_2d`); base and freq_scale are then unused.
     """
     check_even("head_dim", head_dim)
     check_choice("mode", mode, ("1d", "2d"))
-    check_tensor("positions", positions, ndims=range(2, 8))
+    check_real("positions", positions, ndims=range(2, 8))
     axes = 1 if mode == "1d" else 2
     if positions.shape[-1] != axes:
         raise ValueError(
             f"positions must end with {axes} coordinate(s) for mode={mode!r}, "
             f"got {tuple(positions.shape)}"
         )
+    # the highest frequency: freq_scale in 1D (k = 0), at most 10 pi freq_scale in 2D (rho <= 10)
+    check_phases("positions", positions, freq_scale * (1.0 if mode == "1d" else 10 * math.pi))
     pos = positions.to(torch.float32)
+    if freqs is not None:
+        if tuple(freqs.shape) != (axes, head_dim // 2):
+            raise ValueError(
+                f"freqs must have shape [{axes}, {head_dim // 2}], got {tuple(freqs.shape)}"
+            )
+        w = freqs.to(device=pos.device, dtype=torch.float32)
+        return sum(pos[..., m : m + 1] * w[m] for m in range(axes))
     if mode == "1d":
         omega = sinusoid_frequencies(head_dim, base=base, freq_scale=freq_scale, device=pos.device)
         return pos * omega  # [..., 1] * [hd/2]

@@ -11,7 +11,17 @@ import math
 
 import torch
 
-from .._checks import check_choice, check_even, check_float
+from .._checks import (
+    LIMIT,
+    check_choice,
+    check_even,
+    check_float,
+    check_limit,
+    check_phases,
+    check_real,
+    check_tensor,
+    max_abs,
+)
 
 __all__ = [
     "sinusoid_frequencies",
@@ -39,7 +49,7 @@ def sinusoid_frequencies(
     """
     check_even("dim", dim)
     check_float("base", base, minimum=1.0, strict=True)
-    check_float("freq_scale", freq_scale, strict=True)
+    check_limit("freq_scale", check_float("freq_scale", freq_scale, strict=True))
     k = torch.arange(dim // 2, device="cpu", dtype=torch.float64)
     return (freq_scale * base ** (-2.0 * k / dim)).to(device=device, dtype=torch.float32)
 
@@ -62,6 +72,10 @@ def cape2d_frequencies(
     check_even("dim", dim)
     check_choice("rho", rho, ("exact", "linspace"))
     check_float("freq_scale", freq_scale, strict=True)
+    if 10 * math.pi * freq_scale > LIMIT:  # rho <= 10: |w| <= 10 pi freq_scale
+        raise ValueError(
+            f"freq_scale must be at most {LIMIT / (10 * math.pi):.3g}, got {freq_scale}"
+        )
     half = dim // 2
     # float64 on the CPU, then cast: the frequencies are exact whatever the target device
     cpu = dict(dtype=torch.float64, device="cpu")
@@ -76,6 +90,7 @@ def cape2d_frequencies(
 
 def cos_sin(phase: torch.Tensor) -> torch.Tensor:
     """phase: [..., K] -> [..., 2K] = [cos(phase) || sin(phase)], in phase's dtype."""
+    check_tensor("phase", phase, ndims=range(1, 9), floating=True)
     return torch.cat([torch.cos(phase), torch.sin(phase)], dim=-1)
 
 
@@ -84,6 +99,7 @@ def doubled_frequencies(freqs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
 
     cos(a) = sin(a + pi/2): one sine over [phase + pi/2 || phase] yields [cos || sin].
     """
+    check_tensor("freqs", freqs, ndims=(2,), floating=True)
     k = freqs.shape[-1]
     offset = torch.cat([torch.full((k,), math.pi / 2), torch.zeros(k)])
     offset = offset.to(device=freqs.device, dtype=torch.float32)
@@ -98,6 +114,8 @@ def shifted_sine(
     One fused multiply-add per axis and one in-place sine over a contiguous buffer: on a CPU
     the passes over memory, not the trigonometry, dominate the cost of an encoding.
     """
+    _check_sine_args(positions, freqs2, offset)
+    check_phases("positions", positions, max_abs(freqs2.t()))
     pos = positions.to(torch.float32)
     out = torch.addcmul(offset, pos[..., 0:1], freqs2[0])
     for m in range(1, freqs2.shape[0]):
@@ -105,11 +123,23 @@ def shifted_sine(
     return torch.sin(out) if out.requires_grad else out.sin_()
 
 
+def _check_sine_args(positions: object, freqs2: object, offset: object) -> None:
+    pos = check_real("positions", positions)
+    w = check_tensor("freqs2", freqs2, ndims=(2,), floating=True)
+    off = check_tensor("offset", offset, ndims=(1,), floating=True)
+    if pos.shape[-1] != w.shape[0] or off.shape[0] != w.shape[1]:
+        raise ValueError(
+            f"positions [..., M], freqs2 [M, 2K] and offset [2K] must agree, got "
+            f"{tuple(pos.shape)}, {tuple(w.shape)}, {tuple(off.shape)}"
+        )
+
+
 def sinusoid(positions: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
     """[cos(p W) || sin(p W)]. positions: [..., M], freqs W: [M, K] -> [..., 2K] float32.
 
     The phase p W = sum_m p_m W_mk is computed in float32.
     """
+    check_real("positions", positions)
     return shifted_sine(positions, *doubled_frequencies(freqs))
 
 
@@ -125,6 +155,7 @@ def sinusoidal_1d(
     E(p) = [cos(omega p) || sin(omega p)], omega from `sinusoid_frequencies`.
     E(n) . E(n + m) = sum_k cos(omega_k m) depends on m only, for any real n, m.
     """
+    check_real("positions", positions, ndims=range(9))
     omega = sinusoid_frequencies(dim, base=base, freq_scale=freq_scale, device=positions.device)
     return sinusoid(positions[..., None], omega[None])
 
@@ -134,6 +165,7 @@ def sinusoidal_2d(positions: torch.Tensor, dim: int, *, rho: str = "exact") -> t
 
     phase_k = pi (w_x,k x + w_y,k y); E = [cos(phase) || sin(phase)] (appendix A `CAPE_2d`).
     """
+    check_real("positions", positions)
     if positions.shape[-1] != 2:
         raise ValueError(
             f"positions must end with 2 coordinates (x, y), got {tuple(positions.shape)}"
@@ -147,15 +179,27 @@ def axial_sinusoidal(
     *,
     base: float = 10000.0,
     freq_scale: float = 1.0,
+    freqs: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Per-axis sinusoids concatenated (LFF's Sine-2D / Sine-4D). positions: [..., M] -> [..., dim].
 
     Axis m gets `sinusoidal_1d(positions[..., m], dim / M)`; dim must be divisible by 2M.
+    freqs: [M, dim / (2M)] frequencies of each axis instead (e.g. fitted to a grid:
+    `cape.functional.frequencies.grid_frequencies_1d`).
     """
-    axes = positions.shape[-1]
+    axes = check_real("positions", positions).shape[-1]
     check_even("dim", dim, multiple=2 * axes)
-    omega = sinusoid_frequencies(
-        dim // axes, base=base, freq_scale=freq_scale, device=positions.device
-    )
+    if freqs is None:
+        omega = sinusoid_frequencies(
+            dim // axes, base=base, freq_scale=freq_scale, device=positions.device
+        )
+    else:
+        if tuple(freqs.shape) != (axes, dim // (2 * axes)):
+            raise ValueError(
+                f"freqs must have shape [M, dim / (2M)] = [{axes}, {dim // (2 * axes)}], "
+                f"got {tuple(freqs.shape)}"
+            )
+        omega = freqs.to(device=positions.device, dtype=torch.float32)
+    check_phases("positions", positions, omega.abs().amax(-1))
     phase = positions.to(torch.float32)[..., None] * omega  # [..., M, dim/(2M)]
     return cos_sin(phase).flatten(-2)
