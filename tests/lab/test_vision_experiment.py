@@ -190,6 +190,8 @@ def test_univit_loss_draws_sizes_from_the_list():
 TINY = [
     "name=tiny",
     "seeds=[0]",
+    "data.source=chars",
+    "eval.figures=true",
     "data.train=48",
     "data.val=16",
     "data.test=16",
@@ -385,7 +387,7 @@ def test_train_and_eval_commands(tiny_run, capsys):
     assert cli(["eval", "vision", *args, "--out", str(run), "--row", "CAPE"]) == 0
     text = capsys.readouterr().out
     assert "| test | 16 | plain |" in text
-    assert cli(["eval", "vision", *args, "--out", str(out / "empty"), "--row", "CAPE"]) == 1
+    assert cli(["eval", "vision", *args, "--out", str(out / "empty"), "--row", "CAPE"]) == 2
     assert cli(["train", "vision", *args, "--out", str(run), "--row", "nope"]) == 2
 
 
@@ -561,3 +563,46 @@ def test_frequency_study_claim_pairs_rows_that_differ_only_in_freq_scale():
     assert got["CAPE freq 0.4 > CAPE at 32 px"] == ("60.0 ± 2.8 vs 50.0 ± 2.8", True)
     assert got["sinpos freq 0.4 > sinpos at 32 px"] == ("55.0 ± 2.8 vs 57.0 ± 2.8", False)
     assert not any(c.startswith("lonely") or "CAPE d64" in c for c in got)
+
+
+def test_relations_run_reports_whether_rows_use_their_positions(tmp_path) -> None:
+    """The main job's shape on a tiny budget: the positions-removed measurements of every row with
+    positions (absolute or rotary), none for nopos, and a report that opens with its verdict."""
+    out = tmp_path / "run"
+    rows = (
+        "rows=[{name: nopos, position: nopos}, {name: abspos, position: abspos2d}, "
+        "{name: CAPE grid, position: cape2d, options: {preset: image, fit_grid: true}}, "
+        "{name: rotary grid, position: rotary2d, options: {fit_grid: true}}]"
+    )
+    sets = [
+        f"data.root={tmp_path / 'data'}",
+        "data.train=32",
+        "data.val=8",
+        "data.test=8",
+        "data.workers=1",
+        "model.dim=16",
+        "model.depth=1",
+        "model.heads=2",
+        "train.steps=2",
+        "train.batch_size=8",
+        "train.eval_every=2",
+        "train.checkpoint_every=2",
+        "train.warmup_steps=0",
+        "eval.sizes=[16,48]",
+        "eval.batch_size=8",
+        rows,
+    ]
+    args = [a for item in sets for a in ("--set", item)]
+    assert cli(["experiment", "vision", *args, "--out", str(out)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["data"] == {"counts": {"train": 32, "val": 8, "test": 8}, "classes": 4}
+    removed = {
+        (r["row"], r["size"]) for r in results["records"] if r["method"] == "positions removed"
+    }
+    assert removed == {
+        (row, s) for row in ("abspos", "CAPE grid", "rotary grid") for s in (16, 32, 48)
+    }
+    report = (out / "report.md").read_text()
+    assert report.index("## Verdict") < report.index("Top-1 accuracy (%) on test images")
+    assert "Does the task need positions?" in report and "32 training images (relations)" in report
+    assert "with the positions taken out at test time" in report

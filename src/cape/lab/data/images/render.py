@@ -16,7 +16,6 @@ run resumes where it stopped:
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import multiprocessing
@@ -27,15 +26,18 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, ImageDraw, ImageFont
+from PIL import Image
 
 from cape.lab.data.images.fonts import CHARSET, FontSplit, font_split
+from cape.lab.data.images.glyphs import CANVAS, contrasting_colours, finish, glyph_mask
+from cape.lab.data.images.relations import render_relation
 from cape.lab.io import atomic_write, set_aside, zip_problem
 from cape.lab.progress import progress
 
 __all__ = [
     "CANVAS",
     "SPLITS",
+    "TASKS",
     "load_native_sizes",
     "load_split",
     "make_native_sizes",
@@ -46,26 +48,15 @@ __all__ = [
     "split_seeds",
 ]
 
-CANVAS = 256
-"""Side in pixels of the canvas every character is drawn on before it is shrunk."""
 SPLITS = ("train", "val", "test", "test_fonts")
+TASKS = ("chars", "relations")
 _SEED_GROUPS = {"train": 0, "val": 1, "test": 2, "test_fonts": 3, "native": 4}
 _SEED_STRIDE = 1 << 40  # seeds of one (split, seed) pair: [base, base + 2**40)
 _MAX_SEED = 1 << 19
 _CACHE_VERSION = 1
-_MIN_CONTRAST = 80.0  # luma difference between foreground and background, of 255
 
 
 # ----------------------------------------------------------------------------------- rendering
-
-
-@functools.lru_cache(maxsize=4096)
-def _font(path: str, px: int) -> ImageFont.FreeTypeFont:
-    return ImageFont.truetype(path, px)
-
-
-def _luma(rgb: np.ndarray) -> float:
-    return float(0.299 * rgb[0] + 0.587 * rgb[1] + 0.114 * rgb[2])
 
 
 def render_char(
@@ -87,46 +78,15 @@ def render_char(
     px = int(rng.uniform(0.45, 0.75) * canvas)
     angle = float(rng.uniform(-20.0, 20.0))
     fx, fy = rng.uniform(0.0, 1.0, size=2)
-    bg = rng.integers(0, 256, size=3)
-    fg = rng.integers(0, 256, size=3)
-    for _ in range(64):
-        if abs(_luma(fg) - _luma(bg)) >= _MIN_CONTRAST:
-            break
-        fg = rng.integers(0, 256, size=3)
-    else:
-        fg = np.full(3, 0 if _luma(bg) > 127.5 else 255)
+    bg, fg = contrasting_colours(rng)
     amp = int(rng.integers(0, 33))
-
-    # the glyph alone, rotated with its box grown to hold it
-    font = _font(str(font_path), px)
-    x0, y0, x1, y1 = font.getbbox(char)
-    glyph = Image.new("L", (max(x1 - x0, 1) + 4, max(y1 - y0, 1) + 4), 0)
-    ImageDraw.Draw(glyph).text((2 - x0, 2 - y0), char, font=font, fill=255)
-    glyph = glyph.rotate(angle, resample=Image.Resampling.BICUBIC, expand=True)
-    limit = int(canvas * 0.96)
-    if max(glyph.size) > limit:
-        k = limit / max(glyph.size)
-        glyph = glyph.resize(
-            (max(1, int(glyph.width * k)), max(1, int(glyph.height * k))), Image.Resampling.LANCZOS
-        )
+    glyph = glyph_mask(char, font_path, px, angle, int(canvas * 0.96))
     margin = canvas // 50
     room_x = max(canvas - 2 * margin - glyph.width, 0)
     room_y = max(canvas - 2 * margin - glyph.height, 0)
     mask = Image.new("L", (canvas, canvas), 0)
     mask.paste(glyph, (margin + int(fx * room_x), margin + int(fy * room_y)))
-
-    img = Image.composite(
-        Image.new("RGB", (canvas, canvas), tuple(int(v) for v in fg)),
-        Image.new("RGB", (canvas, canvas), tuple(int(v) for v in bg)),
-        mask,
-    )
-    arr = np.asarray(img, dtype=np.int16)
-    if amp:
-        arr = arr + rng.integers(-amp, amp + 1, size=arr.shape, dtype=np.int16)
-    arr = np.clip(arr, 0, 255).astype(np.uint8)
-    if size != canvas:
-        arr = np.asarray(Image.fromarray(arr).resize((size, size), Image.Resampling.LANCZOS))
-    return np.ascontiguousarray(arr)
+    return finish(mask, fg, bg, amp, rng, size)
 
 
 def sample_spec(seed: int, fonts: Sequence[str | Path]) -> tuple[int, Path]:
@@ -184,14 +144,26 @@ def _savez(path: Path, **arrays: np.ndarray) -> None:
     atomic_write(path, lambda tmp: np.savez_compressed(tmp, **arrays))
 
 
+def _render_one(task: str, seed: int, fonts: list[str], side: int) -> tuple[np.ndarray, int]:
+    if task == "relations":
+        return render_relation(seed, fonts, side)
+    return render_sample(seed, fonts, side)
+
+
 def _render_shard(
-    seeds: np.ndarray, fonts: list[str], size: int | None, low: int, high: int, out: str
+    seeds: np.ndarray,
+    fonts: list[str],
+    size: int | None,
+    low: int,
+    high: int,
+    out: str,
+    task: str = "chars",
 ) -> int:
     images, labels = [], []
     for s in seeds.tolist():
-        label, font = sample_spec(s, fonts)
         side = size if size is not None else _native_size(s, low, high)
-        images.append(render_char(CHARSET[label], font, s, side))
+        image, label = _render_one(task, s, fonts, side)
+        images.append(image)
         labels.append(label)
     labels_arr = np.asarray(labels, dtype=np.int64)
     seeds_arr = np.asarray(seeds, dtype=np.int64)
@@ -235,6 +207,7 @@ def _generate(
     workers: int | None,
     keep_shards: bool,
     desc: str,
+    task: str = "chars",
 ) -> Path:
     if _whole(path):
         return path
@@ -255,11 +228,12 @@ def _generate(
     with bar:
         if workers == 1 or len(todo) <= 1:
             for p, s in todo:
-                bar.update(_render_shard(s, font_strs, size, low, high, str(p)))
+                bar.update(_render_shard(s, font_strs, size, low, high, str(p), task))
         else:
             with _pool(min(workers, len(todo))) as ex:
                 futures = [
-                    ex.submit(_render_shard, s, font_strs, size, low, high, str(p)) for p, s in todo
+                    ex.submit(_render_shard, s, font_strs, size, low, high, str(p), task)
+                    for p, s in todo
                 ]
                 for f in futures:
                     bar.update(f.result())
@@ -288,27 +262,44 @@ def make_split(
     shard_size: int = 1000,
     workers: int | None = None,
     keep_shards: bool = False,
+    task: str = "chars",
 ) -> Path:
     """Render (or find cached) `count` images of `split` at `size` px; returns the ``.npz`` path.
 
-    `split`: "train", "val", "test" (train fonts) or "test_fonts" (held-out fonts); the splits
-    draw from disjoint seed ranges (`split_seeds`). `fonts`: a `FontSplit` (default
-    `font_split()`) or a list of font files used as given. The file holds images uint8
-    ``[N, S, S, 3]``, labels int64 ``[N]``, seeds int64 ``[N]``; its name carries a hash of
-    everything that determines the pixels, so a changed request never reads a stale cache.
-    Shards of `shard_size` images are written atomically and reused, so a killed run resumes;
-    `workers` processes (default min(2, CPUs)) render shards, with results independent of it.
+    `task`: "chars" (one character, 36 classes: `render_sample`) or "relations" (an X and an O,
+    4 classes: where the X is, `cape.lab.data.images.relations`). `split`: "train", "val",
+    "test" (train fonts) or "test_fonts" (held-out fonts); the splits draw from disjoint seed
+    ranges (`split_seeds`). `fonts`: a `FontSplit` (default `font_split()`) or a list of font
+    files used as given. The file holds images uint8 ``[N, S, S, 3]``, labels int64 ``[N]``,
+    seeds int64 ``[N]``; its name carries a hash of everything that determines the pixels, so a
+    changed request never reads a stale cache. Shards of `shard_size` images are written
+    atomically and reused, so a killed run resumes; `workers` processes (default min(2, CPUs))
+    render shards, with results independent of it.
     """
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     if not isinstance(size, int) or not 1 <= size <= CANVAS:
         raise ValueError(f"size must be an int in [1, {CANVAS}], got {size!r}")
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {TASKS}, got {task!r}")
     seeds = split_seeds(split, count, seed)
     chosen = _fonts_for(split, fonts)
-    key = _cache_key("split", split, count, seed, [str(p) for p in chosen])
-    path = Path(root) / f"chars_{split}_{size}px_{key}.npz"
+    fonts_key = [str(p) for p in chosen]
+    # the characters' key is unchanged from before there were tasks (caches stay valid)
+    parts = ("split", split, count, seed, fonts_key) + (() if task == "chars" else (task,))
+    path = Path(root) / f"{task}_{split}_{size}px_{_cache_key(*parts)}.npz"
     return _generate(
-        path, seeds, chosen, size, 0, 0, shard_size, workers, keep_shards, f"{split} {size}px"
+        path,
+        seeds,
+        chosen,
+        size,
+        0,
+        0,
+        shard_size,
+        workers,
+        keep_shards,
+        f"{task} {split} {size}px",
+        task,
     )
 
 

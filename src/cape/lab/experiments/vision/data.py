@@ -1,5 +1,6 @@
-"""The vision experiment's data module: train/val/test images at any size, from the rendered
-characters (each size a true render of the same samples) or from a user's image folder."""
+"""The vision experiment's data module: train/val/test images at any size, rendered on the machine
+(characters, or two-glyph scenes whose class is where things are: each size a true render of the
+same samples) or from a user's image folder."""
 
 from __future__ import annotations
 
@@ -13,7 +14,15 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from cape.lab.data.images.datasets import ArrayImageDataset, ImageFolderDataset
-from cape.lab.data.images.render import load_native_sizes, load_split, make_native_sizes, make_split
+from cape.lab.data.images.fonts import CHARSET
+from cape.lab.data.images.relations import RELATIONS
+from cape.lab.data.images.render import (
+    TASKS,
+    load_native_sizes,
+    load_split,
+    make_native_sizes,
+    make_split,
+)
 from cape.lab.data.images.transforms import apply_transform
 from cape.lab.experiments.vision.config import DataConfig
 from cape.lab.train import distributed as D
@@ -87,12 +96,23 @@ class VisionData:
         self._memo: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
 
     @property
+    def rendered(self) -> bool:
+        """Whether the images are rendered on the machine (a task of `TASKS`), not a folder."""
+        return self.cfg.source in TASKS
+
+    @property
     def num_classes(self) -> int:
         if self.cfg.source == "chars":
-            from cape.lab.data.images.fonts import CHARSET
-
             return len(CHARSET)
+        if self.cfg.source == "relations":
+            return len(RELATIONS)
         return len(self._folder(None).classes)
+
+    def count(self, split: str) -> int:
+        """Images in `split`: the configured count, or for a folder the images it really holds."""
+        if self.rendered or split == "test_fonts":
+            return self.counts[split]
+        return len(self._folder(split))
 
     @lru_cache(maxsize=4)  # noqa: B019  (one VisionData per experiment)
     def _folder(self, split: str | None) -> ImageFolderDataset:
@@ -104,17 +124,25 @@ class VisionData:
         if key not in self._memo:
             if split not in self.counts:
                 raise ValueError(f"split must be one of {sorted(self.counts)}, got {split!r}")
-            if self.cfg.source == "chars":
+            if self.rendered:
                 c = self.cfg
                 path = _main_rank_first(
                     lambda: make_split(
-                        c.root, split, self.counts[split], size, c.seed, workers=c.workers
+                        c.root,
+                        split,
+                        self.counts[split],
+                        size,
+                        c.seed,
+                        workers=c.workers,
+                        task=c.source,
                     )
                 )
                 images, labels, _ = load_split(path)
             else:
                 if split == "test_fonts":
-                    raise ValueError("split 'test_fonts' needs data.source='chars'")
+                    raise ValueError(
+                        f"split 'test_fonts' needs rendered images (data.source one of {TASKS})"
+                    )
                 folder = self._folder(split)
                 images = resize_images([folder.load(i) for i in range(len(folder))], size)
                 labels = np.asarray([c for _, c in folder.samples], dtype=np.int64)

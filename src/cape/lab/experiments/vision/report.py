@@ -14,6 +14,7 @@ import torch
 
 from cape.lab.experiments.template import plot_ok, read_results, train_cost_table
 from cape.lab.experiments.vision.config import RowConfig
+from cape.lab.experiments.vision.verdict import removed_table_cells, verdict
 from cape.lab.io import atomic_write
 from cape.lab.report import Report, claims_table, mean_std, pivot, summarize, write_json
 from cape.models.vit import ViT
@@ -104,17 +105,24 @@ def _render(out: Path, results: dict[str, Any], maps: dict[str, np.ndarray]) -> 
     main_size = max(train_sizes, key=sizes_of_rows.count)  # the size most rows train at
     rep = Report(f"Vision experiment `{results['name']}`")
     m, t = cfg["model"], cfg["train"]
+    n_train = results.get("data", {}).get("counts", {}).get("train", cfg["data"]["train"])
+    # (older results.json have no "data": the configured count, as their report said)
     rep.paragraph(
         f"ViT d={m['dim']}, depth {m['depth']}, {m['heads']} heads, patch {m['patch']}; "
         f"{t['steps']} steps of batch {t['batch_size']} ({t['optimizer']}, lr {t['lr']}, "
-        f"{t['schedule']}); {cfg['data']['train']} training images ({cfg['data']['source']}); "
+        f"{t['schedule']}); {n_train} training images ({cfg['data']['source']}); "
         f"trained at {', '.join(map(str, train_sizes))} px unless the row says otherwise; "
         f"seeds {seeds} (mean ± std over {len(seeds)} seed(s)). Produced by `cape experiment "
         f"vision`; `cape plot` redraws this page from results.json."
     )
     opts = dict(rows="row", cols="size", row_order=rows, col_format="{} px")
+    data = results.get("data", {})
+    said = verdict(results["records"], cfg, rows, main_size, data.get("classes"))
+    if said:  # results with positions-removed measurements open with their verdict
+        rep.heading("Verdict").paragraph(said)
+    rendered = cfg["data"].get("source", "chars") in ("chars", "relations")
     for split, title in (
-        ("test", "test images (train fonts)"),
+        ("test", "test images (train fonts)" if rendered else "the folder's test images"),
         ("test_fonts", "test images of held-out fonts"),
     ):
         recs = _records(results, set=split, method="plain")
@@ -139,6 +147,14 @@ def _render(out: Path, results: dict[str, Any], maps: dict[str, np.ndarray]) -> 
             vline=main_size,
         )
         rep.image("accuracy_vs_resolution.png", "Accuracy vs test resolution (Figure 2 analog).")
+    removed = removed_table_cells(results["records"])
+    if removed:
+        rep.table(
+            pivot(removed, **opts),
+            caption="Top-1 accuracy (%) with the positions taken out at test time (no absolute "
+            "encoding added, no rotation in attention): a row that keeps its accuracy does not "
+            "use its positions.",
+        )
     _extra_tables(rep, results, rows)
     claims = paper_claims(results)
     if claims:

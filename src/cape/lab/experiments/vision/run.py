@@ -234,6 +234,11 @@ def run_experiment(
         "config": mapping,
         "records": records,
         "train": summaries,
+        # a folder's real counts (its fractions decide them), or the rendered ones
+        "data": {
+            "counts": {s: data.count(s) for s in ("train", "val", "test")},
+            "classes": data.num_classes,
+        },
     }
     if dist.rank == 0:
         # Figure 4's speeds: every row timed here, in one process (freshly built models)
