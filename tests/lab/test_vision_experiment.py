@@ -606,3 +606,39 @@ def test_relations_run_reports_whether_rows_use_their_positions(tmp_path) -> Non
     assert report.index("## Verdict") < report.index("Top-1 accuracy (%) on test images")
     assert "Does the task need positions?" in report and "32 training images (relations)" in report
     assert "with the positions taken out at test time" in report
+
+
+def test_an_image_folder_reports_its_own_counts_and_test_images(tmp_path) -> None:
+    """Bring your own images: the header counts the folder's training images (not the preset's
+    data.train) and the tables say they are the folder's test images."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for cls in ("a", "b"):
+        (tmp_path / "imgs" / cls).mkdir(parents=True)
+        for i in range(10):
+            pixels = rng.integers(0, 255, (20, 20, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(tmp_path / "imgs" / cls / f"{i}.png")
+    sets = [
+        f"data.source={tmp_path / 'imgs'}",
+        "model.dim=16",
+        "model.depth=1",
+        "model.heads=2",
+        "train.steps=2",
+        "train.batch_size=4",
+        "train.eval_every=2",
+        "train.checkpoint_every=2",
+        "train.warmup_steps=0",
+        "eval.sizes=[16]",
+        "eval.batch_size=4",
+        "seeds=[0]",
+        "rows=[{name: nopos, position: nopos}]",
+    ]
+    args = [a for item in sets for a in ("--set", item)]
+    assert cli(["experiment", "vision", *args, "--out", str(tmp_path / "run")]) == 0
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    counts = results["data"]["counts"]
+    assert counts == {"train": 16, "val": 2, "test": 2}  # 80/10/10 of 10 per class, 2 classes
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert f"16 training images ({tmp_path / 'imgs'})" in report
+    assert "on the folder's test images" in report and "train fonts" not in report
