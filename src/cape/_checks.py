@@ -186,9 +186,12 @@ def max_abs(t: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
 
 def check_phases(name: str, positions: torch.Tensor, scale: object, what: str = "") -> None:
     """The phases sum_m |p_m| x scale_m (scale: the largest |frequency| per coordinate, a float
-    or a CPU tensor [M]) must stay within `LIMIT`, or cos/sin turn them into NaN. CPU only."""
+    or a CPU tensor [M], or a function giving it, called only when checking) must stay within
+    `LIMIT`, or cos/sin turn them into NaN. CPU only, nothing at all under torch.compile."""
     if not _may_inspect_values(positions) or positions.numel() == 0:
         return
+    if callable(scale):
+        scale = scale()
     if isinstance(scale, torch.Tensor):
         if scale.device.type != "cpu":
             return

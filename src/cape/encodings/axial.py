@@ -8,7 +8,7 @@ from .._checks import check_float, check_int
 from ..functional.frequencies import grid_frequencies_1d
 from ..functional.sinusoidal import axial_sinusoidal, sinusoid_frequencies
 from ..positions import grid_indices
-from .base import PositionalEncoding, max_scaling_of, sampling_of
+from .base import PositionalEncoding, fit_grid_pair, max_scaling_of, sampling_of
 from .sinusoidal import _augmentation
 
 __all__ = ["SineND"]
@@ -45,7 +45,7 @@ class SineND(PositionalEncoding):
         super().__init__(dim, pos_dim, aug)
         self.base = check_float("base", base, minimum=1.0, strict=True)
         self.freq_scale = check_float("freq_scale", freq_scale, strict=True)
-        self.fit_grid = None if fit_grid is None else tuple(fit_grid)
+        self.fit_grid = fit_grid_pair(fit_grid)
         per_axis = dim // (2 * pos_dim)
         if fit_grid is None:
             omega = sinusoid_frequencies(dim // pos_dim, base=base, freq_scale=freq_scale)

@@ -32,7 +32,15 @@ import contextlib
 import torch
 from torch import nn
 
-from .._checks import check_float, check_generator, check_int, check_phases, max_abs
+from .._checks import (
+    _may_inspect_values,
+    check_float,
+    check_generator,
+    check_int,
+    check_phases,
+    check_tensor,
+    max_abs,
+)
 from ..augment import Augmentation
 from ..functional.frequencies import aliased, grid_sampling
 from ..positions import (
@@ -97,12 +105,19 @@ def layout_grid(
     return grid_positions(height, width, extent=ext, batch=batch, device=device)
 
 
+def fit_grid_pair(grid: object) -> tuple[int, int] | None:
+    """fit_grid: None or a pair (H, W) of ints -> None or the pair as a tuple."""
+    if grid is None:
+        return None
+    if not isinstance(grid, (tuple, list)) or len(grid) != 2:
+        raise TypeError(f"fit_grid must be a pair (H, W) of ints >= 2, got {grid!r}")
+    return check_int("fit_grid[0]", grid[0]), check_int("fit_grid[1]", grid[1])
+
+
 def sampling_of(module: nn.Module, grid: object) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """(spacing, span) per axis of the positions `module` reads for the patch grid (H, W)
     (`grid_positions`): what frequencies fitted to that grid are derived from."""
-    if not isinstance(grid, (tuple, list)) or len(grid) != 2:
-        raise TypeError(f"fit_grid must be a pair (H, W) of ints >= 2, got {grid!r}")
-    height, width = check_int("fit_grid[0]", grid[0]), check_int("fit_grid[1]", grid[1])
+    height, width = fit_grid_pair(grid)  # type: ignore[misc]
     spacing, span = grid_sampling(module.grid_positions(height, width)[0])
     return tuple(spacing.tolist()), tuple(span.tolist())
 
@@ -196,7 +211,9 @@ class PositionalEncoding(nn.Module):
         if self.pos_dim != 1:
             raise ValueError(
                 f"{type(self).__name__} reads {self.pos_dim}-D positions: pass positions "
-                f"[B, T, {self.pos_dim}]" + (" or grid=(H, W)" if self.pos_dim == 2 else "")
+                f"[B, T, {self.pos_dim}]"
+                + (" or grid=(H, W)" if self.pos_dim == 2 else "")
+                + " (x alone or hop give 1-D ones)"
             )
         if hop is None:
             return token_positions(batch, length, mask=mask, device=device)
@@ -286,6 +303,8 @@ class PositionalEncoding(nn.Module):
         Returns the embedding in x's shape and dtype (float32 [B, T, D] without x).
         """
         check_generator("generator", generator)
+        if positions is not None:  # the details (M, dtype, values) are checked later
+            check_tensor("positions", positions, ndims=(2, 3, 4))
         grids = None
         if positions is not None and isinstance(grid, list):  # the grids positions come from
             grids, grid = check_grids(grid, positions.shape[0]), None
@@ -351,6 +370,8 @@ class PositionalEncoding(nn.Module):
     def check_range(self, name: str, positions: torch.Tensor) -> None:
         """Refuse positions (from the argument `name`) whose phases |p| x frequency would
         overflow float32 (CPU only): encodings with `frequencies` [M, K] check them here."""
+        if not _may_inspect_values(positions):
+            return
         freqs = getattr(self, "frequencies", None)
         if isinstance(freqs, torch.Tensor):
             check_phases(name, positions, max_abs(freqs.t()))

@@ -24,7 +24,7 @@ from ..functional.frequencies import grid_frequencies_2d
 from ..functional.rotary import apply_rotary, rotary_angles
 from ..functional.sinusoidal import cape2d_frequencies, sinusoid_frequencies
 from ..positions import as_positions, token_positions
-from .base import float32_region, layout_grid, max_scaling_of, sampling_of
+from .base import fit_grid_pair, float32_region, layout_grid, max_scaling_of, sampling_of
 
 __all__ = ["Rotary"]
 
@@ -68,7 +68,7 @@ class Rotary(nn.Module):
                 f"augmentation must be a cape.Augmentation or None, got {augmentation!r}"
             )
         self.augmentation = augmentation
-        self.fit_grid = None if fit_grid is None else tuple(fit_grid)
+        self.fit_grid = fit_grid_pair(fit_grid)
         self._fitted: torch.Tensor | None = None
         if fit_grid is not None:
             if pos_dim != 2:

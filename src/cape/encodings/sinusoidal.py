@@ -21,7 +21,14 @@ from ..functional.sinusoidal import (
     sinusoid_frequencies,
 )
 from ..positions import grid_positions
-from .base import PositionalEncoding, float32_region, max_scaling_of, resolve_grid, sampling_of
+from .base import (
+    PositionalEncoding,
+    fit_grid_pair,
+    float32_region,
+    max_scaling_of,
+    resolve_grid,
+    sampling_of,
+)
 from .cache import TableCache
 
 __all__ = ["CAPE1d", "CAPE2d", "PRESETS"]
@@ -252,7 +259,7 @@ class CAPE2d(_Sinusoidal):
         self.freq_scale = check_float("freq_scale", freq_scale, strict=True)
         self.extent = check_float("extent", extent, strict=True)
         self._cache = TableCache(check_int("cache_size", cache_size, minimum=0))
-        self.fit_grid = None if fit_grid is None else tuple(fit_grid)
+        self.fit_grid = fit_grid_pair(fit_grid)
         if fit_grid is None:
             freqs = cape2d_frequencies(dim, rho=rho, freq_scale=freq_scale, device="cpu")
         else:

@@ -12,7 +12,14 @@ import math
 
 import torch
 
-from .._checks import check_choice, check_even, check_phases, check_real, check_tensor
+from .._checks import (
+    check_choice,
+    check_even,
+    check_finite,
+    check_phases,
+    check_real,
+    check_tensor,
+)
 from .sinusoidal import cape2d_frequencies, sinusoid_frequencies
 
 __all__ = ["rotary_angles", "apply_rotary"]
@@ -86,6 +93,7 @@ def apply_rotary(x: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
             f"got {tuple(angles.shape)}"
         )
     ang = angles.to(torch.float32)[:, None]  # broadcast over heads
+    check_finite("angles", ang, what=" in float32")
     cos, sin = torch.cos(ang), torch.sin(ang)
     x32 = x.to(torch.float32)
     x1, x2 = x32[..., : hd // 2], x32[..., hd // 2 :]

@@ -115,7 +115,7 @@ def shifted_sine(
     the passes over memory, not the trigonometry, dominate the cost of an encoding.
     """
     _check_sine_args(positions, freqs2, offset)
-    check_phases("positions", positions, max_abs(freqs2.t()))
+    check_phases("positions", positions, lambda: max_abs(freqs2.t()))
     pos = positions.to(torch.float32)
     out = torch.addcmul(offset, pos[..., 0:1], freqs2[0])
     for m in range(1, freqs2.shape[0]):
@@ -200,6 +200,6 @@ def axial_sinusoidal(
                 f"got {tuple(freqs.shape)}"
             )
         omega = freqs.to(device=positions.device, dtype=torch.float32)
-    check_phases("positions", positions, omega.abs().amax(-1))
+    check_phases("positions", positions, lambda: omega.abs().amax(-1))
     phase = positions.to(torch.float32)[..., None] * omega  # [..., M, dim/(2M)]
     return cos_sin(phase).flatten(-2)
