@@ -186,7 +186,8 @@ def _check_positions(
                 f"{mask_name} must be bool of shape {tuple(positions.shape[:2])}, "
                 f"got {mask.dtype} {tuple(mask.shape)}"
             )
-    check_finite(name, positions.to(torch.float32), mask)
+    if _may_inspect_values(positions):
+        check_finite(name, positions.to(torch.float32), mask)
 
 
 def _check_reach(

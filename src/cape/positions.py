@@ -51,6 +51,7 @@ def resolve_mask(
     if lengths is not None and mask is not None:
         raise ValueError("give either lengths or mask, not both")
     if lengths is not None:
+        check_tensor("lengths", lengths, ndims=(1,))
         check_lengths("lengths", lengths, batch, length)
         return lengths_to_mask(lengths, length)
     if mask is not None:

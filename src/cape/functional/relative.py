@@ -151,6 +151,8 @@ def _check_attention_args(
 ) -> torch.Tensor:
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_tensor(name, t, ndims=(4,), floating=True)
+    if not q.dtype == k.dtype == v.dtype:
+        raise TypeError(f"q, k and v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     b, _, tq, d = q.shape
     tk = k.shape[2]
     if k.shape[:2] != q.shape[:2] or k.shape[-1] != d or v.shape[:3] != k.shape[:3]:
