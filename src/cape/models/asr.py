@@ -298,12 +298,15 @@ class CTCModel(nn.Module):
         """
         check_content("features", features, self.n_mels, self.conv.weight.dtype)
         batch, frames = features.shape[:2]
-        if frames + 2 * self.padding < self.kernel:
+        least = max(1, self.kernel - 2 * self.padding)  # what the convolution can take
+        if frames < least:
             raise ValueError(
-                f"features must have at least {self.kernel - 2 * self.padding} frames (kernel "
-                f"{self.kernel}, padding {self.padding}), got shape {tuple(features.shape)}"
+                f"features must have at least {least} frame(s) (kernel {self.kernel}, padding "
+                f"{self.padding}), got shape {tuple(features.shape)}"
             )
         frame_hop = self._frame_hop(hop, batch, features.device)
+        if frame_times is not None:  # checked even where the encoding does not read them
+            check_tensor("frame_times", frame_times, ndims=(2,), floating=True)
         if lengths is not None:
             check_lengths("lengths", lengths, batch, frames)
             lengths = lengths.to(features.device)

@@ -14,6 +14,7 @@ from torch import nn
 from .._checks import (
     check_bool,
     check_content,
+    check_finite,
     check_int,
     check_mask,
     check_rate,
@@ -162,6 +163,17 @@ class MultiheadAttention(nn.Module):
             )
         if self_attn and (k_positions is not None or query_mask is not None):
             raise ValueError("k_positions and query_mask are for cross-attention (key_value given)")
+        if query_mask is not None:
+            check_mask("query_mask", query_mask, (b, tq))
+        q_mask = key_mask if self_attn else query_mask
+        for name, pos, pmask in (
+            ("q_positions", q_positions, q_mask),
+            ("k_positions", k_positions, key_mask),
+        ):
+            if pos is not None:  # named here: the encodings call them positions / k_positions
+                check_tensor(name, pos, ndims=(2, 3))
+                same = pmask is not None and tuple(pos.shape[:2]) == tuple(pmask.shape)
+                check_finite(name, pos, pmask if same else None)
         q = self._split(self.q_proj(query))
         k = self._split(self.k_proj(kv))
         v = self._split(self.v_proj(kv))

@@ -17,7 +17,15 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from .._checks import check_choice, check_content, check_int, check_mask, check_rate
+from .._checks import (
+    check_choice,
+    check_content,
+    check_finite,
+    check_int,
+    check_mask,
+    check_rate,
+    check_tensor,
+)
 from ..encodings.relative import RelPos
 from ..encodings.rotary import Rotary
 from .attention import MultiheadAttention
@@ -85,11 +93,18 @@ class _Block(nn.Module):
             return x if branch is None else x + self.dropout(branch(norm(x)))
         return norm(x if branch is None else x + self.dropout(branch(x)))
 
-    def _check(self, name: str, x: torch.Tensor, mask_name: str, mask: object) -> None:
-        """x: [B, T, D] content in the parameters' dtype; mask: None or bool [B, T]."""
+    def _check(
+        self, name: str, x: torch.Tensor, mask_name: str, mask: object, positions: object = None
+    ) -> None:
+        """x: [B, T, D] content in the parameters' dtype; mask: None or bool [B, T];
+        positions: None or [B, T(, M)]."""
         check_content(name, x, self.self_attn.dim, self.self_attn.q_proj.weight.dtype)
         if mask is not None:
             check_mask(mask_name, mask, x.shape[:2])
+        if positions is not None:
+            check_tensor("positions", positions, ndims=(2, 3))
+            same = mask is not None and tuple(positions.shape[:2]) == tuple(mask.shape)
+            check_finite("positions", positions, mask if same else None)
 
     def _ffn(self, x: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
         skip = _drop_layer(self.layer_drop, self.training, generator)
@@ -136,7 +151,7 @@ class TransformerEncoderLayer(_Block):
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
         """x: [B, T, D], mask: [B, T] bool (True = real), positions: [B, T(, M)] -> [B, T, D]."""
-        self._check("x", x, "mask", mask)
+        self._check("x", x, "mask", mask, positions)
 
         def attend(h: torch.Tensor) -> torch.Tensor:
             return self.self_attn(
@@ -193,7 +208,7 @@ class TransformerDecoderLayer(_Block):
         self_cache, cross_cache = (None, None) if cache is None else cache
         if memory is None and (cross_cache is None or cross_cache.k is None):
             raise ValueError("memory is required unless a filled cross-attention cache is given")
-        self._check("x", x, "mask", mask)
+        self._check("x", x, "mask", mask, positions)
         if memory is not None:
             self._check("memory", memory, "memory_mask", memory_mask)
             if memory.shape[0] != x.shape[0]:
