@@ -200,7 +200,7 @@ def check_phases(name: str, positions: torch.Tensor, scale: object, what: str = 
     if reach > LIMIT:
         raise ValueError(
             f"{name}: the phases |position| x frequency reach {reach:.3g}{what}, beyond "
-            f"{LIMIT:.0e} (float32 maths); keep |{name}| x the highest frequency below that"
+            f"{LIMIT:.0e} (float32 maths): smaller {name} or frequencies (freq_scale) are needed"
         )
 
 
@@ -214,7 +214,11 @@ def check_lengths(name: str, lengths: torch.Tensor, batch: int, maximum: int) ->
         raise ValueError(f"{name} must lie in [0, {maximum}], got {lengths.tolist()}")
 
 
-def check_positive_tensor(name: str, t: torch.Tensor) -> None:
-    """Every entry of `t` must be finite and > 0 (CPU only, like `check_finite`)."""
-    if _may_inspect_values(t) and bool((~torch.isfinite(t) | (t <= 0)).any()):
+def check_positive_tensor(name: str, t: torch.Tensor, mask: torch.Tensor | None = None) -> None:
+    """Every entry of `t` (at `mask`'s True entries, same shape) must be finite and > 0 (CPU
+    only, like `check_finite`: nothing is computed elsewhere, not even the masked selection)."""
+    if not _may_inspect_values(t):
+        return
+    bad = ~torch.isfinite(t) | (t <= 0)
+    if bool((bad if mask is None else bad & mask).any()):
         raise ValueError(f"{name} must be finite and > 0 everywhere")

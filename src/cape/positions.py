@@ -127,7 +127,7 @@ def timestamps(
             f"got {tuple(hop.shape)}"
         )
     hop32 = hop.to(torch.float32)
-    check_positive_tensor("hop", hop32 if mask is None or hop.dim() == 1 else hop32[mask])
+    check_positive_tensor("hop", hop32, None if hop.dim() == 1 else mask)
     if hop.dim() == 1:
         steps = torch.arange(length, device=hop.device, dtype=torch.float32) + offset
         pos = steps[None, :] * hop32[:, None]

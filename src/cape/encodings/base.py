@@ -182,8 +182,8 @@ class PositionalEncoding(nn.Module):
 
     def __init__(self, dim: int, pos_dim: int, augmentation: Augmentation | None = None) -> None:
         super().__init__()
-        self.dim = dim
-        self.pos_dim = pos_dim
+        self.dim = check_int("dim", dim)
+        self.pos_dim = check_int("pos_dim", pos_dim)
         if augmentation is not None and not isinstance(augmentation, Augmentation):
             raise TypeError(
                 f"augmentation must be a cape.Augmentation or None, got {augmentation!r}"

@@ -68,6 +68,10 @@ class Rotary(nn.Module):
                 f"augmentation must be a cape.Augmentation or None, got {augmentation!r}"
             )
         self.augmentation = augmentation
+        if pos_dim == 1:  # made once here: base and freq_scale must give float32 frequencies
+            sinusoid_frequencies(head_dim, base=base, freq_scale=freq_scale)
+        else:
+            cape2d_frequencies(head_dim, freq_scale=freq_scale)
         self.fit_grid = fit_grid_pair(fit_grid)
         self._fitted: torch.Tensor | None = None
         if fit_grid is not None:
@@ -197,6 +201,9 @@ class Rotary(nn.Module):
                 raise ValueError(
                     f"{name} must have shape [B, H, T, {self.head_dim}], got {tuple(t.shape)}"
                 )
+        for name, p in (("positions", positions), ("k_positions", k_positions)):
+            if p is not None:  # values and M are checked with the angles
+                check_tensor(name, p, ndims=(2, 3))
         batch, tq, tk = q.shape[0], q.shape[2], k.shape[2]
         if positions is None:
             if self.pos_dim != 1:
