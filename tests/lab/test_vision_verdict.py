@@ -47,8 +47,8 @@ def test_verdict_says_what_the_numbers_say() -> None:
     # drops at 32 px, paired by seed: abspos 64, 67 -> 65.5 +- 2.1; CAPE 58, 62 -> 60.0 +- 2.8;
     # lazy 2, 1 -> 1.5 +- 0.7 (under 5 points: not used)
     assert "`abspos` 65.5 ± 2.1, `CAPE` 60.0 ± 2.8, `lazy` 1.5 ± 0.7" in text
-    assert "Used by: `abspos`, `CAPE`." in text
-    assert "Not used (under 5 points or within twice the spread): `lazy`." in text
+    assert "Used by: `abspos`, `CAPE`. Not used (at most 5 points): `lazy`." in text
+    assert "seeds disagree" not in text
     # 24 px: CAPE 72.0 +- 2.8 best; abspos 61.0 +- 1.4 is 11 points behind (not level);
     # lazy 50.0; nopos is left out of the ranking
     assert "**At 24 px (smaller than training)** the best row is `CAPE` with 72.0 ± 2.8%" in text
@@ -82,3 +82,39 @@ def test_no_verdict_without_positions_removed_measurements() -> None:
     assert removed_table_cells(recs) == []
     cells = removed_table_cells(_records())
     assert {(c["row"], c["size"]) for c in cells} == {("abspos", 32), ("CAPE", 32), ("lazy", 32)}
+
+
+def test_seeds_that_disagree_are_called_so() -> None:
+    """CAPE loses 58 points with seed 0 and 2 with seed 1: 30.0 +- 39.6, under twice its spread."""
+    recs = [
+        dict(r, acc=88.0) if (r["row"], r["seed"], r["method"]) == ("CAPE", 1, NO_POSITIONS) else r
+        for r in _records()
+    ]
+    text = verdict(recs, CONFIG, ROWS, 32, num_classes=4)
+    assert "`CAPE` 30.0 ± 39.6" in text
+    assert "Used by: `abspos`." in text
+    assert "The seeds disagree (a cost under twice its spread): `CAPE`." in text
+
+
+def test_rows_fitted_to_the_grid_are_set_against_their_paper_twin() -> None:
+    config = {
+        "rows": [
+            {"name": "nopos", "position": "nopos"},
+            {"name": "CAPE", "position": "cape2d", "options": {"preset": "image"}},
+            {"name": "fit", "position": "cape2d", "options": {"preset": "image", "fit_grid": True}},
+            {"name": "lone", "position": "rotary2d", "options": {"fit_grid": True}},  # no twin
+        ]
+    }
+    recs = [_rec("nopos", s, 32, 25.0) for s in (0, 1)]
+    for row, accs in {"CAPE": (50.0, 70.0), "fit": (88.0, 90.0), "lone": (80.0, 82.0)}.items():
+        recs += [
+            _rec(row, s, size, accs[s] - (size == 64) * 10) for s in (0, 1) for size in (32, 64)
+        ]
+        recs += [_rec(row, s, 32, 25.0, NO_POSITIONS) for s in (0, 1)]
+    text = verdict(recs, config, ["nopos", "CAPE", "fit", "lone"], 32, num_classes=4)
+    # fit - CAPE: 89 - 60 = +29.0 at both sizes; stds 1.4 and 14.1: apart by more than 14.1
+    assert (
+        "`fit` against `CAPE` (the paper's frequencies), points: +29.0 at 32 px, +29.0 at 64 px."
+        in text
+    )
+    assert "`lone` against" not in text

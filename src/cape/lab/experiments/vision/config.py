@@ -286,7 +286,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             "val": 500,
             "test": 500,
         },
-        "model": {"dim": 64, "depth": 3},
+        "model": {"dim": 64, "depth": 2},
         "train": {
             **_TRAIN_QUICK,
             "steps": 500,

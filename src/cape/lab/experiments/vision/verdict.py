@@ -21,7 +21,8 @@ __all__ = ["verdict", "removed_table_cells", "NO_POSITIONS", "USES_POSITIONS_POI
 NO_POSITIONS = "positions removed"  # the evaluation's method name (`evaluate.NO_POSITIONS`)
 USES_POSITIONS_POINTS = 5.0
 """A row 'uses its positions' when taking them out costs more than this many points and more
-than twice the seeds' spread (std of the difference over seeds)."""
+than twice the seeds' spread (std of the difference over seeds); it 'does not' when the cost is
+at most this many points; otherwise the seeds disagree (some use them, some do not)."""
 
 Cell = Mapping[str, Any]
 
@@ -100,21 +101,21 @@ def verdict(
         out.append(sentence + ".")
     drops = _drops(records, train_size)
     if drops:
-        uses = [r for r in rows if r in drops and _uses(drops[r])]
-        unused = [r for r in rows if r in drops and not _uses(drops[r])]
-        parts = [f"`{r}` {mean_std(drops[r])}" for r in rows if r in drops]
+        kinds = {r: _use(drops[r]) for r in rows if r in drops}
+        parts = [f"`{r}` {mean_std(drops[r])}" for r in kinds]
+        said = {
+            "used": "Used by: {}.",
+            "unused": f"Not used (at most {USES_POSITIONS_POINTS:g} points): {{}}.",
+            "mixed": "The seeds disagree (a cost under twice its spread): {}.",
+        }
+        groups = [
+            text.format(_names([r for r, k in kinds.items() if k == kind]))
+            for kind, text in said.items()
+            if kind in kinds.values()
+        ]
         out.append(
             f"**Which rows use their positions?** Taking them out at test time costs "
-            f"(points at {train_size} px) "
-            + ", ".join(parts)
-            + ". "
-            + (f"Used by: {_names(uses)}. " if uses else "No row uses them. ")
-            + (
-                f"Not used (under {USES_POSITIONS_POINTS:g} points or within twice the spread): "
-                f"{_names(unused)}."
-                if unused
-                else ""
-            )
+            f"(points at {train_size} px) " + ", ".join(parts) + ". " + " ".join(groups)
         )
     sizes = sorted({s for (_, s) in plain if s != train_size})
     for size in sizes:
@@ -143,11 +144,50 @@ def verdict(
         out.append(
             sentence + ". Share of the training-size accuracy kept: " + ", ".join(kept) + "."
         )
+    out += _fitted_pairs(config, plain, sorted({s for (_, s) in plain}))
     return "\n\n".join(out)
 
 
-def _uses(drop: Cell) -> bool:
-    return drop["mean"] > USES_POSITIONS_POINTS and drop["mean"] > 2 * drop["std"]
+def _fitted_pairs(
+    config: Mapping[str, Any], plain: Mapping[tuple[str, int], Cell], sizes: Sequence[int]
+) -> list[str]:
+    """A sentence per row whose frequencies are fitted to the grid (`fit_grid`) and that has a
+    twin at the paper's frequencies (the same position and options otherwise)."""
+    rows = config["rows"]
+    out = []
+    for row in rows:
+        options = dict(row.get("options") or {})
+        if not options.pop("fit_grid", None):
+            continue
+        twin = next(
+            (
+                r
+                for r in rows
+                if r.get("position") == row.get("position") and (r.get("options") or {}) == options
+            ),
+            None,
+        )
+        if twin is None:
+            continue
+        a, b = row["name"], twin["name"]
+        diffs = [
+            f"{plain[a, s]['mean'] - plain[b, s]['mean']:+.1f} at {s} px"
+            + (" (level)" if _level(plain[a, s], plain[b, s]) else "")
+            for s in sizes
+            if (a, s) in plain and (b, s) in plain
+        ]
+        if diffs:
+            out.append(
+                f"**Frequencies fitted to the grid**: `{a}` against `{b}` (the paper's "
+                f"frequencies), points: " + ", ".join(diffs) + "."
+            )
+    return out
+
+
+def _use(drop: Cell) -> str:
+    if drop["mean"] <= USES_POSITIONS_POINTS:
+        return "unused"
+    return "used" if drop["mean"] > 2 * drop["std"] else "mixed"
 
 
 def _names(rows: Sequence[str]) -> str:
