@@ -25,7 +25,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 import cape
-from cape.lab import cli
+from cape.lab import arguments, cli
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
@@ -56,7 +56,7 @@ def test_each_lab_module_is_installed_by_the_extra_the_cli_names() -> None:
     extras, dists = _extras(), importlib.metadata.packages_distributions()
     assert {"lab", "speech", "translation", "plot", "docs", "test"} <= set(extras)
     assert extras["speech"] >= extras["lab"] and "jiwer" in extras["speech"]
-    for module, extra in cli._EXTRA_OF_MODULE.items():
+    for module, extra in arguments._EXTRA_OF_MODULE.items():
         if module in dists:  # tomli: installed only before Python 3.11
             assert {canonicalize_name(d) for d in dists[module]} & extras[extra], (module, extra)
 
@@ -76,15 +76,23 @@ def test_cli_names_the_extra_of_a_missing_module(
     assert f'pip install "cape[{extra}]"' in lines[0]
 
 
-def test_cli_keeps_the_traceback_of_a_module_no_extra_installs(
-    monkeypatch: pytest.MonkeyPatch,
+def test_cli_calls_a_module_no_extra_installs_unexpected(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """A missing module of cape itself is a bug, not an extra to install: one line that says
+    so (exit 1), and its traceback with --debug."""
+
     def missing(args: object, rest: object) -> int:
         raise ModuleNotFoundError("No module named 'cape.lab.gone'", name="cape.lab.gone")
 
     monkeypatch.setattr(cli, "_demo", missing)
-    with pytest.raises(ModuleNotFoundError, match="cape.lab.gone"):
-        cli.main(["demo"])
+    assert cli.main(["demo"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unexpected ModuleNotFoundError" in err[0], err
+    assert "pip install" not in err[0] and "--debug" in err[0]
+    assert cli.main(["--debug", "demo"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "cape.lab.gone" in err
 
 
 # --- the wheel in an empty virtualenv (slow: installing torch takes most of a minute) ---------

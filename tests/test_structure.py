@@ -10,7 +10,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from cape.lab import cli
+from cape.lab import arguments
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
@@ -252,7 +252,7 @@ def test_no_source_file_over_400_lines() -> None:
 
 
 def test_cli_guard_covers_every_third_party_module_the_lab_imports() -> None:
-    # `cape` turns a missing module of cli._EXTRA_OF_MODULE into one line naming its extra
+    # `cape` turns a missing module of arguments._EXTRA_OF_MODULE into one line naming its extra
     lab = {m: p for m, p in _modules(SRC).items() if m.startswith("cape.lab")}
     imported = {
         name.partition(".")[0]
@@ -261,4 +261,4 @@ def test_cli_guard_covers_every_third_party_module_the_lab_imports() -> None:
         for name in _names(node, module, path.name == "__init__.py")
     }
     third_party = imported - set(sys.stdlib_module_names) - {"cape", "torch"}
-    assert "numpy" in third_party and third_party <= set(cli._EXTRA_OF_MODULE), third_party
+    assert "numpy" in third_party and third_party <= set(arguments._EXTRA_OF_MODULE), third_party

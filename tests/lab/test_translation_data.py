@@ -11,6 +11,7 @@ import pytest
 
 from cape.lab.data.translation import apertium
 from cape.lab.data.translation import corpus as translation
+from cape.lab.data.translation.command import translation_main
 from cape.lab.data.translation.corpus import (
     CorpusError,
     _clean_pairs,
@@ -20,7 +21,6 @@ from cape.lab.data.translation.corpus import (
     make_translation_corpus,
     split_names,
     translate_apertium,
-    translation_main,
     verify_translation_corpus,
 )
 

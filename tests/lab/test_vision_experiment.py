@@ -83,13 +83,15 @@ def test_row_model_changes_only_that_row():
         [],
         [
             "rows=[{name: base, position: cape2d}, {name: small, position: cape2d, "
-            "model: {dim: 32, depth: 2}}]"
+            "model: {dim: 16, depth: 1}}]"
         ],
     )[0]
+    dim, depth = cfg.model.dim, cfg.model.depth
+    assert (dim, depth) != (16, 1)
     base, small = (make_model(cfg, row, 36) for row in cfg.rows)
-    assert len(base.encoder.layers) == cfg.model.depth == 4 and len(small.encoder.layers) == 2
-    assert base.patch_embed.out_channels == 96 and small.patch_embed.out_channels == 32
-    assert cfg.model.dim == 96  # the shared config is not changed
+    assert len(base.encoder.layers) == depth and len(small.encoder.layers) == 1
+    assert base.patch_embed.out_channels == dim and small.patch_embed.out_channels == 16
+    assert (cfg.model.dim, cfg.model.depth) == (dim, depth)  # the shared config is not changed
 
 
 def test_cli_bad_config_exit_codes(capsys):

@@ -1,8 +1,9 @@
 """Step 3 of the data flow: positions -> features. One file per family of encodings."""
 
 from .axial import SineND
-from .base import PositionalEncoding, count_aliased
+from .base import PositionalEncoding
 from .fourier import LearnableFourierFeatures
+from .grids import count_aliased
 from .learned import AbsPos1d, AbsPos2d, EmbedND
 from .none import NoPos
 from .relative import RelPos

@@ -8,7 +8,8 @@ from .._checks import check_float, check_int
 from ..functional.frequencies import grid_frequencies_1d
 from ..functional.sinusoidal import axial_sinusoidal, sinusoid_frequencies
 from ..positions import grid_indices
-from .base import PositionalEncoding, fit_grid_pair, max_scaling_of, sampling_of
+from .base import PositionalEncoding
+from .grids import fit_grid_pair, max_scaling_of, sampling_of
 from .sinusoidal import _augmentation
 
 __all__ = ["SineND"]

@@ -21,15 +21,9 @@ from ..functional.sinusoidal import (
     sinusoid_frequencies,
 )
 from ..positions import grid_positions
-from .base import (
-    PositionalEncoding,
-    fit_grid_pair,
-    float32_region,
-    max_scaling_of,
-    resolve_grid,
-    sampling_of,
-)
+from .base import PositionalEncoding, float32_region
 from .cache import TableCache
+from .grids import fit_grid_pair, max_scaling_of, resolve_grid, sampling_of
 
 __all__ = ["CAPE1d", "CAPE2d", "PRESETS"]
 

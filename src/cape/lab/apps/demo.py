@@ -14,7 +14,7 @@ import torch
 
 from cape import functional as F
 from cape.build import build
-from cape.lab.cli import ArgumentParser, check_out_folder
+from cape.lab.arguments import ArgumentParser, check_out_folder
 from cape.positions import grid_indices, grid_positions
 
 GRID = 14

@@ -16,7 +16,7 @@ from cape.lab.apps.transcribe import (
     read_transcripts,
     transcribe,
 )
-from cape.lab.cli import ArgumentParser, check_out_file
+from cape.lab.arguments import ArgumentParser, check_out_file
 from cape.lab.errors import UsageError
 from cape.lab.io import write_json
 

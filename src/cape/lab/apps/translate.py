@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from cape._checks import check_int
-from cape.lab.cli import ArgumentParser
+from cape.lab.arguments import ArgumentParser
 from cape.lab.data.translation.bpe import Tokenizer
 from cape.lab.train.checkpoint import load_checkpoint, pick_checkpoint
 from cape.models.search import beam_search, greedy_decode, max_lengths

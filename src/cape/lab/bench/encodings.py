@@ -20,10 +20,10 @@ import torch
 from torch import nn
 
 from cape.build import build
+from cape.lab.arguments import ArgumentParser, out_folder
 from cape.lab.bench.memory import cuda_peak_bytes, saved_bytes
 from cape.lab.bench.results import machine, write_results
 from cape.lab.bench.timing import time_interleaved
-from cape.lab.cli import ArgumentParser, out_folder
 from cape.positions import grid_positions, timestamps, token_positions
 
 __all__ = ["Case", "CASES", "run_case", "main"]

@@ -24,8 +24,8 @@ import torch
 from torch import nn
 
 from cape.encodings.fourier import LearnableFourierFeatures
+from cape.lab.arguments import ArgumentParser, out_folder
 from cape.lab.bench.results import machine, write_results
-from cape.lab.cli import ArgumentParser, out_folder
 
 __all__ = ["SYNC_CASES", "check_sync", "check_graph_step", "check_bf16", "main"]
 

@@ -39,10 +39,10 @@ from torch import nn
 
 from cape.build import build
 from cape.encodings.fourier import LearnableFourierFeatures
+from cape.lab.arguments import ArgumentParser, out_folder
 from cape.lab.bench.results import machine, write_results
 from cape.lab.bench.table9 import CAPE_TARGET, PAPER_TABLE9, table9_rows
 from cape.lab.bench.timing import time_interleaved
-from cape.lab.cli import ArgumentParser, out_folder
 from cape.models import TransformerDecoder, TransformerEncoder
 from cape.positions import token_positions
 

@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 
+from cape.lab.arguments import ArgumentParser, out_folder
 from cape.lab.bench.results import machine, write_results
 from cape.lab.bench.timing import time_interleaved
-from cape.lab.cli import ArgumentParser, out_folder
 
 __all__ = ["VIT_MODELS", "vit_throughput", "asr_throughput", "main"]
 

@@ -24,8 +24,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from cape.build import build
+from cape.lab.arguments import ArgumentParser
 from cape.lab.bench.timing import time_interleaved
-from cape.lab.cli import ArgumentParser
 from cape.models import TransformerEncoder
 
 __all__ = ["matmul_peak", "step_flops", "engine_overhead", "main"]

@@ -94,12 +94,12 @@ from cape.lab.data.translation.apertium import (
     translate_apertium,
 )
 from cape.lab.data.translation.bpe import Tokenizer, bpe_path, train_bpe
+from cape.lab.data.translation.command import translation_main
 from cape.lab.data.translation.corpus import (
     load_pairs,
     long_buckets,
     make_translation_corpus,
     split_names,
-    translation_main,
     verify_translation_corpus,
 )
 

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cape.lab.cli import ArgumentParser, check_out_folder
+from cape.lab.arguments import ArgumentParser, check_out_folder
 from cape.lab.config import from_mapping
 from cape.lab.errors import UsageError
 from cape.lab.experiments import EXPERIMENTS, resolve_config

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cape._checks import check_choice, check_int
-from cape.lab.cli import ArgumentParser, check_out_folder, report_error
+from cape.lab.arguments import ArgumentParser, check_out_folder, report_error
 from cape.lab.data.speech.audio import read_wav, write_wav
 from cape.lab.data.speech.synth import (
     DURATION_BINS,

@@ -1,0 +1,152 @@
+"""What every `cape` command shares: its argument parser, its one-line errors and their exit
+codes, and the checks of output paths made before any work starts. The data and bench modules
+use it without importing the `cape` command itself (`cape.lab.cli`)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+
+from cape.lab.errors import RunError, UsageError
+
+__all__ = [
+    "ArgumentParser",
+    "report_error",
+    "debugging",
+    "check_out_folder",
+    "check_out_file",
+    "out_folder",
+]
+
+
+# The lab's third-party modules and the extra of pyproject.toml that installs each: a user who
+# installed only the library gets one line that names what to install instead of a traceback.
+_EXTRA_OF_MODULE = {
+    **dict.fromkeys(("numpy", "yaml", "PIL", "tqdm", "safetensors", "scipy", "filelock"), "lab"),
+    "tomli": "lab",  # TOML configs before Python 3.11
+    "jiwer": "speech",
+    "soundfile": "speech",
+    "sentencepiece": "translation",
+    "sacrebleu": "translation",
+    "matplotlib": "plot",
+}
+
+_debug = False  # set by `debugging` for the duration of one command (report_error reads it)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose errors are one line (the usage folded into it), still exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        usage = " ".join(self.format_usage().split())
+        print(f"{self.prog}: error: {message} ({usage})", file=sys.stderr)
+        self.exit(2)
+
+
+def debug_wanted() -> bool:
+    """True when tracebacks are wanted: --debug given to the running command, or CAPE_DEBUG=1."""
+    return _debug or os.environ.get("CAPE_DEBUG", "") not in ("", "0")
+
+
+@contextlib.contextmanager
+def debugging(on: bool) -> Iterator[None]:
+    """--debug for the duration of one command."""
+    global _debug
+    saved, _debug = _debug, on
+    try:
+        yield
+    finally:
+        _debug = saved
+
+
+def _one_line(text: str) -> str:
+    """A multi-line message (a YAML error, a list of problems) folded into one line."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    out = lines[0] if lines else ""
+    for line in lines[1:]:
+        out += (" " if out.endswith(":") else "; ") + line
+    return out
+
+
+def _classify(err: BaseException) -> tuple[int, str]:
+    """(exit code, message) of an exception that ended a command."""
+    text = _one_line(str(err)) or type(err).__name__
+    if isinstance(err, ModuleNotFoundError):
+        extra = _EXTRA_OF_MODULE.get((err.name or "").partition(".")[0])
+        if extra is not None:
+            return 1, (
+                f"the module {err.name!r} is not installed; "
+                f'install it with: pip install "cape[{extra}]"'
+            )
+    elif isinstance(err, RunError):
+        return 1, text
+    elif isinstance(err, (ValueError, TypeError, FileNotFoundError)):  # UsageError included
+        return 2, text
+    elif isinstance(err, KeyError):
+        key = err.args[0] if err.args else None
+        if isinstance(key, str) and " " in key:  # a sentence for the user; a bare key is a bug
+            return 2, _one_line(key)
+    elif isinstance(err, (OSError, ImportError)):  # disk full, permissions, a broken install
+        return 1, text
+    # not raised on purpose: say so, so that a bug is not mistaken for a failed run
+    return 1, (
+        f"unexpected {type(err).__name__}: {text} "
+        "(rerun with --debug or CAPE_DEBUG=1 to see the traceback)"
+    )
+
+
+def report_error(prog: str, err: BaseException, code: int | None = None) -> int:
+    """Print `err` as one line `PROG: error: MESSAGE` (after its traceback when debugging) and
+    return its exit code; `code` overrides the class's code (a main that knows what failed)."""
+    if debug_wanted():
+        traceback.print_exception(err)
+    if code is None:
+        code, message = _classify(err)
+    else:  # the caller knows this failure: its message alone
+        message = _one_line(str(err)) or type(err).__name__
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    return code
+
+
+def _writable_above(target: Path, folder: Path, what: str) -> None:
+    """UsageError unless `folder` (existing or to be made) can be written into; `target` is the
+    folder itself or a file to write in it, `what` names it ("--out 'runs/x'")."""
+    existing = folder
+    while not existing.is_dir():  # the nearest existing folder above, or a file in the way
+        if existing.exists() or existing.is_symlink() or existing.parent == existing:
+            where = "" if existing == target else f": {str(existing)!r}"
+            raise UsageError(f"{what}{where} is a file, not a folder; give a folder path")
+        existing = existing.parent
+    if not os.access(existing, os.W_OK | os.X_OK):
+        where = "" if existing == target else f": {str(existing)!r}"
+        raise UsageError(f"{what}{where} is not writable; give a writable folder")
+
+
+def check_out_folder(path: str | Path, flag: str) -> Path:
+    """`path` as a Path when it is a folder that can be written into (or made): else UsageError
+    naming `flag` (e.g. "--out") before any work is done."""
+    path = Path(path)
+    _writable_above(path, path, f"{flag} {str(path)!r}")
+    return path
+
+
+def out_folder(text: str) -> Path:
+    """argparse `type=` of an output folder flag: `check_out_folder` at parse time."""
+    try:
+        return check_out_folder(text, "")
+    except UsageError as e:  # argparse prefixes "argument --out: "
+        raise argparse.ArgumentTypeError(str(e).lstrip()) from e
+
+
+def check_out_file(path: str | Path, flag: str) -> Path:
+    """`path` as a Path when it names a file that can be written (its folder made if needed)."""
+    path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"{flag} {str(path)!r} is a folder; give a file path")
+    _writable_above(path, path.parent, f"{flag} {str(path)!r}")
+    return path
