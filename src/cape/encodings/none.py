@@ -7,7 +7,7 @@ from torch import nn
 
 from .._checks import check_float, check_generator, check_int
 from ..positions import resolve_mask
-from .base import resolve_grid
+from .grids import check_grids, resolve_grid
 
 __all__ = ["NoPos"]
 
@@ -44,6 +44,10 @@ class NoPos(nn.Module):
     ) -> torch.Tensor:
         # nothing is read, but the arguments are checked as every encoding checks them
         _check_unused(hop, extent, generator)
+        if isinstance(grid, list) and isinstance(positions, torch.Tensor):
+            check_grids(grid, positions.shape[0])  # the grids packed positions come from
+        elif grid is not None and (x is None or isinstance(x, torch.Tensor)):
+            resolve_grid(x, grid, self.dim)
         if x is not None:
             if not isinstance(x, torch.Tensor):
                 raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")

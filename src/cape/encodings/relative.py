@@ -72,6 +72,9 @@ class RelPos(nn.Module):
         batch)."""
         if positions is None:
             return torch.arange(length, device=device, dtype=torch.float32)[None]
+        check_tensor(name, positions, ndims=(2, 3))
+        if mask is not None:
+            check_tensor("key_padding_mask", mask, ndims=(2,))
         if mask is not None and tuple(mask.shape) != tuple(positions.shape[:2]):
             mask = None  # the key mask does not describe these positions
         pos = as_positions(positions, mask=mask, dims=1, name=name, mask_name="key_padding_mask")

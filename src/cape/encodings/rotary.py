@@ -24,7 +24,8 @@ from ..functional.frequencies import grid_frequencies_2d
 from ..functional.rotary import apply_rotary, rotary_angles
 from ..functional.sinusoidal import cape2d_frequencies, sinusoid_frequencies
 from ..positions import as_positions, token_positions
-from .base import fit_grid_pair, float32_region, layout_grid, max_scaling_of, sampling_of
+from .base import float32_region
+from .grids import fit_grid_pair, layout_grid, max_scaling_of, sampling_of
 
 __all__ = ["Rotary"]
 
@@ -161,7 +162,7 @@ class Rotary(nn.Module):
             )
             aug = self.augmentation
             if aug is not None:
-                if aug.normalize:
+                if aug.normalize and k.shape[1]:  # no keys: no mean to take
                     offset = k - mean_normalize(k, k_mask)  # [B, 1, M] mean broadcast
                     q, k = q - offset[:, :1], k - offset[:, :1]
                 q, k = augment_pair(

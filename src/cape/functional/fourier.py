@@ -44,7 +44,7 @@ def fourier_features(positions: torch.Tensor, weight: torch.Tensor) -> torch.Ten
     pos = positions.to(torch.float32)
     w = weight.to(torch.float32)
     if _may_inspect_values(w):
-        check_phases("positions", pos, max_abs(w), " (the largest |W_r| per axis)")
+        check_phases("positions", positions, max_abs(w), " (the largest |W_r| per axis)")
     # One multiply-add per axis rather than a matmul: M is tiny, and an accelerator's matmul
     # may round the phases to TF32 (10 mantissa bits), far too coarse for large positions.
     phase = pos[..., 0:1] * w[:, 0]

@@ -25,7 +25,7 @@ import math
 
 import torch
 
-from .._checks import check_choice, check_float, check_int, check_tensor
+from .._checks import LIMIT, check_choice, check_finite, check_float, check_int, check_tensor
 
 __all__ = [
     "grid_sampling",
@@ -44,6 +44,7 @@ def grid_sampling(positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     value: a single sample sees no frequency); span: max - min of the axis.
     """
     check_tensor("positions", positions, ndims=(2,))
+    check_finite("positions", positions.to(torch.float64))
     spacing, span = [], []
     for m in range(positions.shape[1]):
         values = torch.unique(positions[:, m].to(torch.float64))
@@ -57,6 +58,11 @@ def aliased(freqs: torch.Tensor, spacing: torch.Tensor | tuple[float, ...]) -> t
     """Which frequencies alias on a grid: freqs [M, K] (radians per unit, one row per axis),
     spacing [M] -> bool [K], True where some |w_mk| * D_m >= pi."""
     check_tensor("freqs", freqs, ndims=(2,), floating=True)
+    if not isinstance(spacing, torch.Tensor) and not (
+        isinstance(spacing, (tuple, list))
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in spacing)
+    ):
+        raise TypeError(f"spacing must be a tensor or a sequence of numbers, got {spacing!r}")
     d = torch.as_tensor(spacing, dtype=torch.float64).reshape(-1)
     if d.shape[0] != freqs.shape[0]:
         raise ValueError(
@@ -95,6 +101,9 @@ def grid_radii(
     check_int("count", count)
     check_choice("rho", rho, ("exact", "linspace", "midpoint"))
     max_scaling = check_float("max_scaling", max_scaling, minimum=1.0)
+    for name, value in (("spacing", spacing), ("span", span)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
     if not (0 < spacing < math.inf and spacing <= span < math.inf):
         raise ValueError(
             "a grid needs at least two samples on an axis (finite spacing > 0 and span >= "
@@ -127,6 +136,13 @@ def grid_frequencies_2d(
     check_int("dim", dim)
     if dim % 2:
         raise ValueError(f"dim must be even, got {dim}")
+    for name, pair in (("spacing", spacing), ("span", span)):
+        if (
+            not isinstance(pair, (tuple, list))
+            or len(pair) != 2
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in pair)
+        ):
+            raise TypeError(f"{name} must be a pair (x, y) of numbers, got {pair!r}")
     axes = [(d, s) for d, s in zip(spacing, span, strict=True) if math.isfinite(d)]
     if not axes:
         raise ValueError("a grid needs at least two samples on some axis to fit frequencies")
@@ -138,7 +154,7 @@ def grid_frequencies_2d(
         rho=rho,
     )
     k = torch.arange(dim // 2, dtype=torch.float64)
-    return torch.stack([r * torch.cos(k), r * torch.sin(k)]).to(torch.float32)
+    return _float32(torch.stack([r * torch.cos(k), r * torch.sin(k)]))
 
 
 def grid_frequencies_1d(
@@ -148,4 +164,15 @@ def grid_frequencies_1d(
     (the order of `sinusoid_frequencies`: base^(-2k/dim) decreases with k), all strictly inside
     the band (`grid_radii` with rho="midpoint")."""
     radii = grid_radii(count, spacing, span, max_scaling=max_scaling, rho="midpoint")
-    return radii.flip(0).to(torch.float32)
+    return _float32(radii.flip(0))
+
+
+def _float32(freqs: torch.Tensor) -> torch.Tensor:
+    """Frequencies (float64) -> float32, refused by name when they would not fit there."""
+    top = float(freqs.abs().max()) if freqs.numel() else 0.0
+    if top > LIMIT:
+        raise ValueError(
+            f"spacing: the fitted frequencies reach pi / (spacing x max_scaling) = {top:.3g}, "
+            f"beyond {LIMIT:.0e} (float32)"
+        )
+    return freqs.to(torch.float32)

@@ -17,8 +17,10 @@ from .._checks import (
     check_finite,
     check_int,
     check_mask,
+    check_phases,
     check_rate,
     check_tensor,
+    max_abs,
 )
 from ..encodings.relative import RelPos
 from ..encodings.rotary import Rotary
@@ -174,6 +176,8 @@ class MultiheadAttention(nn.Module):
                 check_tensor(name, pos, ndims=(2, 3))
                 same = pmask is not None and tuple(pos.shape[:2]) == tuple(pmask.shape)
                 check_finite(name, pos, pmask if same else None)
+                if self.rotary is not None:  # angles |p| x frequency x the largest scaling
+                    check_phases(name, pos, lambda: self._rotary_reach())
         q = self._split(self.q_proj(query))
         k = self._split(self.k_proj(kv))
         v = self._split(self.v_proj(kv))
@@ -218,6 +222,14 @@ class MultiheadAttention(nn.Module):
             out = out.masked_fill(dead, 0.0)
         out = out.transpose(1, 2).reshape(b, tq, self.dim)
         return self.out_proj(out)
+
+    def _rotary_reach(self) -> torch.Tensor:
+        """The rotary's largest |frequency| per axis, times its augmentation's largest scaling."""
+        assert self.rotary is not None
+        aug = self.rotary.augmentation
+        return max_abs(self.rotary.frequencies.t()) * (
+            1.0 if aug is None else aug.max_global_scaling
+        )
 
     def memory_cache(
         self, memory: torch.Tensor, memory_mask: torch.Tensor | None = None

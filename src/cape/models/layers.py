@@ -24,7 +24,7 @@ from .._checks import (
     check_int,
     check_mask,
     check_rate,
-    check_tensor,
+    check_real,
 )
 from ..encodings.relative import RelPos
 from ..encodings.rotary import Rotary
@@ -102,7 +102,7 @@ class _Block(nn.Module):
         if mask is not None:
             check_mask(mask_name, mask, x.shape[:2])
         if positions is not None:
-            check_tensor("positions", positions, ndims=(2, 3))
+            check_real("positions", positions, ndims=(2, 3))
             same = mask is not None and tuple(positions.shape[:2]) == tuple(mask.shape)
             check_finite("positions", positions, mask if same else None)
 
