@@ -115,6 +115,11 @@ class Encoding:
         raise TypeError(f"augmentation must be a cape.Augmentation or a mapping, got {given!r}")
 
 
+# Rotary's options for 1-D positions only (length extension, xPos): not offered by rotary2d
+ROTARY_1D = (
+    "scaling", "train_length", "factor", "yarn_alpha", "yarn_beta", "xpos", "xpos_scale_base",
+)  # fmt: skip
+
 ENCODINGS: dict[str, Encoding] = {
     "nopos": Encoding(NoPos),
     "sinpos": Encoding(CAPE1d),
@@ -125,7 +130,7 @@ ENCODINGS: dict[str, Encoding] = {
     "abspos2d": Encoding(AbsPos2d),
     "relpos": Encoding(RelPos),
     "rotary": Encoding(Rotary, augments=True, presets=("text", "audio"), without=("fit_grid",)),
-    "rotary2d": Encoding(Rotary, fixed={"pos_dim": 2}, augments=True),
+    "rotary2d": Encoding(Rotary, fixed={"pos_dim": 2}, augments=True, without=ROTARY_1D),
     "lff": Encoding(LearnableFourierFeatures, augments=True),
     # the Learnable Fourier Features paper's baselines
     "sine-1d": Encoding(CAPE1d),

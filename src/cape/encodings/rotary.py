@@ -12,15 +12,26 @@ import torch
 from torch import nn
 
 from .._checks import (
+    check_bool,
     check_choice,
     check_even,
     check_float,
     check_generator,
     check_int,
+    check_limit,
+    check_phases,
     check_tensor,
 )
 from ..augment import Augmentation, augment_pair, mean_normalize
 from ..functional.frequencies import grid_frequencies_2d
+from ..functional.rope_scaling import (
+    extension_factor,
+    position_midpoint,
+    position_span,
+    scaled_frequencies,
+    xpos_scale,
+    yarn_temperature,
+)
 from ..functional.rotary import apply_rotary, rotary_angles
 from ..functional.sinusoidal import cape2d_frequencies, sinusoid_frequencies
 from ..positions import as_positions, token_positions
@@ -40,6 +51,19 @@ class Rotary(nn.Module):
     fit_grid (pos_dim 2): (H, W) of the training grid: 2D frequencies fitted to it (as
     `CAPE2d(fit_grid=...)`, through the augmentation's max_global_scaling) instead of the paper's.
 
+    Longer than training (pos_dim 1; `cape.functional.rope_scaling` has the formulas):
+    scaling: None, "pi" (position interpolation), "ntk" (NTK-aware base) or "yarn" (NTK-by-parts
+    and q, k each multiplied by 0.1 ln s + 1, the attention temperature). The factor s: `factor`
+    (fixed, >= 1), else per call and per sample s = max(1, L / train_length) with L = max - min
+    + 1 over the valid positions of q and k together (augmented in training): L = T for token
+    indices 0..T-1, whatever the padding. train_length is in the positions' units (tokens,
+    seconds); YaRN needs it for its ramp (yarn_alpha < yarn_beta, in turns over train_length).
+    A per-call factor changes as a cache grows: give `factor` for cached decoding.
+    xpos: xPos (causal / relative use: logits scale by zeta^((n - m) / xpos_scale_base), which
+    decays for n > m and blows up for n < m): q * zeta^((n - n0)/B), k * zeta^(-(m - n0)/B),
+    n0 = floor((min + max + 1)/2) of the valid positions (a common offset, it cancels in logits).
+    With "pi", xPos reads the interpolated positions (as rotary-embedding-torch does).
+
     It acts inside attention (`kind = "attention"`): one module per layer, `dim` of `cape.build`
     is the head size. `grid_positions(H, W)` are the continuous (x, y) a 2-D rotary reads.
     """
@@ -56,6 +80,13 @@ class Rotary(nn.Module):
         freq_scale: float = 1.0,
         augmentation: Augmentation | None = None,
         fit_grid: tuple[int, int] | None = None,
+        scaling: str | None = None,
+        train_length: float | None = None,
+        factor: float | None = None,
+        yarn_alpha: float = 1.0,
+        yarn_beta: float = 32.0,
+        xpos: bool = False,
+        xpos_scale_base: float = 512.0,
     ) -> None:
         super().__init__()
         self.head_dim = check_even("head_dim", head_dim)
@@ -85,6 +116,46 @@ class Rotary(nn.Module):
                 head_dim, spacing, span, max_scaling=max_scaling_of(augmentation)
             )
             self.register_buffer("fitted_freqs", self._fitted.clone(), persistent=False)
+        self._init_extension(scaling, train_length, factor, yarn_alpha, yarn_beta)
+        self.xpos = check_bool("xpos", xpos)
+        self.xpos_scale_base = check_limit(
+            "xpos_scale_base", check_float("xpos_scale_base", xpos_scale_base, strict=True)
+        )
+        if xpos and pos_dim != 1:
+            raise ValueError(f"xpos applies to pos_dim=1 (1-D positions), got pos_dim={pos_dim}")
+
+    def _init_extension(self, scaling, train_length, factor, yarn_alpha, yarn_beta) -> None:
+        check_choice("scaling", scaling, (None, "pi", "ntk", "yarn"))
+        self.scaling = scaling
+        self.train_length = (
+            None
+            if train_length is None
+            else check_limit("train_length", check_float("train_length", train_length, strict=True))
+        )
+        self.factor = (
+            None
+            if factor is None
+            else check_limit("factor", check_float("factor", factor, minimum=1.0))
+        )
+        self.yarn_alpha = check_float("yarn_alpha", yarn_alpha)
+        self.yarn_beta = check_limit("yarn_beta", check_float("yarn_beta", yarn_beta))
+        if not self.yarn_alpha < self.yarn_beta:
+            raise ValueError(f"yarn_alpha must be < yarn_beta, got {yarn_alpha} and {yarn_beta}")
+        if scaling is None:
+            for name, value in (("train_length", train_length), ("factor", factor)):
+                if value is not None:
+                    raise ValueError(f"{name} applies with scaling ('pi', 'ntk', 'yarn'), got None")
+            return
+        if self.pos_dim != 1:
+            raise ValueError("scaling applies to pos_dim=1 (1-D positions), got pos_dim=2")
+        if scaling == "ntk" and self.head_dim < 4:
+            raise ValueError(f"scaling='ntk' needs head_dim >= 4 (hd - 2 > 0), got {self.head_dim}")
+        if scaling == "yarn" and train_length is None:
+            raise ValueError("train_length is required for scaling='yarn' (its ramp reads it)")
+        if train_length is None and factor is None:
+            raise ValueError(
+                f"scaling={scaling!r} needs train_length (a factor per call) or factor"
+            )
 
     def _apply(self, fn, recurse=True):  # type: ignore[override]
         super()._apply(fn, recurse)
@@ -134,12 +205,70 @@ class Rotary(nn.Module):
         """positions: [B, T] or [B, T, M], mask: [B, T] bool -> angles [B, T, hd/2] float32.
 
         Augments the positions in train mode (one draw: use the result for both q and k).
+        With `scaling`, the extended angles (YaRN's and xPos's magnitudes are left to forward).
         """
+        return self._self_rotation(positions, mask, generator)[0]
+
+    def _self_rotation(self, positions, mask, generator):
         with float32_region(positions.device):
             pos = as_positions(positions, mask=mask, dims=self.pos_dim)
             if self.augmentation is not None:
                 pos = self.augmentation(pos, mask, training=self.training, generator=generator)
-            return self._angles(pos)
+            return self._extended(pos, pos, mask, mask)
+
+    def _extended(self, q, k, q_mask, k_mask):
+        """Positions [B, T, 1] of q and k -> (q angles, k angles, q's and k's magnitudes
+        [B, 1, T, hd] or [B, 1, 1, 1], None = 1): length extension and xPos (class docstring)."""
+        if self.scaling is None and not self.xpos:
+            return self._angles(q), self._angles(k), None, None
+        b, tq, tk = q.shape[0], q.shape[1], k.shape[1]
+        both = torch.cat([q, k], dim=1)
+        both_mask = None
+        if q_mask is not None or k_mask is not None:
+            ones = torch.ones(b, tq + tk, dtype=torch.bool, device=q.device)
+            both_mask = torch.cat(
+                [
+                    ones[:, :tq] if q_mask is None else q_mask,
+                    ones[:, tq:] if k_mask is None else k_mask,
+                ],
+                dim=1,
+            )
+        s = None
+        if self.scaling is None:
+            q_ang, k_ang = self._angles(q), self._angles(k)
+        else:
+            if self.factor is not None:
+                s = torch.full((b,), self.factor, device=q.device)
+            else:
+                assert self.train_length is not None
+                s = extension_factor(position_span(both, both_mask), self.train_length)
+            check_phases("positions", q, self.freq_scale)  # every method lowers frequencies
+            if k is not q:
+                check_phases("k_positions", k, self.freq_scale)
+            omega = sinusoid_frequencies(
+                self.head_dim, base=self.base, freq_scale=self.freq_scale, device=q.device
+            )
+            w = scaled_frequencies(
+                omega,
+                s,
+                self.scaling,
+                train_length=self.train_length,
+                alpha=self.yarn_alpha,
+                beta=self.yarn_beta,
+            )[:, None]  # [B, 1, hd/2]
+            q_ang, k_ang = q * w, k * w
+        q_mag = k_mag = None
+        if self.scaling == "yarn":
+            q_mag = k_mag = yarn_temperature(s)[:, None, None, None]
+        if self.xpos:
+            if self.scaling == "pi":  # xPos on the interpolated positions
+                q, k, both = (p / s[:, None, None] for p in (q, k, both))
+            n0 = position_midpoint(both, both_mask)
+            qs = xpos_scale(q, self.head_dim, scale_base=self.xpos_scale_base, center=n0)
+            ks = 1 / xpos_scale(k, self.head_dim, scale_base=self.xpos_scale_base, center=n0)
+            q_mag = qs[:, None] if q_mag is None else q_mag * qs[:, None]
+            k_mag = ks[:, None] if k_mag is None else k_mag * ks[:, None]
+        return q_ang, k_ang, q_mag, k_mag
 
     def pair_angles(
         self,
@@ -155,6 +284,9 @@ class Rotary(nn.Module):
         scale per sample for both sides, independent local shifts. `normalize` subtracts the
         keys' mean from both sides (a common offset, so relative positions are kept).
         """
+        return self._pair_rotation(positions, k_positions, mask, k_mask, generator)[:2]
+
+    def _pair_rotation(self, positions, k_positions, mask, k_mask, generator):
         with float32_region(positions.device):
             q = as_positions(positions, mask=mask, dims=self.pos_dim)
             k = as_positions(
@@ -176,7 +308,7 @@ class Rotary(nn.Module):
                     training=self.training,
                     generator=generator,
                 )
-            return self._angles(q), self._angles(k)
+            return self._extended(q, k, mask, k_mask)
 
     def forward(
         self,
@@ -218,15 +350,32 @@ class Rotary(nn.Module):
                     f"k_positions is required when Tq ({tq}) != Tk ({tk}); "
                     "without it q and k share the same positions"
                 )
-            ang = self.angles(positions, mask, generator)
-            return apply_rotary(q, ang), apply_rotary(k, ang)
-        q_ang, k_ang = self.pair_angles(positions, k_positions, mask, k_mask, generator)
-        return apply_rotary(q, q_ang), apply_rotary(k, k_ang)
+            q_ang, k_ang, q_mag, k_mag = self._self_rotation(positions, mask, generator)
+        else:
+            q_ang, k_ang, q_mag, k_mag = self._pair_rotation(
+                positions, k_positions, mask, k_mask, generator
+            )
+        return _rotate(q, q_ang, q_mag), _rotate(k, k_ang, k_mag)
 
     def extra_repr(self) -> str:
         aug = "" if self.augmentation is None else f", augmentation={self.augmentation}"
+        if self.scaling is not None:
+            aug += f", scaling={self.scaling!r}, train_length={self.train_length}"
+            aug += f", factor={self.factor}" if self.factor is not None else ""
+            if self.scaling == "yarn":
+                aug += f", yarn_alpha={self.yarn_alpha}, yarn_beta={self.yarn_beta}"
+        if self.xpos:
+            aug += f", xpos=True, xpos_scale_base={self.xpos_scale_base}"
         fit = "" if self.fit_grid is None else f", fit_grid={self.fit_grid}"
         return (
             f"head_dim={self.head_dim}, pos_dim={self.pos_dim}, base={self.base}, "
             f"freq_scale={self.freq_scale}{fit}{aug}"
         )
+
+
+def _rotate(x: torch.Tensor, angles: torch.Tensor, magnitude: torch.Tensor | None) -> torch.Tensor:
+    # magnitudes are equal on the two channels of a rotation plane: they commute with it, and
+    # multiplying first keeps one cast to x's dtype (the maths in float32)
+    if magnitude is None:
+        return apply_rotary(x, angles)
+    return apply_rotary(x.to(torch.float32) * magnitude, angles).to(x.dtype)
