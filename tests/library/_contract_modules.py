@@ -63,6 +63,14 @@ OPTIONS: dict[str, tuple[tuple, tuple]] = {
     "low": ((-1.0, 0.0), (NAN,)),
     "high": ((1.0, 2.0), (INF,)),
     "fit_grid": ((None, None, (4, 4), (8, 6)), (4, (1,), "ab")),
+    # Rotary's length extension and xPos (1-D)
+    "scaling": ((None, "pi", "ntk", "yarn"), ("foo", 1)),
+    "train_length": ((None, 2, 16.0, 1e3), (0, -1.0, NAN, "8")),
+    "factor": ((None, 1.0, 4.0), (0.5, 0.0, NAN, "2")),
+    "yarn_alpha": ((1.0, 0.0, 2.0), (-1.0, NAN, 64.0)),
+    "yarn_beta": ((32.0, 8.0), (0.5, INF, NAN)),
+    "xpos": ((False, True), (1, "yes")),
+    "xpos_scale_base": ((512.0, 8.0), (0.0, -1.0, NAN)),
 }
 
 
@@ -92,6 +100,8 @@ def build_encoding(d: Draw, name: str) -> tuple[str, object, dict, Call | None]:
     keys = [k for k in entry.options() if k in required or d.coin(0.25)]
     if "augmentation" in keys:  # the augmentation or its fields, not both
         keys = [k for k in keys if k not in AUGMENTATION_FIELDS]
+    if "scaling" in keys and d.coin(0.8):  # a scaling mostly with the length it needs
+        keys += [k for k in ("train_length",) if k not in keys]
     opts = {k: _option(d, name, k, entry) for k in keys}
     if d.coin(0.03):
         opts["no_such_option"] = 1
