@@ -1,5 +1,6 @@
 """Step 3 of the data flow: positions -> features. One file per family of encodings."""
 
+from .alibi import ALiBi
 from .axial import SineND
 from .base import PositionalEncoding
 from .fourier import LearnableFourierFeatures
@@ -20,6 +21,7 @@ __all__ = [
     "NoPos",
     "RelPos",
     "Rotary",
+    "ALiBi",
     "CAPE1d",
     "CAPE2d",
     "PRESETS",

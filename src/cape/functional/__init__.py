@@ -3,6 +3,7 @@
 Modules in `cape.encodings` are thin wrappers holding configuration and parameters.
 """
 
+from .alibi import alibi_bias, alibi_slopes
 from .fourier import fourier_features, learnable_fourier_features, lff_kernel
 from .frequencies import (
     aliased,
@@ -44,6 +45,8 @@ __all__ = [
     "relpos_attention",
     "apply_rotary",
     "rotary_angles",
+    "alibi_slopes",
+    "alibi_bias",
     "grid_sampling",
     "aliased",
     "count_aliased",

@@ -26,6 +26,8 @@ defaults per name (`position_options` override them):
   `step = stride * 0.01` s (one output frame at the default 10 ms hop) up to the paper's 26.8 s
   either side. Other hops keep seconds as the unit: at a 20 ms hop one frame is 2 buckets.
 - "rotary": rotary embeddings of the seconds in every layer, `freq_scale=30`.
+- "alibi": ALiBi's per-head linear bias on the distance in seconds in every layer (the paper's
+  slopes, per second: `slopes=` rescales them).
 
 `position_options` override these defaults (keywords of `cape.build` for that name).
 """
@@ -49,7 +51,7 @@ from .._checks import (
 )
 from ..build import build, encoding_class
 from ..positions import lengths_to_mask, timestamps
-from .options import check_pos_dim, resolve_options
+from .options import attention_size, check_pos_dim, resolve_options
 from .transformer import TransformerEncoder
 
 __all__ = ["CTCModel", "output_times"]
@@ -112,7 +114,7 @@ def _resolve_position(
         encoding = build(name, dim, **options)
         feed = _feed(name, encoding)
         return feed, (None if feed == "none" else encoding), None
-    head_dim = dim // heads
+    head_dim = attention_size(name, dim, heads)  # the number of heads for alibi
     check_pos_dim(name, build(name, head_dim, **options), 1, _TIME)  # validated once, eagerly
 
     def factory() -> nn.Module:

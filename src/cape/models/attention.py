@@ -1,8 +1,10 @@
-"""Multi-head attention that hosts the in-attention encodings: *relpos* (`RelPos`) and `Rotary`.
+"""Multi-head attention hosting the in-attention encodings: *relpos* (`RelPos`), `Rotary`, `ALiBi`.
 
-Absolute encodings are added to the input of the stack (see `cape.models.transformer`); the two
+Absolute encodings are added to the input of the stack (see `cape.models.transformer`); the
 relative families act on the heads: rotary rotates queries and keys before the dot products,
-relpos replaces the attention itself (it adds learned per-distance terms to the logits).
+relpos replaces the attention itself (it adds learned per-distance terms to the logits), ALiBi
+adds a fixed per-head distance penalty to the logits (a float mask for SDPA; its memory: see
+`cape.models.attention_bias`).
 """
 
 from __future__ import annotations
@@ -22,10 +24,12 @@ from .._checks import (
     check_tensor,
     max_abs,
 )
+from ..encodings.alibi import ALiBi
 from ..encodings.relative import RelPos
 from ..encodings.rotary import Rotary
 from ..functional.relative import allowed_keys
 from ..positions import token_positions
+from .attention_bias import alibi_for_call, biased_attention, check_alibi
 from .decode_cache import AttentionCache
 
 __all__ = ["MultiheadAttention", "attention_mask"]
@@ -65,6 +69,7 @@ class MultiheadAttention(nn.Module):
     attention probabilities (train mode only). bias: in the four projections.
     relative: a `RelPos(d, ...)` that computes the attention (learned relative terms).
     rotary: a `Rotary(d, ...)` that rotates q and k first. Both may be given (rotary, then relpos).
+    alibi: an `ALiBi(heads)` whose bias is added to the logits (with rotary and/or relpos too).
     """
 
     def __init__(
@@ -76,6 +81,7 @@ class MultiheadAttention(nn.Module):
         bias: bool = True,
         relative: RelPos | None = None,
         rotary: Rotary | None = None,
+        alibi: ALiBi | None = None,
     ) -> None:
         super().__init__()
         check_int("dim", dim)
@@ -95,8 +101,10 @@ class MultiheadAttention(nn.Module):
                 raise ValueError(
                     f"{name}.head_dim must equal dim / heads = {self.head_dim}, got {mod.head_dim}"
                 )
+        check_alibi(alibi, heads)
         self.relative = relative
         self.rotary = rotary
+        self.alibi = alibi
         self.q_proj = nn.Linear(dim, dim, bias=bias)
         self.k_proj = nn.Linear(dim, dim, bias=bias)
         self.v_proj = nn.Linear(dim, dim, bias=bias)
@@ -132,10 +140,10 @@ class MultiheadAttention(nn.Module):
 
         key_mask: [B, Tk] bool, True at real keys; queries with no visible key give 0.
         causal: key j visible from query i iff j <= i. q_positions / k_positions: [B, T(, M)]
-        for relpos/rotary (None = token indices); in self-attention k_positions must be None
-        (the keys are the queries). query_mask: [B, Tq], padding of the queries in
+        for relpos/rotary/alibi (None = token indices); in self-attention k_positions must be
+        None (the keys are the queries). query_mask: [B, Tq], padding of the queries in
         cross-attention (their positions count as 0); in self-attention key_mask is used.
-        generator: for rotary's augmentation draws.
+        generator: for rotary's and alibi's augmentation draws.
         cache: incremental decoding (`AttentionCache`, see `_forward_cached`); None = off.
         """
         weight = self.q_proj.weight
@@ -201,6 +209,10 @@ class MultiheadAttention(nn.Module):
                     generator=generator,
                 )
 
+        bias = None
+        if self.alibi is not None:
+            masks, pos = (key_mask, query_mask), (q_positions, k_positions)
+            bias = alibi_for_call(self.alibi, q, k, self_attn, causal, pos, masks, generator)
         if self.relative is not None:
             out = self.relative(
                 q,
@@ -209,8 +221,13 @@ class MultiheadAttention(nn.Module):
                 q_positions=q_positions,
                 k_positions=k_positions,
                 key_padding_mask=key_mask,
+                attn_mask=bias,
                 is_causal=causal,
                 dropout_p=p_drop,
+            )
+        elif bias is not None:
+            out = biased_attention(
+                q, k, v, bias, attention_mask(key_mask, causal, tq, tk, q.device)[0], p_drop
             )
         elif key_mask is None:
             # nothing can leave a row without keys: let SDPA pick its fused kernels
@@ -266,14 +283,17 @@ class MultiheadAttention(nn.Module):
         new tokens, whose keys/values (and positions, mask) are appended to the cache and who
         attend to every cached key (causal: new token i sees cached ones and new j <= i).
         q_positions: [B, Tq(, 1)] of the new tokens (None = indices from the cache length).
-        Same results as the full computation; rotary must not augment (eval, no normalize).
+        Same results as the full computation; rotary must not augment (eval, no normalize), nor
+        alibi (eval: its bias only reads the cached positions).
         """
         b, tq = query.shape[:2]
         q = self._split(self.q_proj(query))
         p_drop = self.dropout if self.training else 0.0
         if cache.static:
-            if self.rotary is not None or self.relative is not None:
-                raise ValueError("a cached cross-attention must be content-only (no rotary/relpos)")
+            if self.rotary is not None or self.relative is not None or self.alibi is not None:
+                raise ValueError(
+                    "a cached cross-attention must be content-only (no rotary/relpos/alibi)"
+                )
             if cache.k is None:
                 if key_value is None:
                     raise ValueError("an empty cross-attention cache needs key_value (the memory)")
@@ -301,7 +321,9 @@ class MultiheadAttention(nn.Module):
         k = self._split(self.k_proj(query))
         v = self._split(self.v_proj(query))
         positions = None
-        if self.rotary is not None or self.relative is not None:
+        if self.alibi is not None:
+            check_alibi(self.alibi, self.heads, causal, cached=True)
+        if self.rotary is not None or self.relative is not None or self.alibi is not None:
             if q_positions is None:
                 q_positions = token_positions(b, tq, mask=key_mask, device=query.device) + past
             positions = q_positions if q_positions.dim() == 3 else q_positions[..., None]
@@ -347,16 +369,23 @@ class MultiheadAttention(nn.Module):
         """Attention of q over k/v given a bool mask (True = may attend; None = all), then the
         output projection. Rows with no visible key give 0 (before the projection)."""
         b, _, tq, _ = q.shape
+        bias = None
+        if self.alibi is not None:  # positions [B, T, 1] float32 (of the cache when cached)
+            bias = self.alibi(q_positions, k_positions)
         if self.relative is not None:
+            if bias is not None and allowed is not None:  # -inf: relpos finds the dead rows
+                bias = bias.masked_fill(~allowed, float("-inf"))
             out = self.relative(
                 q,
                 k,
                 v,
                 q_positions=q_positions,
                 k_positions=k_positions,
-                attn_mask=allowed,
+                attn_mask=allowed if bias is None else bias,
                 dropout_p=p_drop,
             )
+        elif bias is not None:
+            out = biased_attention(q, k, v, bias, allowed, p_drop)
         elif allowed is None:
             out = F.scaled_dot_product_attention(q, k, v, dropout_p=p_drop)
         else:

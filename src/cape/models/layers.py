@@ -26,6 +26,7 @@ from .._checks import (
     check_rate,
     check_real,
 )
+from ..encodings.alibi import ALiBi
 from ..encodings.relative import RelPos
 from ..encodings.rotary import Rotary
 from .attention import MultiheadAttention
@@ -60,6 +61,7 @@ class _Block(nn.Module):
         activation: str,
         relative: RelPos | None,
         rotary: Rotary | None,
+        alibi: ALiBi | None = None,
     ) -> None:
         super().__init__()
         check_int("ffn_dim", ffn_dim)
@@ -70,7 +72,7 @@ class _Block(nn.Module):
             raise TypeError(f"norm_first must be a bool, got {type(norm_first).__name__}")
         self.norm_first = norm_first
         self.self_attn = MultiheadAttention(
-            dim, heads, dropout=dropout, relative=relative, rotary=rotary
+            dim, heads, dropout=dropout, relative=relative, rotary=rotary, alibi=alibi
         )
         self.self_norm = nn.LayerNorm(dim)
         self.ffn = nn.Sequential(
@@ -117,8 +119,9 @@ class TransformerEncoderLayer(_Block):
     dim: D (divisible by heads). ffn_dim: FFN hidden size. dropout: on attention
     probabilities, the FFN hidden layer and both residual branches. layer_drop: probability of
     skipping the FFN branch in training (module docstring). activation: "gelu" or "relu".
-    relative / rotary: in-attention positions (head_dim = D / heads). causal: token i attends
-    to tokens j <= i only (a decoder-only model, e.g. autoregressive pixels).
+    relative / rotary: in-attention positions (head_dim = D / heads); alibi: an `ALiBi(heads)`.
+    causal: token i attends to tokens j <= i only (a decoder-only model, e.g. autoregressive
+    pixels).
     """
 
     def __init__(
@@ -134,9 +137,19 @@ class TransformerEncoderLayer(_Block):
         relative: RelPos | None = None,
         rotary: Rotary | None = None,
         causal: bool = False,
+        alibi: ALiBi | None = None,
     ) -> None:
         super().__init__(
-            dim, heads, ffn_dim, dropout, layer_drop, norm_first, activation, relative, rotary
+            dim,
+            heads,
+            ffn_dim,
+            dropout,
+            layer_drop,
+            norm_first,
+            activation,
+            relative,
+            rotary,
+            alibi,
         )
         if not isinstance(causal, bool):
             raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
@@ -165,8 +178,8 @@ class TransformerEncoderLayer(_Block):
 class TransformerDecoderLayer(_Block):
     """Causal self-attention + cross-attention over the memory + FFN.
 
-    Same options as `TransformerEncoderLayer`; relative / rotary act in the self-attention
-    only (the cross-attention is content-only, as in the paper's seq2seq decoder).
+    Same options as `TransformerEncoderLayer`; relative / rotary / alibi act in the
+    self-attention only (the cross-attention is content-only, as in the paper's seq2seq decoder).
     """
 
     def __init__(
@@ -181,9 +194,19 @@ class TransformerDecoderLayer(_Block):
         activation: str = "gelu",
         relative: RelPos | None = None,
         rotary: Rotary | None = None,
+        alibi: ALiBi | None = None,
     ) -> None:
         super().__init__(
-            dim, heads, ffn_dim, dropout, layer_drop, norm_first, activation, relative, rotary
+            dim,
+            heads,
+            ffn_dim,
+            dropout,
+            layer_drop,
+            norm_first,
+            activation,
+            relative,
+            rotary,
+            alibi,
         )
         self.cross_attn = MultiheadAttention(dim, heads, dropout=dropout)
         self.cross_norm = nn.LayerNorm(dim)

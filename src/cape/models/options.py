@@ -10,8 +10,9 @@ from typing import Any
 from torch import nn
 
 from ..augment import Augmentation
+from ..build import encoding_class
 
-__all__ = ["resolve_options", "check_pos_dim", "take_augmentation"]
+__all__ = ["resolve_options", "check_pos_dim", "take_augmentation", "attention_size"]
 
 
 def resolve_options(
@@ -27,6 +28,15 @@ def resolve_options(
     if options and "augmentation" in options:
         out.pop("preset", None)
     return {**out, **(options or {})}
+
+
+def attention_size(name: str, dim: int, heads: int) -> int:
+    """The `dim` that `cape.build(name, ...)` takes for an in-attention encoding of a model of
+    width `dim` with `heads` heads: the head size dim / heads, or the number of heads for an
+    encoding that holds one value per head (its class says `per_head = True`: ALiBi)."""
+    if getattr(encoding_class(name, key="position"), "per_head", False):
+        return heads
+    return dim // heads
 
 
 def check_pos_dim(name: str, encoding: nn.Module, want: int, what: str) -> None:

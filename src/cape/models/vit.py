@@ -39,7 +39,7 @@ from torch import nn
 
 from .._checks import check_content, check_float, check_int
 from ..build import build, encoding_class, encoding_options
-from .options import check_pos_dim
+from .options import attention_size, check_pos_dim
 from .transformer import TransformerEncoder
 from .vit_packed import check_packed, pack_patches, packed_positions
 
@@ -135,7 +135,7 @@ class ViT(nn.Module):
         relative_factory = None
         self.position: nn.Module | None = None
         if kind == "attention":
-            head_dim = dim // heads
+            head_dim = attention_size(name, dim, heads)  # the number of heads for alibi
             layer_position = build(name, head_dim, **options)  # validate the options once, eagerly
             check_pos_dim(name, layer_position, 2, _PATCHES)
 

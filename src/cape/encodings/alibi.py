@@ -1,0 +1,122 @@
+"""ALiBi over continuous, optionally CAPE-augmented positions (Press et al., ICLR 2022).
+
+A fixed bias -m_h |p_i - p_j| on the attention logits of head h: no parameters, nothing added to
+the content. The bias depends on relative positions only, so CAPE's global shift (and
+mean-normalisation) leave it unchanged; global scaling and local shifts do change it.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .._checks import check_bool, check_generator, check_int, check_tensor
+from ..augment import Augmentation, augment_pair
+from ..functional.alibi import alibi_bias, alibi_slopes, check_slopes
+from ..positions import as_positions
+from .base import float32_region
+
+__all__ = ["ALiBi"]
+
+
+class ALiBi(nn.Module):
+    """Attention with linear biases: `ALiBi(heads)(q_positions, k_positions)` -> bias.
+
+    heads: H, one slope per head (`cape.functional.alibi_slopes`, the paper's) unless `slopes`
+    (a sequence or tensor [H], each > 0) is given. causal: the paper's causal form (see
+    `alibi_bias`; keys ahead get 0, for attention that masks them). augmentation: CAPE's
+    `Augmentation` of the positions, applied in train mode.
+
+    It acts inside attention (`kind = "attention"`, `MultiheadAttention(alibi=...)`): one module
+    per layer; `dim` of `cape.build("alibi", dim)` is the number of heads H (not a width).
+    """
+
+    kind = "attention"
+    units = "continuous"
+    pos_dim = 1
+    per_head = True  # cape.build's dim is H, not the head size (models.options.attention_size)
+
+    def __init__(
+        self,
+        heads: int,
+        *,
+        causal: bool = False,
+        augmentation: Augmentation | None = None,
+        slopes: torch.Tensor | list[float] | tuple[float, ...] | None = None,
+    ) -> None:
+        super().__init__()
+        self.heads = check_int("heads", heads)
+        self.causal = check_bool("causal", causal)
+        if augmentation is not None and not isinstance(augmentation, Augmentation):
+            raise TypeError(
+                f"augmentation must be a cape.Augmentation or None, got {augmentation!r}"
+            )
+        self.augmentation = augmentation
+        given = alibi_slopes(heads) if slopes is None else check_slopes(slopes, heads)
+        self._slopes = given.detach().cpu().clone()
+        self.register_buffer("slopes", self._slopes.clone(), persistent=False)
+
+    def _apply(self, fn, recurse=True):  # type: ignore[override]
+        super()._apply(fn, recurse)
+        # .to(bf16) must not round the slopes: they stay float32 wherever the module goes
+        self.slopes = self._slopes.to(self.slopes.device)
+        return self
+
+    def forward(
+        self,
+        q_positions: torch.Tensor,
+        k_positions: torch.Tensor | None = None,
+        *,
+        mask: torch.Tensor | None = None,
+        k_mask: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """-> bias float32 [B, H, Tq, Tk] to add to the logits (B = 1: shared by the batch).
+
+        q_positions: [B, Tq] or [B, Tq, 1]; k_positions: [B, Tk(, 1)], None = self-attention
+        (the keys are the queries: one augmentation draw for both). mask / k_mask: [B, Tq] /
+        [B, Tk] bool, True at real tokens (padded positions count as 0). In train mode the
+        augmentation perturbs the positions (per sample: give [B, T] positions, not [1, T]);
+        cross-attention draws one global shift and scale for both sides (`augment_pair`).
+        """
+        check_generator("generator", generator)
+        check_tensor("q_positions", q_positions, ndims=(2, 3))
+        if k_positions is not None:
+            check_tensor("k_positions", k_positions, ndims=(2, 3))
+        elif k_mask is not None:
+            raise ValueError("k_mask describes k_positions: give k_positions too")
+        with float32_region(q_positions.device):
+            q = as_positions(q_positions, mask=mask, dims=1, name="q_positions")
+            aug = self.augmentation
+            if k_positions is None:
+                if aug is not None:
+                    q = aug(q, mask, training=self.training, generator=generator)
+                return alibi_bias(q, q, self.slopes, self.causal)
+            k = as_positions(
+                k_positions, mask=k_mask, dims=1, name="k_positions", mask_name="k_mask"
+            )
+            if aug is not None and self.training and aug.random:
+                if q.shape[0] != k.shape[0]:  # per-sample draws need the batch on both sides
+                    b = max(q.shape[0], k.shape[0])
+                    if min(q.shape[0], k.shape[0]) != 1:
+                        raise ValueError(
+                            "q_positions and k_positions batch sizes must match or be 1, got "
+                            f"{tuple(q_positions.shape)} and {tuple(k_positions.shape)}"
+                        )
+                    q, k = q.expand(b, -1, -1), k.expand(b, -1, -1)
+                # mean-normalisation is a common offset: the bias ignores it
+                q, k = augment_pair(
+                    q,
+                    k,
+                    mask,
+                    k_mask,
+                    max_global_shift=aug.max_global_shift,
+                    max_local_shift=aug.max_local_shift,
+                    max_global_scaling=aug.max_global_scaling,
+                    generator=generator,
+                )
+            return alibi_bias(q, k, self.slopes, self.causal)
+
+    def extra_repr(self) -> str:
+        aug = "" if self.augmentation is None else f", augmentation={self.augmentation}"
+        return f"heads={self.heads}, causal={self.causal}{aug}"

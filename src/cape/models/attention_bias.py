@@ -1,0 +1,100 @@
+"""ALiBi inside `MultiheadAttention`: its bias for one call, and SDPA with an additive bias.
+
+Memory: the bias is [1, H, Tq, Tk] when the positions are shared by the batch (the default
+token indices without active augmentation, or positions of batch 1) and no key mask is given;
+a key mask or per-sample positions make it [B, H, Tq, Tk], as SDPA's float mask must then hold
+every pair.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..encodings.alibi import ALiBi
+from ..positions import token_positions
+
+__all__ = ["alibi_for_call", "biased_attention", "check_alibi"]
+
+
+def check_alibi(
+    alibi: object, heads: int, causal: bool | None = None, *, cached: bool = False
+) -> None:
+    """`alibi` is None or an `ALiBi` of `heads` heads; causal: the attention's (None = unknown
+    yet), refused with `alibi.causal` off; cached: a decoding cache (no active augmentation)."""
+    if alibi is None:
+        return
+    if not isinstance(alibi, ALiBi):
+        raise TypeError(f"alibi must be a cape.ALiBi or None, got {type(alibi).__name__}")
+    if alibi.heads != heads:
+        raise ValueError(f"alibi.heads must equal heads ({heads}), got {alibi.heads}")
+    if causal is False and alibi.causal:
+        raise ValueError(
+            "alibi.causal=True leaves keys ahead of a query unpenalised: use it with causal "
+            "attention (causal=True), or ALiBi(causal=False)"
+        )
+    aug = alibi.augmentation
+    if cached and aug is not None and alibi.training and aug.random:
+        raise ValueError("a self-attention cache needs alibi without (active) augmentation")
+
+
+def biased_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    bias: torch.Tensor,
+    allowed: torch.Tensor | None,
+    p_drop: float,
+) -> torch.Tensor:
+    """SDPA with an additive float bias [B or 1, H, Tq, Tk] and a bool mask (True = may attend,
+    None = all) -> [B, H, Tq, dv]. Rows with no visible key give 0. The bias is float32 until
+    this call; SDPA wants a float mask in q's dtype (bf16 under autocast: far pairs, whose
+    weights are negligible anyway, lose digits; near ones keep bf16's 3 digits).
+    """
+    dead = None
+    if allowed is not None:
+        dead = ~allowed.any(dim=-1, keepdim=True)
+        bias = bias.masked_fill(~(allowed | dead), float("-inf"))
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype), dropout_p=p_drop)
+    return out if dead is None else out.masked_fill(dead, 0.0)
+
+
+def alibi_for_call(
+    alibi: ALiBi,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    self_attn: bool,
+    causal: bool,
+    positions: tuple[torch.Tensor | None, torch.Tensor | None],
+    masks: tuple[torch.Tensor | None, torch.Tensor | None],
+    generator: torch.Generator | None,
+) -> torch.Tensor:
+    """ALiBi's bias for one attention call of q [B, H, Tq, d] over k [B, H, Tk, d]: [1, H, Tq, Tk]
+    when the positions are shared by the batch (None without active augmentation: token indices
+    0..T-1), else [B, H, Tq, Tk]. positions: (q_positions, k_positions); masks: (key_mask,
+    query_mask)."""
+    check_alibi(alibi, alibi.heads, causal)
+    (b, _, tq, _), tk, device = q.shape, k.shape[2], q.device
+    (q_positions, k_positions), (key_mask, query_mask) = positions, masks
+    aug = alibi.augmentation
+    drawn = aug is not None and alibi.training and aug.random
+    q_mask = key_mask if self_attn else query_mask
+
+    def default(t: int, mask: torch.Tensor | None) -> torch.Tensor:
+        if drawn:  # per-sample draws: one row of positions per sample
+            return token_positions(b, t, mask=mask, device=device)
+        return torch.arange(t, device=device, dtype=torch.float32)[None]
+
+    def fits(pos: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor | None:
+        return mask if mask is not None and tuple(pos.shape[:2]) == tuple(mask.shape) else None
+
+    qp = default(tq, q_mask) if q_positions is None else q_positions
+    for name, pos, t in (("q_positions", qp, tq), ("k_positions", k_positions, tk)):
+        if pos is not None and (pos.shape[0] not in (1, b) or pos.shape[1] != t):
+            raise ValueError(
+                f"{name} must have shape [{b} or 1, {t}(, 1)] for alibi, got {tuple(pos.shape)}"
+            )
+    if self_attn:
+        return alibi(qp, mask=fits(qp, q_mask), generator=generator)
+    kp = default(tk, key_mask) if k_positions is None else k_positions
+    return alibi(qp, kp, mask=fits(qp, q_mask), k_mask=fits(kp, key_mask), generator=generator)
