@@ -53,7 +53,7 @@ def test_rotation_and_interpolation_match_rotary_embedding_torch(ret, options):
     ours = Rotary(hd, **options)(q, k)
     ref = ret.RotaryEmbedding(hd, interpolate_factor=4.0 if options else 1.0)
     perm = interleaved(hd)
-    for mine, x in zip(ours, (q, k)):
+    for mine, x in zip(ours, (q, k), strict=True):
         expected = ref.rotate_queries_or_keys(x[..., perm])
         torch.testing.assert_close(mine[..., perm], expected, atol=1e-5, rtol=1e-5)
 
@@ -138,7 +138,8 @@ def test_factor_one_is_plain_rotary(method, how):
     if method == "yarn":
         opts["train_length"] = 64
     plain = Rotary(hd)(q, k, positions=pos)
-    for got, want in zip(Rotary(hd, scaling=method, **opts)(q, k, positions=pos), plain):
+    scaled = Rotary(hd, scaling=method, **opts)(q, k, positions=pos)
+    for got, want in zip(scaled, plain, strict=True):
         torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
 
 
@@ -202,7 +203,7 @@ def test_bf16_autocast_keeps_float32_maths(method):
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = r(q, k, positions=pos)
     ref = r(q.float(), k.float(), positions=pos)
-    for got, want in zip(out, ref):
+    for got, want in zip(out, ref, strict=True):
         assert got.dtype == torch.bfloat16
         torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=1e-2)
 
@@ -218,7 +219,7 @@ def test_padding_does_not_change_valid_tokens(options):
     mask[0, n:] = False
     padded = r(q, k, mask=mask)
     alone = r(q[:1, :, :n], k[:1, :, :n])
-    for got, want in zip(padded, alone):
+    for got, want in zip(padded, alone, strict=True):
         torch.testing.assert_close(got[:1, :, :n], want, atol=1e-6, rtol=1e-6)
     full = r(q[1:], k[1:])  # the long sample is not affected by the short one either
     torch.testing.assert_close(padded[0][1:], full[0], atol=1e-6, rtol=1e-6)
@@ -234,7 +235,7 @@ def test_compiled_forward_matches_eager():
     compiled = torch.compile(lambda a, c, m: r(a, c, mask=m), fullgraph=False)
     got = compiled(q, k, mask)
     assert time.monotonic() - start < 60.0
-    for g, e in zip(got, r(q, k, mask=mask)):
+    for g, e in zip(got, r(q, k, mask=mask), strict=True):
         torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-5)
 
 
