@@ -49,6 +49,8 @@ EXAMPLES: dict[str, dict] = {
     "low": {"low": -2.0},
     "high": {"high": 2.0},
     "fit_grid": {"fit_grid": (4, 4)},
+    "causal": {"causal": True},
+    "slopes": {"slopes": [2.0 ** -(k + 1) for k in range(DIM)]},  # alibi: one per head (DIM)
 }
 REQUIRED = {
     "abspos": {"num_positions": 9},
@@ -114,6 +116,7 @@ def test_names_declare_the_protocol() -> None:
         "relpos",
         "rotary",
         "rotary2d",
+        "alibi",
     }
     assert _make("rotary2d").pos_dim == 2 and _make("rotary").pos_dim == 1
     with pytest.raises(TypeError, match="position must be a cape.build name"):
@@ -252,7 +255,9 @@ TINY_VIT = dict(image_size=8, patch=4, dim=DIM, depth=1, heads=2)
 
 @pytest.mark.parametrize("name", sorted(ENCODINGS))
 def test_vit_takes_every_2d_name_and_refuses_the_others(name: str) -> None:
-    needs_2d = name in ("sinpos", "cape1d", "abspos", "embed-1d", "sine-1d", "relpos", "sine-4d")
+    needs_2d = name in (
+        "sinpos", "cape1d", "abspos", "embed-1d", "sine-1d", "relpos", "sine-4d", "alibi"
+    )  # fmt: skip
     if needs_2d:
         with pytest.raises(ValueError, match=rf"position {name!r} reads \d-D positions; the ViT"):
             ViT(3, position=name, position_options=REQUIRED.get(name), **TINY_VIT)
