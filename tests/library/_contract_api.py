@@ -480,6 +480,38 @@ def rotary(d: Draw, which: str | None = None) -> Call:
     )
 
 
+def alibi(d: Draw, which: str | None = None) -> Call:
+    if (which or d.choice(("slopes", "bias"))) == "slopes":
+        heads = d.bad("heads", d.int(1, 20), (0, -1, 2.5, "4"))
+        n = heads if isinstance(heads, int) else None
+        return d.finish(
+            "functional.alibi_slopes",
+            lambda: F.alibi_slopes(heads),
+            ("heads",),
+            lambda out: expect(out, (n,), torch.float32),
+        )
+    b, tq, tk = d.dims(3, hi=4)
+    h = d.int(1, 3)
+    bq = d.choice((b, 1))
+    qp = d.tensor("q_positions", d.choice(((bq, tq), (bq, tq, 1))), dtypes=_pos_dtypes())
+    kp = d.tensor("k_positions", (b, tk), dtypes=_pos_dtypes(), bad_dtypes=(torch.bool,))
+    slopes = d.bad(
+        "slopes",
+        d.choice((F.alibi_slopes(h), torch.full((h,), 1e6), [0.5] * h)),
+        (torch.zeros(h), -F.alibi_slopes(h), torch.full((h,), NAN), torch.ones(h, 1), "s"),
+    )
+    kw: dict = {}
+    if d.coin(0.3):
+        kw["causal"] = d.bad("causal", d.coin(), ("yes", 1))
+    out_b = torch.broadcast_shapes((bq,), (b,))[0]
+    return d.finish(
+        "functional.alibi_bias",
+        lambda: F.alibi_bias(qp, kp, slopes, **kw),
+        ("q_positions", "k_positions", "slopes", *kw),
+        lambda out: expect(out, (out_b, h, tq, tk), torch.float32),
+    )
+
+
 def frequencies_fit(d: Draw, which: str | None = None) -> Call:
     """cape.functional.frequencies: a grid's sampling, aliasing, frequencies fitted to it."""
     import cape.functional.frequencies as FF
@@ -576,5 +608,6 @@ GENERATORS = {
     + each(fourier, ("features", "lff", "lff", "kernel"))
     + each(relative, ("buckets", "index", "attention", "attention"))
     + each(rotary, ("angles", "apply"))
+    + each(alibi, ("slopes", "bias"))
     + each(frequencies_fit, FITS),
 }

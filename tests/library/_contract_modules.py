@@ -71,6 +71,9 @@ OPTIONS: dict[str, tuple[tuple, tuple]] = {
     "yarn_beta": ((32.0, 8.0), (0.5, INF, NAN)),
     "xpos": ((False, True), (1, "yes")),
     "xpos_scale_base": ((512.0, 8.0), (0.0, -1.0, NAN)),
+    # ALiBi
+    "causal": ((False, True), (1, "yes")),
+    "slopes": ((None,), ("ab", [0.0] * 9, [NAN], [[0.5]])),  # 9: no drawn head count
 }
 
 
@@ -177,7 +180,34 @@ def encoding_forward(d: Draw, name: str) -> Call:
     return d.finish(label, lambda: enc(x, **kw), ("x", *kw, *opts), check)
 
 
+def _alibi_forward(d: Draw, enc: object, label: str, opts: dict) -> Call:
+    b, tq, tk = d.dims(3, hi=4)
+    bq = d.choice((b, b, 1))  # batch 1: positions shared by the batch
+    qp = d.tensor("q_positions", d.choice(((bq, tq), (bq, tq, 1))), bad_dtypes=(torch.bool,))
+    qp = d.bad("q_positions", qp, (torch.zeros(bq, tq, 2),))
+    kw: dict = {}
+    self_attn = d.coin()
+    if not self_attn:
+        kw["k_positions"] = d.tensor("k_positions", (b, tk), bad_dtypes=(torch.bool,))
+        if d.coin(0.3):
+            kw["k_mask"] = d.mask("k_mask", (b, tk))
+    if d.coin(0.3):
+        kw["mask"] = d.mask("mask", (bq, tq))
+    if d.coin(0.2):
+        kw["generator"] = d.bad("generator", torch.Generator().manual_seed(2), ("g",))
+    out_b = bq if self_attn else torch.broadcast_shapes((bq,), (b,))[0]
+    shape = (out_b, enc.heads, tq, tq if self_attn else tk)  # type: ignore[attr-defined]
+    return d.finish(
+        label,
+        lambda: enc(qp, **kw),
+        ("q_positions", *kw, *opts),
+        lambda out: expect(out, shape, torch.float32),
+    )
+
+
 def _attention_forward(d: Draw, name: str, enc: object, label: str, opts: dict) -> Call:
+    if name == "alibi":
+        return _alibi_forward(d, enc, label, opts)
     b, tq, tk = d.dims(3, hi=4)
     h = d.int(1, 2)
     hd = enc.head_dim  # type: ignore[attr-defined]
@@ -230,7 +260,7 @@ def _attention_forward(d: Draw, name: str, enc: object, label: str, opts: dict) 
 
 CLASSES = (
     "CAPE1d", "CAPE2d", "SineND", "AbsPos1d", "AbsPos2d", "EmbedND", "LearnableFourierFeatures",
-    "NoPos", "RelPos", "Rotary", "PositionalEncoding",
+    "NoPos", "RelPos", "Rotary", "PositionalEncoding", "ALiBi",
 )  # fmt: skip
 
 
@@ -239,7 +269,7 @@ def encoding_classes(d: Draw, which: str) -> Call:
     cls = getattr(cape, which)
     dim = d.bad("dim", d.choice((4, 8)), (0, -1, 2.5, "4", None))
     args: tuple = (dim,)
-    names = ["dim", "head_dim"]
+    names = ["dim", "head_dim", "heads"]
     if cls is cape.AbsPos1d:
         args += (d.bad("num_positions", d.choice((1, 8)), (0, "8")),)
         names.append("num_positions")
@@ -284,6 +314,9 @@ def attention(d: Draw) -> Call:
         tkw = {"relative": d.bad("relative", cape.RelPos(hd, 4), ("relpos", cape.RelPos(hd + 2)))}
     elif d.coin(0.25):
         tkw = {"rotary": d.bad("rotary", cape.Rotary(hd), (cape.RelPos(hd),))}
+    elif d.coin(0.25):
+        alibi = cape.ALiBi(heads, causal=d.coin(0.2))
+        tkw = {"alibi": d.bad("alibi", alibi, (cape.ALiBi(heads + 1), cape.Rotary(hd)))}
     else:
         tkw = {}
     heads_arg = d.bad("heads", heads, (0, 3, "2"))
@@ -297,7 +330,7 @@ def attention(d: Draw) -> Call:
         kw["key_mask"] = d.mask("key_mask", (b, tk if cross else tq))
     if d.coin(0.2):
         kw["causal"] = d.coin()
-    if d.coin(0.3) and "rotary" in tkw or "relative" in tkw:
+    if d.coin(0.3) and "rotary" in tkw or "relative" in tkw or "alibi" in tkw:
         kw["q_positions"] = d.tensor("q_positions", (b, tq, 1), bad_dtypes=(torch.bool,))
         if cross:
             kw["k_positions"] = d.tensor("k_positions", (b, tk, 1), bad_dtypes=(torch.bool,))
@@ -313,10 +346,12 @@ def attention(d: Draw) -> Call:
     )
 
 
-def _relative_factory(d: Draw, hd: int):
-    which = d.choice((None, None, "relpos", "rotary"))
+def _relative_factory(d: Draw, hd: int, heads: int):
+    which = d.choice((None, None, "relpos", "rotary", "alibi"))
     if which is None:
         return None
+    if which == "alibi":
+        return lambda: cape.ALiBi(heads)
     return (lambda: cape.RelPos(hd, 4)) if which == "relpos" else (lambda: cape.Rotary(hd))
 
 
@@ -338,7 +373,7 @@ def stacks(d: Draw, which: str | None = None) -> Call:
     names = ["dim", "heads", "ffn_dim", "x", *kw]
     if not layered:
         layers = d.bad("layers", d.int(1, 2), (0, "1"))
-        kw["relative_factory"] = _relative_factory(d, dim // heads)
+        kw["relative_factory"] = _relative_factory(d, dim // heads, heads)
         if d.coin(0.3):
             name = d.choice(("cape1d", "sinpos", "abspos", "nopos", "lff", "rotary"))
             kw["position"] = d.bad("position", _position_module(name, dim), (name, 3))
@@ -374,12 +409,12 @@ def _position_module(name: str, dim: int) -> object:
     return cape.build(name, dim, **({"num_positions": 8} if name == "abspos" else {}))
 
 
-NAMES_1D = ("nopos", "sinpos", "cape1d", "abspos", "relpos", "rotary", "lff", "sine-1d")
+NAMES_1D = ("nopos", "sinpos", "cape1d", "abspos", "relpos", "rotary", "lff", "sine-1d", "alibi")
 NAMES_2D = ("nopos", "sinpos2d", "cape2d", "abspos2d", "rotary2d", "lff", "sine-2d", "embed-2d")
 
 
 def vit(d: Draw) -> Call:
-    position = d.bad("position", d.choice(NAMES_2D), ("cape1d", "relpos", 3))
+    position = d.bad("position", d.choice(NAMES_2D), ("cape1d", "relpos", "alibi", 3))
     options = {"preset": "image"} if position == "cape2d" and d.coin() else None
     if position == "lff":
         options = {"fourier_dim": 4, "hidden_dim": 4}
@@ -483,7 +518,7 @@ def seq2seq(d: Draw, which: str | None = None) -> Call:
             ("src_mask", "max_len_a", "max_len_b"),
             lambda out: expect(out, (b,), torch.int64),
         )
-    kw["position"] = d.bad("position", d.choice(NAMES_1D[:6]), ("cape2d", 3))
+    kw["position"] = d.bad("position", d.choice(NAMES_1D[:6] + ("alibi",)), ("cape2d", 3))
     kw["alpha"] = d.bad("alpha", d.choice((1.0, 1.2)), (0.0, -1.0, NAN))
     kw["pad_id"] = d.bad("pad_id", 0, (7, -1))
     src = tokens("src", s)

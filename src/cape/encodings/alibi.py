@@ -97,13 +97,15 @@ class ALiBi(nn.Module):
             )
             if aug is not None and self.training and aug.random:
                 if q.shape[0] != k.shape[0]:  # per-sample draws need the batch on both sides
-                    b = max(q.shape[0], k.shape[0])
-                    if min(q.shape[0], k.shape[0]) != 1:
+                    if 1 not in (q.shape[0], k.shape[0]):
                         raise ValueError(
                             "q_positions and k_positions batch sizes must match or be 1, got "
                             f"{tuple(q_positions.shape)} and {tuple(k_positions.shape)}"
                         )
+                    b = k.shape[0] if q.shape[0] == 1 else q.shape[0]
                     q, k = q.expand(b, -1, -1), k.expand(b, -1, -1)
+                    mask = None if mask is None else mask.expand(b, -1)
+                    k_mask = None if k_mask is None else k_mask.expand(b, -1)
                 # mean-normalisation is a common offset: the bias ignores it
                 q, k = augment_pair(
                     q,

@@ -37,7 +37,7 @@ def alibi_slopes(heads: int) -> torch.Tensor:
     check_int("heads", heads)
     n = 2 ** int(math.floor(math.log2(heads)))
     slopes = _geometric(n) + _geometric(2 * n)[0::2][: heads - n]
-    return torch.tensor(slopes, dtype=torch.float32)
+    return torch.tensor(slopes, dtype=torch.float32, device="cpu")  # also under a device context
 
 
 def check_slopes(slopes: object, heads: int | None = None) -> torch.Tensor:
@@ -48,7 +48,7 @@ def check_slopes(slopes: object, heads: int | None = None) -> torch.Tensor:
     elif isinstance(slopes, Sequence) and not isinstance(slopes, str):
         if not all(isinstance(s, (int, float)) and not isinstance(s, bool) for s in slopes):
             raise TypeError(f"slopes must hold real numbers, got {list(slopes)!r}")
-        t = torch.tensor([float(s) for s in slopes], dtype=torch.float64)
+        t = torch.tensor([float(s) for s in slopes], dtype=torch.float64, device="cpu")
     else:
         raise TypeError(f"slopes must be a tensor [H] or a sequence of numbers, got {slopes!r}")
     check_tensor("slopes", t, ndims=(1,))
