@@ -397,3 +397,21 @@ def test_damaged_translation_manifest_is_named(tmp_path):
     (tmp_path / "manifest.json").write_text('{"settings": {"seed": 0}, "coun')
     with pytest.raises(CorpusError, match=r"manifest\.json is damaged \(not JSON: .*makes it"):
         verify_translation_corpus(tmp_path)
+
+
+def test_read_metrics_skips_a_torn_last_line_and_names_a_damaged_one(tmp_path, caplog) -> None:
+    from cape.lab.experiments.lff_generation.run import read_curve
+    from cape.lab.train.logging import read_metrics
+
+    path = tmp_path / "metrics.jsonl"
+    rows = [{"step": 10, "split": "eval", "bpd": 3.5}, {"step": 20, "split": "eval", "bpd": 3.25}]
+    whole = "".join(json.dumps(r) + "\n" for r in rows)
+    path.write_text(whole + '{"step": 30, "split": "ev')  # a kill in the middle of a write
+    with caplog.at_level(logging.WARNING):
+        assert read_metrics(path) == rows
+    assert str(path) in caplog.text and "torn" in caplog.text
+    assert read_curve(tmp_path) == [{"step": 10, "bpd": 3.5}, {"step": 20, "bpd": 3.25}]
+    path.write_text('{"step": 10}\n{"step": 2\n{"step": 30}\n')
+    with pytest.raises(DamagedFile, match=r"metrics\.jsonl: line 2 "):
+        read_metrics(path)
+    assert read_metrics(tmp_path / "absent.jsonl") == []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .._checks import check_float, check_generator, check_int
+from .._checks import check_float, check_generator, check_int, check_real
 from ..positions import resolve_mask
 from .grids import check_grids, resolve_grid
 
@@ -44,6 +44,8 @@ class NoPos(nn.Module):
     ) -> torch.Tensor:
         # nothing is read, but the arguments are checked as every encoding checks them
         _check_unused(hop, extent, generator)
+        if positions is not None:  # not read, but refused as the other encodings refuse them
+            check_real("positions", positions, ndims=(2, 3))
         if isinstance(grid, list) and isinstance(positions, torch.Tensor):
             check_grids(grid, positions.shape[0])  # the grids packed positions come from
         elif grid is not None and (x is None or isinstance(x, torch.Tensor)):
@@ -62,15 +64,6 @@ class NoPos(nn.Module):
                 resolve_mask(x.shape[0], x.shape[1], lengths, mask)
             return x.new_zeros(()).expand(x.shape)
         if positions is not None:
-            if not isinstance(positions, torch.Tensor) or positions.dim() not in (2, 3):
-                got = (
-                    tuple(positions.shape)
-                    if isinstance(positions, torch.Tensor)
-                    else type(positions).__name__
-                )
-                raise ValueError(f"positions must be a tensor [B, T] or [B, T, M], got {got}")
-            if positions.is_complex() or positions.dtype == torch.bool:
-                raise TypeError(f"positions must be a real tensor, got {positions.dtype}")
             if mask is not None or lengths is not None:
                 resolve_mask(positions.shape[0], positions.shape[1], lengths, mask)
             shape = (positions.shape[0], positions.shape[1], self.dim)

@@ -14,12 +14,21 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cape.lab.errors import DamagedFile
 from cape.lab.io import atomic_write, write_json
 from cape.lab.progress import progress
 from cape.lab.train.distributed import get_world_size, is_main
 from cape.lab.train.lock import make_folder
 
-__all__ = ["MetricsLogger", "git_state", "progress", "run_info", "write_json", "write_run_record"]
+__all__ = [
+    "MetricsLogger",
+    "git_state",
+    "progress",
+    "read_metrics",
+    "run_info",
+    "write_json",
+    "write_run_record",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -136,6 +145,31 @@ class MetricsLogger:
         if self._tb is not None:
             self._tb.close()  # flushes the pending events and ends the writer thread
             self._tb = None
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of a `metrics.jsonl` (none when it does not exist). A torn last line (a write cut
+    by a kill) is skipped with a warning naming the file; a damaged line before it raises
+    DamagedFile naming the file and the line."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    lines = path.read_bytes().decode("utf-8", errors="replace").split("\n")
+    torn = lines.pop()  # "" when the file ends with a newline
+    if torn:
+        _log.warning("%s: skipped its torn last line (a write interrupted)", path)
+    rows = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            row = None
+        if not isinstance(row, dict):
+            raise DamagedFile(f"{path}: line {n} is not a JSON row (the file is damaged)", path)
+        rows.append(row)
+    return rows
 
 
 def _cut_torn_line(path: Path) -> None:

@@ -13,7 +13,6 @@ Trainer's eval_fn logs held-out bpd every `train.eval_every` steps), measure the
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from cape.lab.train import Trainer, seed_everything
 from cape.lab.train import distributed as D
 from cape.lab.train.checkpoint import latest_checkpoint, load_checkpoint
 from cape.lab.train.lock import holds_out
+from cape.lab.train.logging import read_metrics
 
 __all__ = [
     "GenerationData",
@@ -249,13 +249,10 @@ def format_records(records: list[dict[str, Any]]) -> str:
 def read_curve(folder: str | Path) -> list[dict[str, Any]]:
     """The held-out bpd the Trainer logged in a run folder: [{"step", "bpd"}] by step (the last
     row of a step wins; a resumed run has already dropped the rows it repeats)."""
-    path = Path(folder) / "metrics.jsonl"
     points: dict[int, float] = {}
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            row = json.loads(line) if line.strip() else {}
-            if row.get("split") == "eval" and "bpd" in row:
-                points[int(row["step"])] = float(row["bpd"])
+    for row in read_metrics(Path(folder) / "metrics.jsonl"):
+        if row.get("split") == "eval" and "bpd" in row:
+            points[int(row["step"])] = float(row["bpd"])
     return [{"step": s, "bpd": points[s]} for s in sorted(points)]
 
 
