@@ -80,6 +80,7 @@ class Augmentation:
         *,
         training: bool = True,
         generator: torch.Generator | None = None,
+        name: str = "positions",
     ) -> torch.Tensor:
         return augment_positions(
             positions,
@@ -90,6 +91,7 @@ class Augmentation:
             normalize=self.normalize,
             training=training,
             generator=generator,
+            name=name,
         )
 
 
@@ -264,14 +266,16 @@ def augment_positions(
     normalize: bool = False,
     training: bool = True,
     generator: torch.Generator | None = None,
+    name: str = "positions",
 ) -> torch.Tensor:
     """CAPE augmentation. positions: [B, T, M] float, mask: [B, T] bool -> [B, T, M] float32.
 
     Amounts are floats, one float per axis, or tensors broadcastable to `[B, M]` (per sample,
     e.g. emax = 1/N for images of different grids in one batch). Padded tokens are ignored by
     the mean and set to 0 in the output. In eval mode (`training=False`) only `normalize` acts.
+    name: what errors call the positions (a caller's argument, e.g. "q_positions").
     """
-    _check_positions(positions, mask)
+    _check_positions(positions, mask, name=name)
     check_bool("normalize", normalize)
     check_bool("training", training)
     check_generator("generator", generator)
@@ -284,7 +288,7 @@ def augment_positions(
         pos = mean_normalize(pos, mask)
     if not training:
         return pos if mask is None else torch.where(mask[..., None], pos, 0.0)
-    _check_reach("positions", pos, mask, (dmax, emax), lmax)
+    _check_reach(name, pos, mask, (dmax, emax), lmax)
     shift, scale = _global_draws(pos, dmax, lmax, generator)
     local = _local_draw(pos, emax, generator)
     return _apply(pos, mask, shift, local, scale)

@@ -51,6 +51,13 @@ EXAMPLES: dict[str, dict] = {
     "fit_grid": {"fit_grid": (4, 4)},
     "causal": {"causal": True},
     "slopes": {"slopes": [2.0 ** -(k + 1) for k in range(DIM)]},  # alibi: one per head (DIM)
+    "scaling": {"scaling": "yarn", "train_length": 16},
+    "train_length": {"scaling": "ntk", "train_length": 16},
+    "factor": {"scaling": "pi", "factor": 2.0},
+    "yarn_alpha": {"scaling": "yarn", "train_length": 16, "yarn_alpha": 2.0},
+    "yarn_beta": {"scaling": "yarn", "train_length": 16, "yarn_beta": 16.0},
+    "xpos": {"xpos": True},
+    "xpos_scale_base": {"xpos": True, "xpos_scale_base": 256.0},
 }
 REQUIRED = {
     "abspos": {"num_positions": 9},

@@ -90,7 +90,9 @@ class ALiBi(nn.Module):
             aug = self.augmentation
             if k_positions is None:
                 if aug is not None:
-                    q = aug(q, mask, training=self.training, generator=generator)
+                    q = aug(
+                        q, mask, training=self.training, generator=generator, name="q_positions"
+                    )
                 return alibi_bias(q, q, self.slopes, self.causal)
             k = as_positions(
                 k_positions, mask=k_mask, dims=1, name="k_positions", mask_name="k_mask"
