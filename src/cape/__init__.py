@@ -8,6 +8,7 @@ from . import functional, models
 from .augment import Augmentation, augment_pair, augment_positions, mean_normalize
 from .build import ENCODINGS, build, encoding_class, encoding_options
 from .encodings import (
+    FIRE,
     PRESETS,
     AbsPos1d,
     AbsPos2d,
@@ -57,6 +58,7 @@ __all__ = [
     "RelPos",
     "Rotary",
     "ALiBi",
+    "FIRE",
     "SineND",
     "count_aliased",
     "as_positions",

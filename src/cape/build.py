@@ -4,8 +4,8 @@ The names here are the project's one vocabulary: the models (`ViT`, `CTCModel`, 
 the experiment configs, the command line and the reports all use them. `dim` is the embedding
 size D of an absolute encoding, or the attention head size of the encodings that act inside
 attention (`relpos`, `rotary`, `rotary2d`: their class says `kind = "attention"`), except
-`alibi`, whose `dim` is the number of heads (one slope each; `attention_size` in
-`cape.models.options` picks the right one for a model).
+`alibi` and `fire`, whose `dim` is the number of heads (one slope / MLP output each;
+`attention_size` in `cape.models.options` picks the right one for a model).
 
 Every encoding that can be augmented takes CAPE's augmentation the same two ways: the four
 fields as keywords (`max_global_shift`, `max_local_shift`, `max_global_scaling`, `normalize`)
@@ -27,6 +27,7 @@ from ._checks import check_int
 from .augment import Augmentation
 from .encodings.alibi import ALiBi
 from .encodings.axial import SineND
+from .encodings.fire import FIRE
 from .encodings.fourier import LearnableFourierFeatures
 from .encodings.learned import AbsPos1d, AbsPos2d, EmbedND
 from .encodings.none import NoPos
@@ -135,6 +136,7 @@ ENCODINGS: dict[str, Encoding] = {
     "rotary": Encoding(Rotary, augments=True, presets=("text", "audio"), without=("fit_grid",)),
     "rotary2d": Encoding(Rotary, fixed={"pos_dim": 2}, augments=True, without=ROTARY_1D),
     "alibi": Encoding(ALiBi, augments=True),  # dim: the number of heads
+    "fire": Encoding(FIRE, augments=True),  # dim: the number of heads
     "lff": Encoding(LearnableFourierFeatures, augments=True),
     # the Learnable Fourier Features paper's baselines
     "sine-1d": Encoding(CAPE1d),

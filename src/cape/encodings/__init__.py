@@ -3,6 +3,7 @@
 from .alibi import ALiBi
 from .axial import SineND
 from .base import PositionalEncoding
+from .fire import FIRE
 from .fourier import LearnableFourierFeatures
 from .grids import count_aliased
 from .learned import AbsPos1d, AbsPos2d, EmbedND
@@ -22,6 +23,7 @@ __all__ = [
     "RelPos",
     "Rotary",
     "ALiBi",
+    "FIRE",
     "CAPE1d",
     "CAPE2d",
     "PRESETS",

@@ -4,6 +4,7 @@ Modules in `cape.encodings` are thin wrappers holding configuration and paramete
 """
 
 from .alibi import alibi_bias, alibi_slopes
+from .fire import fire_bias, fire_distance
 from .fourier import fourier_features, learnable_fourier_features, lff_kernel
 from .frequencies import (
     aliased,
@@ -47,6 +48,8 @@ __all__ = [
     "rotary_angles",
     "alibi_slopes",
     "alibi_bias",
+    "fire_distance",
+    "fire_bias",
     "grid_sampling",
     "aliased",
     "count_aliased",

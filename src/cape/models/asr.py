@@ -28,6 +28,9 @@ defaults per name (`position_options` override them):
 - "rotary": rotary embeddings of the seconds in every layer, `freq_scale=30`.
 - "alibi": ALiBi's per-head linear bias on the distance in seconds in every layer (the paper's
   slopes, per second: `slopes=` rescales them).
+- "fire": FIRE's learned bias on the distance in seconds in every layer; its scale c and
+  threshold L are the authors' per-token values counted in output frames (c = 0.1 / step s^-1,
+  L = 512 steps, step = stride x hop).
 
 `position_options` override these defaults (keywords of `cape.build` for that name).
 """
@@ -70,6 +73,7 @@ def _defaults(frame_step: float) -> dict[str, dict[str, Any]]:
         "abspos": {"num_positions": _ABSPOS_ROWS},
         "relpos": {"step": frame_step, "max_distance": _RELPOS_MAX_SECONDS},
         "rotary": {"freq_scale": 30.0},
+        "fire": {"c": 0.1 / frame_step, "threshold": 512.0 * frame_step},
     }
 
 
@@ -114,7 +118,7 @@ def _resolve_position(
         encoding = build(name, dim, **options)
         feed = _feed(name, encoding)
         return feed, (None if feed == "none" else encoding), None
-    head_dim = attention_size(name, dim, heads)  # the number of heads for alibi
+    head_dim = attention_size(name, dim, heads)  # the number of heads for alibi/fire
     check_pos_dim(name, build(name, head_dim, **options), 1, _TIME)  # validated once, eagerly
 
     def factory() -> nn.Module:

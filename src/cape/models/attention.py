@@ -1,10 +1,9 @@
-"""Multi-head attention hosting the in-attention encodings: *relpos* (`RelPos`), `Rotary`, `ALiBi`.
+"""Multi-head attention hosting the in-attention encodings: *relpos*, `Rotary`, `ALiBi`, `FIRE`.
 
 Absolute encodings are added to the input of the stack (see `cape.models.transformer`); the
 relative families act on the heads: rotary rotates queries and keys before the dot products,
-relpos replaces the attention itself (it adds learned per-distance terms to the logits), ALiBi
-adds a fixed per-head distance penalty to the logits (a float mask for SDPA; its memory: see
-`cape.models.attention_bias`).
+relpos replaces the attention itself (learned per-distance terms on the logits), the bias
+encodings ALiBi and FIRE add a per-head bias to the logits (`cape.models.attention_bias`).
 """
 
 from __future__ import annotations
@@ -25,11 +24,12 @@ from .._checks import (
     max_abs,
 )
 from ..encodings.alibi import ALiBi
+from ..encodings.fire import FIRE
 from ..encodings.relative import RelPos
 from ..encodings.rotary import Rotary
 from ..functional.relative import allowed_keys
 from ..positions import token_positions
-from .attention_bias import alibi_for_call, biased_attention, check_alibi
+from .attention_bias import alibi_for_call, biased_attention, cached_bias, check_alibi
 from .decode_cache import AttentionCache
 
 __all__ = ["MultiheadAttention", "attention_mask"]
@@ -69,7 +69,7 @@ class MultiheadAttention(nn.Module):
     attention probabilities (train mode only). bias: in the four projections.
     relative: a `RelPos(d, ...)` that computes the attention (learned relative terms).
     rotary: a `Rotary(d, ...)` that rotates q and k first. Both may be given (rotary, then relpos).
-    alibi: an `ALiBi(heads)` whose bias is added to the logits (with rotary and/or relpos too).
+    alibi: a bias encoding, `ALiBi(heads)` or `FIRE(heads)`, whose bias is added to the logits.
     """
 
     def __init__(
@@ -81,7 +81,7 @@ class MultiheadAttention(nn.Module):
         bias: bool = True,
         relative: RelPos | None = None,
         rotary: Rotary | None = None,
-        alibi: ALiBi | None = None,
+        alibi: ALiBi | FIRE | None = None,
     ) -> None:
         super().__init__()
         check_int("dim", dim)
@@ -371,7 +371,7 @@ class MultiheadAttention(nn.Module):
         b, _, tq, _ = q.shape
         bias = None
         if self.alibi is not None:  # positions [B, T, 1] float32 (of the cache when cached)
-            bias = self.alibi(q_positions, k_positions)
+            bias = cached_bias(self.alibi, q_positions, k_positions, allowed)
         if self.relative is not None:
             if bias is not None and allowed is not None:  # -inf: relpos finds the dead rows
                 bias = bias.masked_fill(~allowed, float("-inf"))

@@ -1,9 +1,12 @@
-"""ALiBi inside `MultiheadAttention`: its bias for one call, and SDPA with an additive bias.
+"""The bias encodings (`ALiBi`, `FIRE`) inside `MultiheadAttention`: their bias for one call,
+and SDPA with an additive bias. Both take the attention's one bias slot, `alibi=`.
 
 Memory: the bias is [1, H, Tq, Tk] when the positions are shared by the batch (the default
 token indices without active augmentation, or positions of batch 1) and no key mask is given;
 a key mask or per-sample positions make it [B, H, Tq, Tk], as SDPA's float mask must then hold
-every pair.
+every pair. FIRE's normaliser reads the attention's mask (only the keys a query sees count), so
+a key mask always makes its bias [B, H, Tq, Tk], and a bidirectional FIRE in causal attention
+never reads the positions of keys ahead.
 """
 
 from __future__ import annotations
@@ -12,26 +15,32 @@ import torch
 import torch.nn.functional as F
 
 from ..encodings.alibi import ALiBi
+from ..encodings.fire import FIRE
+from ..functional.relative import allowed_keys
 from ..positions import token_positions
 
-__all__ = ["alibi_for_call", "biased_attention", "check_alibi"]
+__all__ = ["alibi_for_call", "biased_attention", "cached_bias", "check_alibi", "BIAS_ENCODINGS"]
+
+BIAS_ENCODINGS = (ALiBi, FIRE)  # the encodings that MultiheadAttention(alibi=...) takes
 
 
 def check_alibi(
     alibi: object, heads: int, causal: bool | None = None, *, cached: bool = False
 ) -> None:
-    """`alibi` is None or an `ALiBi` of `heads` heads; causal: the attention's (None = unknown
-    yet), refused with `alibi.causal` off; cached: a decoding cache (no active augmentation)."""
+    """`alibi` is None or a bias encoding (`ALiBi`, `FIRE`) of `heads` heads; causal: the
+    attention's (None = unknown yet), refused with `alibi.causal` off; cached: a decoding cache
+    (no active augmentation)."""
     if alibi is None:
         return
-    if not isinstance(alibi, ALiBi):
-        raise TypeError(f"alibi must be a cape.ALiBi or None, got {type(alibi).__name__}")
+    if not isinstance(alibi, BIAS_ENCODINGS):
+        got = type(alibi).__name__
+        raise TypeError(f"alibi must be a cape.ALiBi, cape.FIRE or None, got {got}")
     if alibi.heads != heads:
         raise ValueError(f"alibi.heads must equal heads ({heads}), got {alibi.heads}")
     if causal is False and alibi.causal:
         raise ValueError(
             "alibi.causal=True leaves keys ahead of a query unpenalised: use it with causal "
-            "attention (causal=True), or ALiBi(causal=False)"
+            f"attention (causal=True), or {type(alibi).__name__}(causal=False)"
         )
     aug = alibi.augmentation
     if cached and aug is not None and alibi.training and aug.random:
@@ -59,8 +68,21 @@ def biased_attention(
     return out if dead is None else out.masked_fill(dead, 0.0)
 
 
+def cached_bias(
+    enc: ALiBi | FIRE,
+    q_positions: torch.Tensor | None,
+    k_positions: torch.Tensor | None,
+    allowed: torch.Tensor | None,
+) -> torch.Tensor:
+    """The bias of a cached (decoding) call: positions [B, T, 1] float32 of the new tokens and
+    of the cache; allowed [B or 1, 1, Tq or 1, Tk] bool (None = all), FIRE's visible keys."""
+    if isinstance(enc, FIRE):
+        return enc(q_positions, k_positions, attn_mask=allowed)
+    return enc(q_positions, k_positions)
+
+
 def alibi_for_call(
-    alibi: ALiBi,
+    alibi: ALiBi | FIRE,
     q: torch.Tensor,
     k: torch.Tensor,
     self_attn: bool,
@@ -69,10 +91,10 @@ def alibi_for_call(
     masks: tuple[torch.Tensor | None, torch.Tensor | None],
     generator: torch.Generator | None,
 ) -> torch.Tensor:
-    """ALiBi's bias for one attention call of q [B, H, Tq, d] over k [B, H, Tk, d]: [1, H, Tq, Tk]
-    when the positions are shared by the batch (None without active augmentation: token indices
-    0..T-1), else [B, H, Tq, Tk]. positions: (q_positions, k_positions); masks: (key_mask,
-    query_mask)."""
+    """The bias (ALiBi's or FIRE's) of one attention call of q [B, H, Tq, d] over k [B, H, Tk, d]:
+    [1, H, Tq, Tk] when the positions are shared by the batch (None without active
+    augmentation: token indices 0..T-1) and FIRE sees no key mask, else [B, H, Tq, Tk].
+    positions: (q_positions, k_positions); masks: (key_mask, query_mask)."""
     check_alibi(alibi, alibi.heads, causal)
     (b, _, tq, _), tk, device = q.shape, k.shape[2], q.device
     (q_positions, k_positions), (key_mask, query_mask) = positions, masks
@@ -94,7 +116,11 @@ def alibi_for_call(
             raise ValueError(
                 f"{name} must have shape [{b} or 1, {t}(, 1)] for alibi, got {tuple(pos.shape)}"
             )
+    extra = {}
+    if isinstance(alibi, FIRE):  # its normaliser counts the keys each query sees
+        extra["attn_mask"] = allowed_keys(key_mask, causal, tq, tk, device)
     if self_attn:
-        return alibi(qp, mask=fits(qp, q_mask), generator=generator)
+        return alibi(qp, mask=fits(qp, q_mask), generator=generator, **extra)
     kp = default(tk, key_mask) if k_positions is None else k_positions
-    return alibi(qp, kp, mask=fits(qp, q_mask), k_mask=fits(kp, key_mask), generator=generator)
+    km = fits(kp, key_mask)
+    return alibi(qp, kp, mask=fits(qp, q_mask), k_mask=km, generator=generator, **extra)

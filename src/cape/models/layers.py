@@ -27,6 +27,7 @@ from .._checks import (
     check_real,
 )
 from ..encodings.alibi import ALiBi
+from ..encodings.fire import FIRE
 from ..encodings.relative import RelPos
 from ..encodings.rotary import Rotary
 from .attention import MultiheadAttention
@@ -61,7 +62,7 @@ class _Block(nn.Module):
         activation: str,
         relative: RelPos | None,
         rotary: Rotary | None,
-        alibi: ALiBi | None = None,
+        alibi: ALiBi | FIRE | None = None,
     ) -> None:
         super().__init__()
         check_int("ffn_dim", ffn_dim)
@@ -119,7 +120,8 @@ class TransformerEncoderLayer(_Block):
     dim: D (divisible by heads). ffn_dim: FFN hidden size. dropout: on attention
     probabilities, the FFN hidden layer and both residual branches. layer_drop: probability of
     skipping the FFN branch in training (module docstring). activation: "gelu" or "relu".
-    relative / rotary: in-attention positions (head_dim = D / heads); alibi: an `ALiBi(heads)`.
+    relative / rotary: in-attention positions (head_dim = D / heads); alibi: a bias encoding,
+    `ALiBi(heads)` or `FIRE(heads)`.
     causal: token i attends to tokens j <= i only (a decoder-only model, e.g. autoregressive
     pixels).
     """
@@ -137,7 +139,7 @@ class TransformerEncoderLayer(_Block):
         relative: RelPos | None = None,
         rotary: Rotary | None = None,
         causal: bool = False,
-        alibi: ALiBi | None = None,
+        alibi: ALiBi | FIRE | None = None,
     ) -> None:
         super().__init__(
             dim,
@@ -194,7 +196,7 @@ class TransformerDecoderLayer(_Block):
         activation: str = "gelu",
         relative: RelPos | None = None,
         rotary: Rotary | None = None,
-        alibi: ALiBi | None = None,
+        alibi: ALiBi | FIRE | None = None,
     ) -> None:
         super().__init__(
             dim,

@@ -33,7 +33,7 @@ def resolve_options(
 def attention_size(name: str, dim: int, heads: int) -> int:
     """The `dim` that `cape.build(name, ...)` takes for an in-attention encoding of a model of
     width `dim` with `heads` heads: the head size dim / heads, or the number of heads for an
-    encoding that holds one value per head (its class says `per_head = True`: ALiBi)."""
+    encoding that holds one value per head (its class says `per_head = True`: ALiBi, FIRE)."""
     if getattr(encoding_class(name, key="position"), "per_head", False):
         return heads
     return dim // heads

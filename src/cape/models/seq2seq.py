@@ -23,8 +23,8 @@ these defaults for translation (`position_options` override them):
   no global scaling, no mean-normalisation).
 - "rotary": rotary embeddings (head_dim = D / heads) in every self-attention layer, augmented as
   cape1d (`preset="text"`); no absolute encoding. Our row, beyond the paper.
-- "alibi": ALiBi's per-head linear distance bias (Press et al. 2022) in every self-attention
-  layer, not augmented unless its options ask; no absolute encoding. Beyond the paper.
+- "alibi" / "fire": ALiBi's linear (Press et al. 2022) / FIRE's learned (Li et al. 2024) bias in
+  every self-attention layer, not augmented unless its options ask; no absolute encoding.
 
 An encoding with CAPE's augmentation is not augmented by itself: the model takes it over and
 synchronises source and target as in the paper (`cape.augment.augment_pair`): source positions
@@ -136,7 +136,7 @@ class Seq2Seq(nn.Module):
         self.position = position.lower()
         self.position_options = resolve_options(self.position, position_options, _DEFAULTS)
         self.alpha = check_float("alpha", alpha, strict=True)
-        head_dim = attention_size(self.position, dim, heads)  # the number of heads for alibi
+        head_dim = attention_size(self.position, dim, heads)  # the number of heads for alibi/fire
         self._spec: dict[str, Any] = dict(
             vocab_size=vocab_size,
             dim=dim,

@@ -1,7 +1,7 @@
 """Transformer encoder/decoder stacks with any `cape` encoding: the "combination" step.
 
 Absolute encodings (`position`) are added once, to the input of the stack. Relative ones
-(`RelPos`, `Rotary`, `ALiBi`) live inside every layer's self-attention, or only the first
+(`RelPos`, `Rotary`, `ALiBi`, `FIRE`) live inside every layer's self-attention, or only the first
 (`relative_layers="first"`: CAPE appendix C.4, *relpos first layer*). The layers themselves
 (and layer drop) are in `cape.models.layers`.
 """
@@ -16,10 +16,10 @@ import torch
 from torch import nn
 
 from .._checks import check_choice, check_int
-from ..encodings.alibi import ALiBi
 from ..encodings.relative import RelPos
 from ..encodings.rotary import Rotary
 from ..positions import token_positions
+from .attention_bias import BIAS_ENCODINGS
 from .decode_cache import DecoderCache
 from .layers import TransformerDecoderLayer, TransformerEncoderLayer, _Block
 
@@ -71,10 +71,10 @@ class _Stack(nn.Module):
             if relative_factory is not None and (relative_layers == "all" or i == 0):
                 rel = relative_factory()
             key = "relative" if isinstance(rel, RelPos) else "rotary"
-            kinds = {"alibi" if isinstance(rel, ALiBi) else key: rel}
-            if rel is not None and not isinstance(rel, (RelPos, Rotary, ALiBi)):
+            kinds = {"alibi" if isinstance(rel, BIAS_ENCODINGS) else key: rel}
+            if rel is not None and not isinstance(rel, (RelPos, Rotary, *BIAS_ENCODINGS)):
                 raise TypeError(
-                    "relative_factory must return a RelPos, Rotary or ALiBi, got "
+                    "relative_factory must return a RelPos, Rotary, ALiBi or FIRE, got "
                     f"{type(rel).__name__}"
                 )
             blocks.append(layer_cls(dim, heads, ffn_dim, **kinds, **options))
@@ -112,10 +112,10 @@ class TransformerEncoder(_Stack):
 
     layers: number of layers. position: an absolute encoding (e.g. `cape.build("cape1d", D)`)
     added to the input; NoPos/None = nothing added. relative_factory: makes one `RelPos` or
-    `Rotary` (head_dim = D / heads) or `ALiBi(heads)` per layer that has one. relative_layers:
-    "all" or "first" (CAPE C.4 *relpos first layer*). final_norm: LayerNorm after the stack;
-    None = only for pre-norm. options: dropout, layer_drop, norm_first, activation, causal
-    (see the layer).
+    `Rotary` (head_dim = D / heads) or `ALiBi(heads)` / `FIRE(heads)` per layer that has one.
+    relative_layers: "all" or "first" (CAPE C.4 *relpos first layer*). final_norm: LayerNorm
+    after the stack; None = only for pre-norm. options: dropout, layer_drop, norm_first,
+    activation, causal (see the layer).
     """
 
     def __init__(

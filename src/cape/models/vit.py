@@ -135,7 +135,7 @@ class ViT(nn.Module):
         relative_factory = None
         self.position: nn.Module | None = None
         if kind == "attention":
-            head_dim = attention_size(name, dim, heads)  # the number of heads for alibi
+            head_dim = attention_size(name, dim, heads)  # the number of heads for alibi/fire
             layer_position = build(name, head_dim, **options)  # validate the options once, eagerly
             check_pos_dim(name, layer_position, 2, _PATCHES)
 

@@ -1,0 +1,146 @@
+"""FIRE over continuous, optionally CAPE-augmented positions (Li et al., ICLR 2024).
+
+A learned bias f(psi(d_ij) / psi(n_i)) on the attention logits of every head (the maths and
+our bidirectional form: `cape.functional.fire`). Its parameters: psi's scale c, the threshold
+L and the MLP f (1 -> hidden -> H, ReLU). The bias depends on position differences only, so a
+global shift (and mean-normalisation) leaves it unchanged; scaling and local shifts change it.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .._checks import check_bool, check_float, check_generator, check_int, check_tensor
+from ..augment import Augmentation, augment_pair
+from ..functional.fire import fire_bias
+from ..positions import as_positions
+from .base import float32_region
+
+__all__ = ["FIRE"]
+
+
+class FIRE(nn.Module):
+    """Functional interpolation for relative positions: `FIRE(heads)(q_positions)` -> bias.
+
+    heads: H, the MLP's outputs (one bias per head). hidden: the MLP's width (the paper: 32).
+    causal: the paper's causal form d_ij = max(p_i - p_j, 0) (keys ahead must be masked).
+    c, threshold: initial psi scale and threshold L, both learned (defaults: the authors' code,
+    c = 0.1, L = 512 in position units; seconds want a smaller L). augmentation: CAPE's
+    `Augmentation` of the positions, applied in train mode.
+
+    It acts inside attention (`kind = "attention"`, `MultiheadAttention(alibi=...)`, the slot
+    of the bias encodings): one module per layer; `dim` of `cape.build("fire", dim)` is H.
+    """
+
+    kind = "attention"
+    units = "continuous"
+    pos_dim = 1
+    per_head = True  # cape.build's dim is H, not the head size (models.options.attention_size)
+
+    def __init__(
+        self,
+        heads: int,
+        *,
+        hidden: int = 32,
+        causal: bool = False,
+        c: float = 0.1,
+        threshold: float = 512.0,
+        augmentation: Augmentation | None = None,
+    ) -> None:
+        super().__init__()
+        self.heads = check_int("heads", heads)
+        self.hidden = check_int("hidden", hidden)
+        self.causal = check_bool("causal", causal)
+        check_float("c", c, strict=True)
+        check_float("threshold", threshold, strict=True)
+        if augmentation is not None and not isinstance(augmentation, Augmentation):
+            raise TypeError(
+                f"augmentation must be a cape.Augmentation or None, got {augmentation!r}"
+            )
+        self.augmentation = augmentation
+        self.c = nn.Parameter(torch.tensor(float(c), dtype=torch.float32))
+        # L = |scale| x threshold0: the learned factor starts at 1 (the authors' parametrisation)
+        self.threshold0 = float(threshold)
+        self.threshold_scale = nn.Parameter(torch.tensor(1.0, dtype=torch.float32))
+        self.mlp = nn.Sequential(nn.Linear(1, hidden), nn.ReLU(), nn.Linear(hidden, heads))
+
+    @property
+    def threshold(self) -> torch.Tensor:
+        """The current threshold L = |threshold_scale| x the initial one (a 0-dim tensor)."""
+        return self.threshold_scale.float().abs() * self.threshold0
+
+    def forward(
+        self,
+        q_positions: torch.Tensor,
+        k_positions: torch.Tensor | None = None,
+        *,
+        mask: torch.Tensor | None = None,
+        k_mask: torch.Tensor | None = None,
+        attn_mask: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """-> bias float32 [B, H, Tq, Tk] to add to the logits (B = 1: shared by the batch).
+
+        q_positions: [B, Tq] or [B, Tq, 1]; k_positions: [B, Tk(, 1)], None = self-attention
+        (one augmentation draw for both). mask / k_mask: [B, Tq] / [B, Tk] bool, True at real
+        tokens (padded positions count as 0, padded keys not in the normaliser). attn_mask:
+        [B or 1, (1,) Tq or 1, Tk] bool, True where query i sees key j (the attention's mask):
+        only visible keys set the normaliser n_i. Augmentation as `ALiBi.forward`.
+        """
+        check_generator("generator", generator)
+        check_tensor("q_positions", q_positions, ndims=(2, 3))
+        if k_positions is not None:
+            check_tensor("k_positions", k_positions, ndims=(2, 3))
+        elif k_mask is not None:
+            raise ValueError("k_mask describes k_positions: give k_positions too")
+        if attn_mask is not None:
+            check_tensor("attn_mask", attn_mask, ndims=(3, 4))
+            if attn_mask.dim() == 4:
+                if attn_mask.shape[1] != 1:
+                    raise ValueError(f"attn_mask must be [B, 1, Tq, Tk], got {attn_mask.shape}")
+                attn_mask = attn_mask[:, 0]
+        with float32_region(q_positions.device):
+            q = as_positions(q_positions, mask=mask, dims=1, name="q_positions")
+            aug = self.augmentation
+            if k_positions is None:
+                if aug is not None:
+                    q = aug(
+                        q, mask, training=self.training, generator=generator, name="q_positions"
+                    )
+                k, k_mask = q, mask
+            else:
+                k = as_positions(
+                    k_positions, mask=k_mask, dims=1, name="k_positions", mask_name="k_mask"
+                )
+                if aug is not None and self.training and aug.random:
+                    if q.shape[0] != k.shape[0]:  # per-sample draws need the batch on both sides
+                        if 1 not in (q.shape[0], k.shape[0]):
+                            raise ValueError(
+                                "q_positions and k_positions batch sizes must match or be 1, "
+                                f"got {tuple(q_positions.shape)} and {tuple(k_positions.shape)}"
+                            )
+                        b = max(q.shape[0], k.shape[0])
+                        q, k = q.expand(b, -1, -1), k.expand(b, -1, -1)
+                        mask = None if mask is None else mask.expand(b, -1)
+                        k_mask = None if k_mask is None else k_mask.expand(b, -1)
+                    q, k = augment_pair(
+                        q,
+                        k,
+                        mask,
+                        k_mask,
+                        max_global_shift=aug.max_global_shift,
+                        max_local_shift=aug.max_local_shift,
+                        max_global_scaling=aug.max_global_scaling,
+                        generator=generator,
+                    )
+            seen = None if k_mask is None else k_mask[:, None, :]
+            if attn_mask is not None:
+                seen = attn_mask if seen is None else seen & attn_mask
+            lin1, lin2 = self.mlp[0], self.mlp[2]
+            weights = (lin1.weight, lin1.bias, lin2.weight, lin2.bias)
+            return fire_bias(q, k, weights, self.c, self.threshold, self.causal, seen)
+
+    def extra_repr(self) -> str:
+        aug = "" if self.augmentation is None else f", augmentation={self.augmentation}"
+        return f"heads={self.heads}, hidden={self.hidden}, causal={self.causal}{aug}"
