@@ -512,6 +512,55 @@ def alibi(d: Draw, which: str | None = None) -> Call:
     )
 
 
+def fire(d: Draw, which: str | None = None) -> Call:
+    """FIRE's normalised distances and its bias through given MLP weights."""
+    which = which or d.choice(("distance", "bias"))
+    b, tq, tk = d.dims(3, hi=4)
+    bq = d.choice((b, 1))
+    qp = d.tensor("q_positions", d.choice(((bq, tq), (bq, tq, 1))), dtypes=_pos_dtypes())
+    kp = d.tensor("k_positions", (b, tk), dtypes=_pos_dtypes(), bad_dtypes=(torch.bool,))
+    kw: dict = {}
+    if d.coin(0.5):
+        c = d.choice((0.1, 1.0, torch.tensor(2.0, requires_grad=True), -0.5))
+        kw["c"] = d.bad("c", c, (NAN, "c", torch.ones(2), torch.tensor(True)))
+    if d.coin(0.5):
+        lim = d.choice((512.0, 1.0, torch.tensor([3.0]), 0.0))
+        kw["threshold"] = d.bad("threshold", lim, (INF, None, torch.zeros(1, 2)))
+    if d.coin(0.3):
+        kw["causal"] = d.bad("causal", d.coin(), ("yes", 1))
+    out_b = torch.broadcast_shapes((bq,), (b,))[0]
+    if d.coin(0.3):
+        shape = d.choice(((b, tk), (1, tk), (b, tq, tk), (1, 1, tk)))
+        seen = torch.rand(shape) < 0.7
+        wrong = torch.ones(b, tk + 1, dtype=torch.bool)
+        kw["k_mask"] = d.bad("k_mask", seen, (seen.float(), wrong))
+    if which == "distance":
+        return d.finish(
+            "functional.fire_distance",
+            lambda: F.fire_distance(qp, kp, **kw),
+            ("q_positions", "k_positions", *kw),
+            lambda out: expect(out, (out_b, tq, tk), torch.float32),
+        )
+    h, hidden = d.int(1, 3), d.int(1, 5)
+    dt = d.choice((torch.float32, torch.float32, torch.bfloat16, torch.float64))
+    w = [torch.randn(hidden, 1), torch.randn(hidden), torch.randn(h, hidden), torch.randn(h)]
+    weights = d.bad(
+        "weights",
+        tuple(t.to(dt) for t in w),
+        (
+            tuple(w[:3]),
+            (w[0], w[1], w[2][:, :1], w[3]) if hidden > 1 else "w",
+            (w[0].long(), *w[1:]),
+        ),
+    )
+    return d.finish(
+        "functional.fire_bias",
+        lambda: F.fire_bias(qp, kp, weights, **kw),
+        ("q_positions", "k_positions", "weights", *kw),
+        lambda out: expect(out, (out_b, h, tq, tk), torch.float32),
+    )
+
+
 def frequencies_fit(d: Draw, which: str | None = None) -> Call:
     """cape.functional.frequencies: a grid's sampling, aliasing, frequencies fitted to it."""
     import cape.functional.frequencies as FF
@@ -609,5 +658,6 @@ GENERATORS = {
     + each(relative, ("buckets", "index", "attention", "attention"))
     + each(rotary, ("angles", "apply"))
     + each(alibi, ("slopes", "bias"))
+    + each(fire, ("distance", "bias"))
     + each(frequencies_fit, FITS),
 }

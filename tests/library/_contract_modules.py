@@ -74,6 +74,10 @@ OPTIONS: dict[str, tuple[tuple, tuple]] = {
     # ALiBi
     "causal": ((False, True), (1, "yes")),
     "slopes": ((None,), ("ab", [0.0] * 9, [NAN], [[0.5]])),  # 9: no drawn head count
+    # FIRE
+    "hidden": ((32, 8), (0, -1, "8", 2.0)),
+    "c": ((0.1, 1.0, 30.0), (0.0, -1.0, NAN, "1")),
+    "threshold": ((512.0, 1.0, 0.02), (0.0, -2.0, INF, NAN)),
 }
 
 
@@ -195,7 +199,12 @@ def _alibi_forward(d: Draw, enc: object, label: str, opts: dict) -> Call:
         kw["mask"] = d.mask("mask", (bq, tq))
     if d.coin(0.2):
         kw["generator"] = d.bad("generator", torch.Generator().manual_seed(2), ("g",))
+    if isinstance(enc, cape.FIRE) and d.coin(0.3):  # the keys each query sees
+        seen = torch.rand(b, tq, tq if self_attn else tk) < 0.7
+        kw["attn_mask"] = d.bad("attn_mask", seen, (seen[0], seen.float()))
     out_b = bq if self_attn else torch.broadcast_shapes((bq,), (b,))[0]
+    if "attn_mask" in kw:
+        out_b = torch.broadcast_shapes((out_b,), (b,))[0]
     shape = (out_b, enc.heads, tq, tq if self_attn else tk)  # type: ignore[attr-defined]
     return d.finish(
         label,
@@ -206,7 +215,7 @@ def _alibi_forward(d: Draw, enc: object, label: str, opts: dict) -> Call:
 
 
 def _attention_forward(d: Draw, name: str, enc: object, label: str, opts: dict) -> Call:
-    if name == "alibi":
+    if name in ("alibi", "fire"):
         return _alibi_forward(d, enc, label, opts)
     b, tq, tk = d.dims(3, hi=4)
     h = d.int(1, 2)
@@ -260,7 +269,7 @@ def _attention_forward(d: Draw, name: str, enc: object, label: str, opts: dict) 
 
 CLASSES = (
     "CAPE1d", "CAPE2d", "SineND", "AbsPos1d", "AbsPos2d", "EmbedND", "LearnableFourierFeatures",
-    "NoPos", "RelPos", "Rotary", "PositionalEncoding", "ALiBi",
+    "NoPos", "RelPos", "Rotary", "PositionalEncoding", "ALiBi", "FIRE",
 )  # fmt: skip
 
 
@@ -315,8 +324,9 @@ def attention(d: Draw) -> Call:
     elif d.coin(0.25):
         tkw = {"rotary": d.bad("rotary", cape.Rotary(hd), (cape.RelPos(hd),))}
     elif d.coin(0.25):
-        alibi = cape.ALiBi(heads, causal=d.coin(0.2))
-        tkw = {"alibi": d.bad("alibi", alibi, (cape.ALiBi(heads + 1), cape.Rotary(hd)))}
+        bias_cls = d.choice((cape.ALiBi, cape.FIRE))
+        alibi = bias_cls(heads, causal=d.coin(0.2))
+        tkw = {"alibi": d.bad("alibi", alibi, (bias_cls(heads + 1), cape.Rotary(hd)))}
     else:
         tkw = {}
     heads_arg = d.bad("heads", heads, (0, 3, "2"))
@@ -347,11 +357,13 @@ def attention(d: Draw) -> Call:
 
 
 def _relative_factory(d: Draw, hd: int, heads: int):
-    which = d.choice((None, None, "relpos", "rotary", "alibi"))
+    which = d.choice((None, None, "relpos", "rotary", "alibi", "fire"))
     if which is None:
         return None
     if which == "alibi":
         return lambda: cape.ALiBi(heads)
+    if which == "fire":
+        return lambda: cape.FIRE(heads, hidden=4)
     return (lambda: cape.RelPos(hd, 4)) if which == "relpos" else (lambda: cape.Rotary(hd))
 
 
@@ -409,12 +421,14 @@ def _position_module(name: str, dim: int) -> object:
     return cape.build(name, dim, **({"num_positions": 8} if name == "abspos" else {}))
 
 
-NAMES_1D = ("nopos", "sinpos", "cape1d", "abspos", "relpos", "rotary", "lff", "sine-1d", "alibi")
+NAMES_1D = (
+    "nopos", "sinpos", "cape1d", "abspos", "relpos", "rotary", "lff", "sine-1d", "alibi", "fire",
+)  # fmt: skip
 NAMES_2D = ("nopos", "sinpos2d", "cape2d", "abspos2d", "rotary2d", "lff", "sine-2d", "embed-2d")
 
 
 def vit(d: Draw) -> Call:
-    position = d.bad("position", d.choice(NAMES_2D), ("cape1d", "relpos", "alibi", 3))
+    position = d.bad("position", d.choice(NAMES_2D), ("cape1d", "relpos", "alibi", "fire", 3))
     options = {"preset": "image"} if position == "cape2d" and d.coin() else None
     if position == "lff":
         options = {"fourier_dim": 4, "hidden_dim": 4}
@@ -518,7 +532,7 @@ def seq2seq(d: Draw, which: str | None = None) -> Call:
             ("src_mask", "max_len_a", "max_len_b"),
             lambda out: expect(out, (b,), torch.int64),
         )
-    kw["position"] = d.bad("position", d.choice(NAMES_1D[:6] + ("alibi",)), ("cape2d", 3))
+    kw["position"] = d.bad("position", d.choice(NAMES_1D[:6] + ("alibi", "fire")), ("cape2d", 3))
     kw["alpha"] = d.bad("alpha", d.choice((1.0, 1.2)), (0.0, -1.0, NAN))
     kw["pad_id"] = d.bad("pad_id", 0, (7, -1))
     src = tokens("src", s)

@@ -254,7 +254,7 @@ def test_empty_batches_lengths_and_grids_give_empty_embeddings(name: str, train:
 @pytest.fixture
 def no_autocast(monkeypatch: pytest.MonkeyPatch) -> None:
     # autocast knows no "meta" device: the float32 region is a no-op there
-    for module in ("base", "sinusoidal", "learned", "rotary", "alibi"):
+    for module in ("base", "sinusoidal", "learned", "rotary", "alibi", "fire"):
         mod = importlib.import_module(f"cape.encodings.{module}")
         monkeypatch.setattr(mod, "float32_region", lambda device: contextlib.nullcontext())
 
@@ -267,7 +267,7 @@ def test_values_are_read_on_the_cpu_only(name: str, train: bool, no_autocast: No
     meta = torch.device("meta")
     with meta:  # the papers' augmentation where a preset exists for these inputs
         enc = _example(name, **({"preset": "text"} if name in ("cape1d", "rotary") else {}))
-        if name == "alibi":  # no preset: the text preset's amounts
+        if name in ("alibi", "fire"):  # no preset: the text preset's amounts
             enc = _example(name, max_global_shift=5.0, max_local_shift=0.5)
     enc = enc.to(meta).train(train)
     mask = torch.ones(2, 5, dtype=torch.bool, device=meta)
@@ -276,7 +276,7 @@ def test_values_are_read_on_the_cpu_only(name: str, train: bool, no_autocast: No
         pos = torch.randn(2, 5, enc.pos_dim, device=meta)
         if name == "relpos":
             out = enc(q, q, q, q_positions=pos[..., 0], k_positions=pos, key_padding_mask=mask)
-        elif name == "alibi":  # the bias itself: [B, H = 4, Tq, Tk]
+        elif name in ("alibi", "fire"):  # the bias itself: [B, H = 4, Tq, Tk]
             cross = enc(pos, pos[..., 0], mask=mask, k_mask=mask)
             assert enc(pos, mask=mask).shape == cross.shape == (2, 4, 5, 5)
             return

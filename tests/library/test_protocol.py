@@ -58,6 +58,9 @@ EXAMPLES: dict[str, dict] = {
     "yarn_beta": {"scaling": "yarn", "train_length": 16, "yarn_beta": 16.0},
     "xpos": {"xpos": True},
     "xpos_scale_base": {"xpos": True, "xpos_scale_base": 256.0},
+    "hidden": {"hidden": 8},  # fire: the MLP's width
+    "c": {"c": 2.0},  # fire: psi's initial scale
+    "threshold": {"threshold": 4.0},  # fire: the initial threshold L
 }
 REQUIRED = {
     "abspos": {"num_positions": 9},
@@ -124,6 +127,7 @@ def test_names_declare_the_protocol() -> None:
         "rotary",
         "rotary2d",
         "alibi",
+        "fire",
     }
     assert _make("rotary2d").pos_dim == 2 and _make("rotary").pos_dim == 1
     with pytest.raises(TypeError, match="position must be a cape.build name"):
@@ -263,7 +267,8 @@ TINY_VIT = dict(image_size=8, patch=4, dim=DIM, depth=1, heads=2)
 @pytest.mark.parametrize("name", sorted(ENCODINGS))
 def test_vit_takes_every_2d_name_and_refuses_the_others(name: str) -> None:
     needs_2d = name in (
-        "sinpos", "cape1d", "abspos", "embed-1d", "sine-1d", "relpos", "sine-4d", "alibi"
+        "sinpos", "cape1d", "abspos", "embed-1d", "sine-1d", "relpos", "sine-4d", "alibi",
+        "fire",
     )  # fmt: skip
     if needs_2d:
         with pytest.raises(ValueError, match=rf"position {name!r} reads \d-D positions; the ViT"):

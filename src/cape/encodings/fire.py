@@ -95,11 +95,7 @@ class FIRE(nn.Module):
         elif k_mask is not None:
             raise ValueError("k_mask describes k_positions: give k_positions too")
         if attn_mask is not None:
-            check_tensor("attn_mask", attn_mask, ndims=(3, 4))
-            if attn_mask.dim() == 4:
-                if attn_mask.shape[1] != 1:
-                    raise ValueError(f"attn_mask must be [B, 1, Tq, Tk], got {attn_mask.shape}")
-                attn_mask = attn_mask[:, 0]
+            attn_mask = self._visible(attn_mask, q_positions, k_positions)
         with float32_region(q_positions.device):
             q = as_positions(q_positions, mask=mask, dims=1, name="q_positions")
             aug = self.augmentation
@@ -140,6 +136,31 @@ class FIRE(nn.Module):
             lin1, lin2 = self.mlp[0], self.mlp[2]
             weights = (lin1.weight, lin1.bias, lin2.weight, lin2.bias)
             return fire_bias(q, k, weights, self.c, self.threshold, self.causal, seen)
+
+    @staticmethod
+    def _visible(
+        attn_mask: object, q_positions: torch.Tensor, k_positions: torch.Tensor | None
+    ) -> torch.Tensor:
+        """attn_mask [B or 1, (1,) Tq or 1, Tk] bool -> [B or 1, Tq or 1, Tk]."""
+        check_tensor("attn_mask", attn_mask, ndims=(3, 4))
+        assert isinstance(attn_mask, torch.Tensor)
+        if attn_mask.dtype != torch.bool:
+            raise TypeError(f"attn_mask must be a bool tensor, got {attn_mask.dtype}")
+        keys = q_positions if k_positions is None else k_positions
+        b = max(q_positions.shape[0], keys.shape[0])
+        m = attn_mask[:, 0] if attn_mask.dim() == 4 and attn_mask.shape[1] == 1 else attn_mask
+        tq, tk = q_positions.shape[1], keys.shape[1]
+        if (
+            m.dim() != 3
+            or m.shape[1] not in (1, tq)
+            or m.shape[2] != tk
+            or (b > 1 and m.shape[0] not in (1, b))
+        ):
+            raise ValueError(
+                f"attn_mask must have shape [{b} or 1, (1,) {tq} or 1, {tk}], got "
+                f"{list(attn_mask.shape)}"
+            )
+        return m
 
     def extra_repr(self) -> str:
         aug = "" if self.augmentation is None else f", augmentation={self.augmentation}"
