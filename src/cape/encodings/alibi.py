@@ -16,7 +16,7 @@ from ..functional.alibi import alibi_bias, alibi_slopes, check_slopes
 from ..positions import as_positions
 from .base import float32_region
 
-__all__ = ["ALiBi"]
+__all__ = ["ALiBi", "bias_positions"]
 
 
 class ALiBi(nn.Module):
@@ -86,41 +86,62 @@ class ALiBi(nn.Module):
         elif k_mask is not None:
             raise ValueError("k_mask describes k_positions: give k_positions too")
         with float32_region(q_positions.device):
-            q = as_positions(q_positions, mask=mask, dims=1, name="q_positions")
-            aug = self.augmentation
-            if k_positions is None:
-                if aug is not None:
-                    q = aug(
-                        q, mask, training=self.training, generator=generator, name="q_positions"
-                    )
-                return alibi_bias(q, q, self.slopes, self.causal)
-            k = as_positions(
-                k_positions, mask=k_mask, dims=1, name="k_positions", mask_name="k_mask"
+            q, k, _, _ = bias_positions(
+                self.augmentation,
+                self.training,
+                q_positions,
+                k_positions,
+                mask,
+                k_mask,
+                generator,
             )
-            if aug is not None and self.training and aug.random:
-                if q.shape[0] != k.shape[0]:  # per-sample draws need the batch on both sides
-                    if 1 not in (q.shape[0], k.shape[0]):
-                        raise ValueError(
-                            "q_positions and k_positions batch sizes must match or be 1, got "
-                            f"{tuple(q_positions.shape)} and {tuple(k_positions.shape)}"
-                        )
-                    b = k.shape[0] if q.shape[0] == 1 else q.shape[0]
-                    q, k = q.expand(b, -1, -1), k.expand(b, -1, -1)
-                    mask = None if mask is None else mask.expand(b, -1)
-                    k_mask = None if k_mask is None else k_mask.expand(b, -1)
-                # mean-normalisation is a common offset: the bias ignores it
-                q, k = augment_pair(
-                    q,
-                    k,
-                    mask,
-                    k_mask,
-                    max_global_shift=aug.max_global_shift,
-                    max_local_shift=aug.max_local_shift,
-                    max_global_scaling=aug.max_global_scaling,
-                    generator=generator,
-                )
             return alibi_bias(q, k, self.slopes, self.causal)
 
     def extra_repr(self) -> str:
         aug = "" if self.augmentation is None else f", augmentation={self.augmentation}"
         return f"heads={self.heads}, causal={self.causal}{aug}"
+
+
+def bias_positions(
+    augmentation: Augmentation | None,
+    training: bool,
+    q_positions: torch.Tensor,
+    k_positions: torch.Tensor | None,
+    mask: torch.Tensor | None,
+    k_mask: torch.Tensor | None,
+    generator: torch.Generator | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """The query and key positions an attention bias (ALiBi, FIRE) reads -> (q [B, Tq, 1],
+    k [B, Tk, 1], mask, k_mask), augmented in training. k_positions None: self-attention, the
+    keys are the queries (one draw for both). Cross-attention draws one global shift and scale
+    for both sides (`augment_pair`), per sample: a batch of 1 on one side is expanded."""
+    q = as_positions(q_positions, mask=mask, dims=1, name="q_positions")
+    aug = augmentation
+    if k_positions is None:
+        if aug is not None:
+            q = aug(q, mask, training=training, generator=generator, name="q_positions")
+        return q, q, mask, mask
+    k = as_positions(k_positions, mask=k_mask, dims=1, name="k_positions", mask_name="k_mask")
+    if aug is None or not (training and aug.random):
+        return q, k, mask, k_mask  # mean-normalisation is a common offset: a bias ignores it
+    if q.shape[0] != k.shape[0]:  # per-sample draws need the batch on both sides
+        if 1 not in (q.shape[0], k.shape[0]):
+            raise ValueError(
+                "q_positions and k_positions batch sizes must match or be 1, got "
+                f"{tuple(q_positions.shape)} and {tuple(k_positions.shape)}"
+            )
+        b = max(q.shape[0], k.shape[0])
+        q, k = q.expand(b, -1, -1), k.expand(b, -1, -1)
+        mask = None if mask is None else mask.expand(b, -1)
+        k_mask = None if k_mask is None else k_mask.expand(b, -1)
+    q, k = augment_pair(
+        q,
+        k,
+        mask,
+        k_mask,
+        max_global_shift=aug.max_global_shift,
+        max_local_shift=aug.max_local_shift,
+        max_global_scaling=aug.max_global_scaling,
+        generator=generator,
+    )
+    return q, k, mask, k_mask

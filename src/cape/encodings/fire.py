@@ -12,9 +12,9 @@ import torch
 from torch import nn
 
 from .._checks import check_bool, check_float, check_generator, check_int, check_tensor
-from ..augment import Augmentation, augment_pair
+from ..augment import Augmentation
 from ..functional.fire import fire_bias
-from ..positions import as_positions
+from .alibi import bias_positions
 from .base import float32_region
 
 __all__ = ["FIRE"]
@@ -97,39 +97,15 @@ class FIRE(nn.Module):
         if attn_mask is not None:
             attn_mask = self._visible(attn_mask, q_positions, k_positions)
         with float32_region(q_positions.device):
-            q = as_positions(q_positions, mask=mask, dims=1, name="q_positions")
-            aug = self.augmentation
-            if k_positions is None:
-                if aug is not None:
-                    q = aug(
-                        q, mask, training=self.training, generator=generator, name="q_positions"
-                    )
-                k, k_mask = q, mask
-            else:
-                k = as_positions(
-                    k_positions, mask=k_mask, dims=1, name="k_positions", mask_name="k_mask"
-                )
-                if aug is not None and self.training and aug.random:
-                    if q.shape[0] != k.shape[0]:  # per-sample draws need the batch on both sides
-                        if 1 not in (q.shape[0], k.shape[0]):
-                            raise ValueError(
-                                "q_positions and k_positions batch sizes must match or be 1, "
-                                f"got {tuple(q_positions.shape)} and {tuple(k_positions.shape)}"
-                            )
-                        b = max(q.shape[0], k.shape[0])
-                        q, k = q.expand(b, -1, -1), k.expand(b, -1, -1)
-                        mask = None if mask is None else mask.expand(b, -1)
-                        k_mask = None if k_mask is None else k_mask.expand(b, -1)
-                    q, k = augment_pair(
-                        q,
-                        k,
-                        mask,
-                        k_mask,
-                        max_global_shift=aug.max_global_shift,
-                        max_local_shift=aug.max_local_shift,
-                        max_global_scaling=aug.max_global_scaling,
-                        generator=generator,
-                    )
+            q, k, _, k_mask = bias_positions(
+                self.augmentation,
+                self.training,
+                q_positions,
+                k_positions,
+                mask,
+                k_mask,
+                generator,
+            )
             seen = None if k_mask is None else k_mask[:, None, :]
             if attn_mask is not None:
                 seen = attn_mask if seen is None else seen & attn_mask
