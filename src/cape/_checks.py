@@ -174,7 +174,8 @@ def max_abs(t: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """Per last-axis max |t| over finite entries (valid tokens of `mask` [B, T] only) ->
     float64 [M] (t: [..., M]; zeros when empty). Reads values: callers check
     `_may_inspect_values` first."""
-    a = t.detach().abs().to(torch.float64).nan_to_num(0.0, 0.0, 0.0)
+    # float64 before abs: |int32 min| does not fit int32 (abs would leave it negative)
+    a = t.detach().to(torch.float64).abs().nan_to_num(0.0, 0.0, 0.0)
     if mask is not None:
         a = a * mask.reshape(mask.shape + (1,) * (a.dim() - mask.dim()))
     if a.dim() == 0:

@@ -201,3 +201,25 @@ def test_bad_arguments_exit_naming_the_flag(
         slowdown.main(args)
     assert exc.value.code == 2
     assert flag in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", slowdown.MODELS)
+def test_attention_biases_sit_in_every_layer_and_are_timed_on_request(
+    kind: str, tmp_path: Path
+) -> None:
+    import cape
+
+    for name, cls in (("alibi", cape.ALiBi), ("fire", cape.FIRE)):
+        model = build_model(kind, name, TINY)
+        biases = [m for m in model.modules() if isinstance(m, cls)]
+        assert len(biases) == (1 if kind == "layer" else TINY.layers), name
+        assert all(b.heads == TINY.heads for b in biases)
+        x = torch.randn(TINY.batch, 5, TINY.dim)
+        memory = torch.randn(TINY.batch, 5, TINY.dim) if kind == "decoder" else None
+        update_fn(model, x, memory, torch.float32, "cpu")()  # one forward + backward runs
+    assert "alibi" not in slowdown.ENCODINGS  # not in the default table: on request
+    args = [*TINY_ARGS, "--models", kind, "--encodings", "alibi,fire", "--dtypes", "fp32"]
+    assert slowdown.main([*args, "--out", str(tmp_path)]) == 0
+    rows = _csv(tmp_path / "slowdown.csv")
+    assert [r["encoding"] for r in rows] == ["nopos", "alibi", "fire"] * 2
+    assert all(float(r["ratio"]) > 0 for r in rows)

@@ -154,9 +154,18 @@ def encoding_forward(d: Draw, name: str) -> Call:
         pshape = (b, t, enc.groups, enc.group_dim) if grouped else (b, t, m)
         if m == 1 and not grouped and d.coin(0.3):
             pshape = (b, t)
+        # LFF reads [B, T, G, M] too: [B, T, 1, 1] is valid for G = M = 1, so its wrong rank is 5
+        lff = name == "lff"
         kw["positions"] = d.tensor(
-            "positions", pshape, dtypes=FLOATS_ALL + (torch.int64,), bad_dtypes=(torch.bool,)
+            "positions",
+            pshape,
+            dtypes=FLOATS_ALL + (torch.int64,),
+            bad_dtypes=(torch.bool,),
+            ranks=not lff,
         )
+        if lff and isinstance(kw["positions"], torch.Tensor):
+            p = kw["positions"]
+            kw["positions"] = d.bad("positions", p, (p.reshape(p.shape + (1,) * (5 - p.dim())),))
     if "hop" in layout:
         kw["hop"] = hop_value(d, b, t)
     if "grid" in layout:
@@ -201,7 +210,7 @@ def _alibi_forward(d: Draw, enc: object, label: str, opts: dict) -> Call:
         kw["generator"] = d.bad("generator", torch.Generator().manual_seed(2), ("g",))
     if isinstance(enc, cape.FIRE) and d.coin(0.3):  # the keys each query sees
         seen = torch.rand(b, tq, tq if self_attn else tk) < 0.7
-        kw["attn_mask"] = d.bad("attn_mask", seen, (seen[0], seen.float()))
+        kw["attn_mask"] = d.bad("attn_mask", seen, (seen.reshape(-1), seen.float()))
     out_b = bq if self_attn else torch.broadcast_shapes((bq,), (b,))[0]
     if "attn_mask" in kw:
         out_b = torch.broadcast_shapes((out_b,), (b,))[0]

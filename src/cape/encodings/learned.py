@@ -162,7 +162,9 @@ class AbsPos2d(PositionalEncoding):
         """positions: [B, T, 2] (x, y) -> [B, T, D] float32, the table sampled bicubically."""
         table = self.table.to(torch.float32).permute(2, 0, 1)[None]  # [1, D, H0, W0]
         batch, length = positions.shape[:2]
-        grid = positions.reshape(1, batch * length, 1, 2)
+        # beyond +-2 every bicubic tap sits on the border (padding_mode border): clamping
+        # changes nothing there and keeps grid_sample's unnormalisation finite
+        grid = positions.reshape(1, batch * length, 1, 2).clamp(-2.0, 2.0)
         out = F.grid_sample(table, grid, mode="bicubic", padding_mode="border", align_corners=False)
         return out[0, :, :, 0].t().reshape(batch, length, self.dim)
 

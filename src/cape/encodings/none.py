@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .._checks import check_float, check_generator, check_int, check_real
+from .._checks import check_float, check_generator, check_int, check_limit, check_real
 from ..positions import resolve_mask
 from .grids import check_grids, resolve_grid
 
@@ -81,7 +81,7 @@ def _check_unused(hop: object, extent: object, generator: object) -> None:
     if hop is not None and not isinstance(hop, torch.Tensor):
         if isinstance(hop, bool) or not isinstance(hop, (int, float)):
             raise TypeError(f"hop must be a float or a tensor [B] / [B, T], got {hop!r}")
-        check_float("hop", hop, strict=True)
+        check_limit("hop", check_float("hop", hop, strict=True))
     if extent is not None:
-        check_float("extent", extent, strict=True)
+        check_limit("extent", check_float("extent", extent, strict=True))
     check_generator("generator", generator)

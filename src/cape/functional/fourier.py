@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from .._checks import (
+    LIMIT,
     _may_inspect_values,
     check_bool,
     check_float,
@@ -45,6 +46,9 @@ def fourier_features(positions: torch.Tensor, weight: torch.Tensor) -> torch.Ten
     w = weight.to(torch.float32)
     if _may_inspect_values(w):
         check_phases("positions", positions, max_abs(w), " (the largest |W_r| per axis)")
+    if _may_inspect_values(positions) and float(max_abs(positions).max()) > LIMIT:
+        # with W_r = 0 the phases pass, but float32 positions would be inf (inf x 0 = NaN)
+        raise ValueError(f"positions must lie within +-{LIMIT:.0e} (float32 maths)")
     # One multiply-add per axis rather than a matmul: M is tiny, and an accelerator's matmul
     # may round the phases to TF32 (10 mantissa bits), far too coarse for large positions.
     phase = pos[..., 0:1] * w[:, 0]

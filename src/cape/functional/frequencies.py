@@ -145,7 +145,10 @@ def grid_frequencies_2d(
             raise TypeError(f"{name} must be a pair (x, y) of numbers, got {pair!r}")
     axes = [(d, s) for d, s in zip(spacing, span, strict=True) if math.isfinite(d)]
     if not axes:
-        raise ValueError("a grid needs at least two samples on some axis to fit frequencies")
+        raise ValueError(
+            f"spacing must be finite on some axis (a grid with at least two samples there) to "
+            f"fit frequencies, got spacing {tuple(spacing)}"
+        )
     r = grid_radii(
         dim // 2,
         max(d for d, _ in axes),

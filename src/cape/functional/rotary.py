@@ -16,6 +16,7 @@ from .._checks import (
     check_choice,
     check_even,
     check_finite,
+    check_float,
     check_phases,
     check_real,
     check_tensor,
@@ -53,6 +54,7 @@ def rotary_angles(
             f"positions must end with {axes} coordinate(s) for mode={mode!r}, "
             f"got {tuple(positions.shape)}"
         )
+    freq_scale = check_float("freq_scale", freq_scale, strict=True)
     # the highest frequency: freq_scale in 1D (k = 0), at most 10 pi freq_scale in 2D (rho <= 10)
     check_phases("positions", positions, freq_scale * (1.0 if mode == "1d" else 10 * math.pi))
     pos = positions.to(torch.float32)

@@ -34,6 +34,7 @@ _EXTRA_OF_MODULE = {
     "sentencepiece": "translation",
     "sacrebleu": "translation",
     "matplotlib": "plot",
+    "rotary_embedding_torch": "test",  # `cape bench rotary`: the reference
 }
 
 _debug = False  # set by `debugging` for the duration of one command (report_error reads it)

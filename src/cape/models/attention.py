@@ -164,13 +164,8 @@ class MultiheadAttention(nn.Module):
                 f"got {tuple(kv.shape)}"
             )
         b, tq, tk = query.shape[0], query.shape[1], kv.shape[1]
-        if key_mask is not None and (
-            key_mask.dtype != torch.bool or tuple(key_mask.shape) != (b, tk)
-        ):
-            raise ValueError(
-                f"key_mask must be bool [{b}, {tk}] (True at real keys), got "
-                f"{key_mask.dtype} {tuple(key_mask.shape)}"
-            )
+        if key_mask is not None:
+            check_mask("key_mask", key_mask, (b, tk))  # True at real keys
         if self_attn and (k_positions is not None or query_mask is not None):
             raise ValueError("k_positions and query_mask are for cross-attention (key_value given)")
         if query_mask is not None:

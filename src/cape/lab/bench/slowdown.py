@@ -50,6 +50,7 @@ __all__ = [
     "SlowdownConfig",
     "PRESETS",
     "ENCODINGS",
+    "PEERS",
     "MODELS",
     "DTYPES",
     "CAPE_TARGET",
@@ -60,6 +61,8 @@ __all__ = [
 ]
 
 ENCODINGS = ("nopos", "relpos-100", "relpos-1000", "cape1d", "sinpos", "abspos", "lff", "rotary")
+# the attention biases timed on request (`--encodings nopos,sinpos,alibi,fire`)
+PEERS = ("alibi", "fire")
 MODELS = ("layer", "encoder", "decoder")
 DTYPES: dict[str, torch.dtype] = {
     "fp32": torch.float32,
@@ -118,13 +121,16 @@ def _position(encoding: str, kind: str, dim: int, max_length: int) -> nn.Module 
     return None
 
 
-def _relative(encoding: str, head_dim: int) -> Callable[[], nn.Module] | None:
-    """Factory of the per-layer in-attention encoding (relpos-<context>, rotary), else None."""
+def _relative(encoding: str, cfg: SlowdownConfig) -> Callable[[], nn.Module] | None:
+    """Factory of the per-layer in-attention encoding (relpos-<context>, rotary, alibi, fire),
+    else None."""
     if encoding.startswith("relpos-"):
         context = int(encoding.split("-", 1)[1])
-        return lambda: build("relpos", head_dim, max_distance=context)
+        return lambda: build("relpos", cfg.head_dim, max_distance=context)
     if encoding == "rotary":
-        return lambda: build("rotary", head_dim)
+        return lambda: build("rotary", cfg.head_dim)
+    if encoding in PEERS:  # attention biases: cape.build's dim is the number of heads
+        return lambda: build(encoding, cfg.heads)
     return None
 
 
@@ -137,13 +143,13 @@ def build_model(
     """
     if kind not in MODELS:
         raise ValueError(f"kind must be one of {list(MODELS)}, got {kind!r}")
-    if encoding not in ENCODINGS:
-        raise ValueError(f"encoding must be one of {list(ENCODINGS)}, got {encoding!r}")
+    if encoding not in ENCODINGS + PEERS:
+        raise ValueError(f"encoding must be one of {list(ENCODINGS + PEERS)}, got {encoding!r}")
     if not isinstance(max_length, int) or max_length < 1:
         raise ValueError(f"max_length must be an int >= 1, got {max_length!r}")
     options: dict[str, Any] = dict(
         position=_position(encoding, kind, cfg.dim, max_length),
-        relative_factory=_relative(encoding, cfg.head_dim),
+        relative_factory=_relative(encoding, cfg),
         dropout=0.0,
     )
     if kind == "decoder":
@@ -282,7 +288,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--encodings",
         default=",".join(ENCODINGS),
-        help=f"comma list of {', '.join(ENCODINGS)} (nopos is always timed: the reference)",
+        help=f"comma list of {', '.join(ENCODINGS + PEERS)} (default: all but "
+        f"{', '.join(PEERS)}; nopos is always timed: the reference)",
     )
     p.add_argument("--lengths", default="10,100,1000", help="comma list of sequence lengths")
     p.add_argument(
@@ -310,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     if device.type == "cuda" and not torch.cuda.is_available():
         p.error(f"--device {args.device!r}: CUDA is not available here")
     models = _choices(p, "--models", args.models, MODELS)
-    encodings = _choices(p, "--encodings", args.encodings, ENCODINGS)
+    encodings = _choices(p, "--encodings", args.encodings, ENCODINGS + PEERS)
     encodings = ["nopos"] + [e for e in encodings if e != "nopos"]
     dtypes = _choices(p, "--dtypes", args.dtypes, tuple(DTYPES))
     if "fp16" in dtypes and device.type != "cuda":
