@@ -170,7 +170,9 @@ def test_cli_reference_covers_every_command() -> None:
         "cape demo",
         "cape encodings",
     ]
-    expected += [f"cape bench {w}" for w in ("encodings", "slowdown", "throughput", "train", "gpu")]
+    expected += [
+        f"cape bench {w}" for w in ("encodings", "slowdown", "throughput", "train", "gpu", "rotary")
+    ]
     expected += [f"cape data {w}" for w in ("chars", "speech", "translation")]
     assert sorted(pages) == sorted(expected)
     for command, text in pages.items():
