@@ -79,22 +79,10 @@ class ALiBi(nn.Module):
         augmentation perturbs the positions (per sample: give [B, T] positions, not [1, T]);
         cross-attention draws one global shift and scale for both sides (`augment_pair`).
         """
-        check_generator("generator", generator)
-        check_tensor("q_positions", q_positions, ndims=(2, 3))
-        if k_positions is not None:
-            check_tensor("k_positions", k_positions, ndims=(2, 3))
-        elif k_mask is not None:
-            raise ValueError("k_mask describes k_positions: give k_positions too")
-        with float32_region(q_positions.device):
-            q, k, _, _ = bias_positions(
-                self.augmentation,
-                self.training,
-                q_positions,
-                k_positions,
-                mask,
-                k_mask,
-                generator,
-            )
+        q, k, _, _ = bias_positions(
+            self.augmentation, self.training, q_positions, k_positions, mask, k_mask, generator
+        )
+        with float32_region(q.device):
             return alibi_bias(q, k, self.slopes, self.causal)
 
     def extra_repr(self) -> str:
@@ -115,33 +103,40 @@ def bias_positions(
     k [B, Tk, 1], mask, k_mask), augmented in training. k_positions None: self-attention, the
     keys are the queries (one draw for both). Cross-attention draws one global shift and scale
     for both sides (`augment_pair`), per sample: a batch of 1 on one side is expanded."""
-    q = as_positions(q_positions, mask=mask, dims=1, name="q_positions")
-    aug = augmentation
-    if k_positions is None:
-        if aug is not None:
-            q = aug(q, mask, training=training, generator=generator, name="q_positions")
-        return q, q, mask, mask
-    k = as_positions(k_positions, mask=k_mask, dims=1, name="k_positions", mask_name="k_mask")
-    if aug is None or not (training and aug.random):
-        return q, k, mask, k_mask  # mean-normalisation is a common offset: a bias ignores it
-    if q.shape[0] != k.shape[0]:  # per-sample draws need the batch on both sides
-        if 1 not in (q.shape[0], k.shape[0]):
-            raise ValueError(
-                "q_positions and k_positions batch sizes must match or be 1, got "
-                f"{tuple(q_positions.shape)} and {tuple(k_positions.shape)}"
-            )
-        b = max(q.shape[0], k.shape[0])
-        q, k = q.expand(b, -1, -1), k.expand(b, -1, -1)
-        mask = None if mask is None else mask.expand(b, -1)
-        k_mask = None if k_mask is None else k_mask.expand(b, -1)
-    q, k = augment_pair(
-        q,
-        k,
-        mask,
-        k_mask,
-        max_global_shift=aug.max_global_shift,
-        max_local_shift=aug.max_local_shift,
-        max_global_scaling=aug.max_global_scaling,
-        generator=generator,
-    )
-    return q, k, mask, k_mask
+    check_generator("generator", generator)
+    check_tensor("q_positions", q_positions, ndims=(2, 3))
+    if k_positions is not None:
+        check_tensor("k_positions", k_positions, ndims=(2, 3))
+    elif k_mask is not None:
+        raise ValueError("k_mask describes k_positions: give k_positions too")
+    with float32_region(q_positions.device):  # autocast must not touch the positions
+        q = as_positions(q_positions, mask=mask, dims=1, name="q_positions")
+        aug = augmentation
+        if k_positions is None:
+            if aug is not None:
+                q = aug(q, mask, training=training, generator=generator, name="q_positions")
+            return q, q, mask, mask
+        k = as_positions(k_positions, mask=k_mask, dims=1, name="k_positions", mask_name="k_mask")
+        if aug is None or not (training and aug.random):
+            return q, k, mask, k_mask  # mean-normalisation is a common offset: a bias ignores it
+        if q.shape[0] != k.shape[0]:  # per-sample draws need the batch on both sides
+            if 1 not in (q.shape[0], k.shape[0]):
+                raise ValueError(
+                    "q_positions and k_positions batch sizes must match or be 1, got "
+                    f"{tuple(q_positions.shape)} and {tuple(k_positions.shape)}"
+                )
+            b = max(q.shape[0], k.shape[0])
+            q, k = q.expand(b, -1, -1), k.expand(b, -1, -1)
+            mask = None if mask is None else mask.expand(b, -1)
+            k_mask = None if k_mask is None else k_mask.expand(b, -1)
+        q, k = augment_pair(
+            q,
+            k,
+            mask,
+            k_mask,
+            max_global_shift=aug.max_global_shift,
+            max_local_shift=aug.max_local_shift,
+            max_global_scaling=aug.max_global_scaling,
+            generator=generator,
+        )
+        return q, k, mask, k_mask

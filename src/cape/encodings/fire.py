@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .._checks import check_bool, check_float, check_generator, check_int, check_tensor
+from .._checks import check_bool, check_float, check_int, check_tensor
 from ..augment import Augmentation
 from ..functional.fire import fire_bias
 from .alibi import bias_positions
@@ -88,29 +88,16 @@ class FIRE(nn.Module):
         [B or 1, (1,) Tq or 1, Tk] bool, True where query i sees key j (the attention's mask):
         only visible keys set the normaliser n_i. Augmentation as `ALiBi.forward`.
         """
-        check_generator("generator", generator)
-        check_tensor("q_positions", q_positions, ndims=(2, 3))
-        if k_positions is not None:
-            check_tensor("k_positions", k_positions, ndims=(2, 3))
-        elif k_mask is not None:
-            raise ValueError("k_mask describes k_positions: give k_positions too")
-        if attn_mask is not None:
+        q, k, _, k_mask = bias_positions(
+            self.augmentation, self.training, q_positions, k_positions, mask, k_mask, generator
+        )
+        seen = None if k_mask is None else k_mask[:, None, :]
+        if attn_mask is not None:  # its shape is checked against the given positions
             attn_mask = self._visible(attn_mask, q_positions, k_positions)
-        with float32_region(q_positions.device):
-            q, k, _, k_mask = bias_positions(
-                self.augmentation,
-                self.training,
-                q_positions,
-                k_positions,
-                mask,
-                k_mask,
-                generator,
-            )
-            seen = None if k_mask is None else k_mask[:, None, :]
-            if attn_mask is not None:
-                seen = attn_mask if seen is None else seen & attn_mask
-            lin1, lin2 = self.mlp[0], self.mlp[2]
-            weights = (lin1.weight, lin1.bias, lin2.weight, lin2.bias)
+            seen = attn_mask if seen is None else seen & attn_mask
+        lin1, lin2 = self.mlp[0], self.mlp[2]
+        weights = (lin1.weight, lin1.bias, lin2.weight, lin2.bias)
+        with float32_region(q.device):
             return fire_bias(q, k, weights, self.c, self.threshold, self.causal, seen)
 
     @staticmethod
