@@ -32,6 +32,7 @@ from .encodings.fourier import LearnableFourierFeatures
 from .encodings.learned import AbsPos1d, AbsPos2d, EmbedND
 from .encodings.none import NoPos
 from .encodings.relative import RelPos
+from .encodings.rope2d import RoPE2d
 from .encodings.rotary import Rotary
 from .encodings.sinusoidal import PRESETS, CAPE1d, CAPE2d
 
@@ -135,6 +136,8 @@ ENCODINGS: dict[str, Encoding] = {
     "relpos": Encoding(RelPos),
     "rotary": Encoding(Rotary, augments=True, presets=("text", "audio"), without=("fit_grid",)),
     "rotary2d": Encoding(Rotary, fixed={"pos_dim": 2}, augments=True, without=ROTARY_1D),
+    "rope-axial": Encoding(RoPE2d, fixed={"variant": "axial"}, augments=True, without=("heads",)),
+    "rope-mixed": Encoding(RoPE2d, fixed={"variant": "mixed"}, augments=True),  # heads=H
     "alibi": Encoding(ALiBi, augments=True),  # dim: the number of heads
     "fire": Encoding(FIRE, augments=True),  # dim: the number of heads
     "lff": Encoding(LearnableFourierFeatures, augments=True),

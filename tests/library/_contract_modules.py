@@ -78,6 +78,9 @@ OPTIONS: dict[str, tuple[tuple, tuple]] = {
     "hidden": ((32, 8), (0, -1, "8", 2.0)),
     "c": ((0.1, 1.0, 30.0), (0.0, -1.0, NAN, "1")),
     "threshold": ((512.0, 1.0, 0.02), (0.0, -2.0, INF, NAN)),
+    # RoPE-ViT's 2-D rotary (rope-axial, rope-mixed)
+    "heads": ((1, 2), (0, -1, "2", 1.5)),
+    "theta": ((None, 100.0, 10.0, 2.0), (1.0, 0.5, NAN, INF, "10")),
 }
 
 
@@ -101,6 +104,8 @@ def build_encoding(d: Draw, name: str) -> tuple[str, object, dict, Call | None]:
     entry = cape.ENCODINGS[name]
     kind = entry.cls.kind
     dims = (2, 4, 8) if kind == "attention" else (4, 8, 16)
+    if name.startswith("rope-"):  # RoPE-ViT's planes: hd/4 per axis
+        dims = (4, 8, 16)
     dim = d.bad("dim", d.choice(dims), (0, -4, 2.5, "8"))
     params = inspect.signature(entry.cls).parameters
     required = {k for k, p in list(params.items())[1:] if p.default is p.empty} - set(entry.fixed)
@@ -228,6 +233,8 @@ def _attention_forward(d: Draw, name: str, enc: object, label: str, opts: dict) 
         return _alibi_forward(d, enc, label, opts)
     b, tq, tk = d.dims(3, hi=4)
     h = d.int(1, 2)
+    if getattr(enc, "heads", None) is not None and d.coin(0.9):  # RoPE-Mixed: per head
+        h = enc.heads  # type: ignore[attr-defined]
     hd = enc.head_dim  # type: ignore[attr-defined]
     m = enc.pos_dim  # type: ignore[attr-defined]
     q = d.tensor("q", (b, h, tq, hd), kind="content", dtypes=FLOATS_ALL[:2])
@@ -334,8 +341,10 @@ def attention(d: Draw) -> Call:
         tkw = {"rotary": d.bad("rotary", cape.Rotary(hd), (cape.RelPos(hd),))}
     elif d.coin(0.25):
         bias_cls = d.choice((cape.ALiBi, cape.FIRE))
-        alibi = bias_cls(heads, causal=d.coin(0.2))
-        tkw = {"alibi": d.bad("alibi", alibi, (bias_cls(heads + 1), cape.Rotary(hd)))}
+        bias = bias_cls(heads, causal=d.coin(0.2))
+        tkw = {
+            "position_bias": d.bad("position_bias", bias, (bias_cls(heads + 1), cape.Rotary(hd)))
+        }
     else:
         tkw = {}
     heads_arg = d.bad("heads", heads, (0, 3, "2"))
@@ -349,7 +358,7 @@ def attention(d: Draw) -> Call:
         kw["key_mask"] = d.mask("key_mask", (b, tk if cross else tq))
     if d.coin(0.2):
         kw["causal"] = d.coin()
-    if d.coin(0.3) and "rotary" in tkw or "relative" in tkw or "alibi" in tkw:
+    if d.coin(0.3) and "rotary" in tkw or "relative" in tkw or "position_bias" in tkw:
         kw["q_positions"] = d.tensor("q_positions", (b, tq, 1), bad_dtypes=(torch.bool,))
         if cross:
             kw["k_positions"] = d.tensor("k_positions", (b, tk, 1), bad_dtypes=(torch.bool,))

@@ -223,6 +223,7 @@ def _example(name: str, **options: object) -> torch.nn.Module:
         "embed-2d": {"sizes": (4, 4)},
         "embed-4d": {"sizes": (4, 4, 4, 4)},
         "lff": {"fourier_dim": 8, "hidden_dim": 4},
+        "rope-mixed": {"heads": 2},
     }
     kind = cape.encoding_class(name).kind
     options = {**required.get(name, {}), **options}
@@ -269,6 +270,8 @@ def test_values_are_read_on_the_cpu_only(name: str, train: bool, no_autocast: No
         enc = _example(name, **({"preset": "text"} if name in ("cape1d", "rotary") else {}))
         if name in ("alibi", "fire"):  # no preset: the text preset's amounts
             enc = _example(name, max_global_shift=5.0, max_local_shift=0.5)
+        if name.startswith("rope-"):  # no preset: the image preset's amounts
+            enc = _example(name, max_global_shift=0.5, max_local_shift=0.5, max_global_scaling=1.4)
     enc = enc.to(meta).train(train)
     mask = torch.ones(2, 5, dtype=torch.bool, device=meta)
     if enc.kind == "attention":

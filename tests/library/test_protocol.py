@@ -61,6 +61,8 @@ EXAMPLES: dict[str, dict] = {
     "hidden": {"hidden": 8},  # fire: the MLP's width
     "c": {"c": 2.0},  # fire: psi's initial scale
     "threshold": {"threshold": 4.0},  # fire: the initial threshold L
+    "heads": {"heads": 2},  # rope-mixed: frequencies per head
+    "theta": {"theta": 50.0},  # rope-axial / rope-mixed: the frequencies' base
 }
 REQUIRED = {
     "abspos": {"num_positions": 9},
@@ -68,6 +70,7 @@ REQUIRED = {
     "abspos2d": {"grid": (3, 3)},
     "embed-2d": {"sizes": (4, 4)},
     "embed-4d": {"sizes": (4, 4, 4, 4)},
+    "rope-mixed": {"heads": 2},
 }
 
 
@@ -126,6 +129,8 @@ def test_names_declare_the_protocol() -> None:
         "relpos",
         "rotary",
         "rotary2d",
+        "rope-axial",
+        "rope-mixed",
         "alibi",
         "fire",
     }
@@ -290,6 +295,8 @@ def test_ctc_and_seq2seq_take_every_1d_name_and_refuse_the_others(name: str) -> 
         "sine-2d",
         "embed-2d",
         "rotary2d",
+        "rope-axial",
+        "rope-mixed",
         "sine-4d",
         "embed-4d",
         "lff",

@@ -9,6 +9,7 @@ from .grids import count_aliased
 from .learned import AbsPos1d, AbsPos2d, EmbedND
 from .none import NoPos
 from .relative import RelPos
+from .rope2d import RoPE2d
 from .rotary import Rotary
 from .sinusoidal import PRESETS, CAPE1d, CAPE2d
 
@@ -22,6 +23,7 @@ __all__ = [
     "NoPos",
     "RelPos",
     "Rotary",
+    "RoPE2d",
     "ALiBi",
     "FIRE",
     "CAPE1d",

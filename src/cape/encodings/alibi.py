@@ -27,8 +27,9 @@ class ALiBi(nn.Module):
     `alibi_bias`; keys ahead get 0, for attention that masks them). augmentation: CAPE's
     `Augmentation` of the positions, applied in train mode.
 
-    It acts inside attention (`kind = "attention"`, `MultiheadAttention(alibi=...)`): one module
-    per layer; `dim` of `cape.build("alibi", dim)` is the number of heads H (not a width).
+    It acts inside attention (`kind = "attention"`, `MultiheadAttention(position_bias=...)`):
+    one module per layer; `dim` of `cape.build("alibi", dim)` is the number of heads H (not a
+    width).
     """
 
     kind = "attention"

@@ -29,8 +29,8 @@ class FIRE(nn.Module):
     c = 0.1, L = 512 in position units; seconds want a smaller L). augmentation: CAPE's
     `Augmentation` of the positions, applied in train mode.
 
-    It acts inside attention (`kind = "attention"`, `MultiheadAttention(alibi=...)`, the slot
-    of the bias encodings): one module per layer; `dim` of `cape.build("fire", dim)` is H.
+    It acts inside attention (`kind = "attention"`, `MultiheadAttention(position_bias=...)`,
+    the slot of the bias encodings): one module per layer; `dim` of `cape.build("fire", dim)` is H.
     """
 
     kind = "attention"

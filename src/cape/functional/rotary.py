@@ -76,25 +76,32 @@ def rotary_angles(
 
 
 def apply_rotary(x: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
-    """Rotate x: [B, H, T, hd] by angles [B or 1, T, hd/2] (or [T, hd/2]) -> [B, H, T, hd].
+    """Rotate x: [B, H, T, hd] by angles [B or 1, T, hd/2] (or [T, hd/2]; or per head
+    [B or 1, H or 1, T, hd/2], as RoPE-Mixed's) -> [B, H, T, hd].
 
     out = [x1 cos - x2 sin || x1 sin + x2 cos] with x1 = x[..., :hd/2], x2 = x[..., hd/2:].
     The rotation is done in float32 (bf16 angles would be off by whole radians at large
     positions) and the result cast back to x's dtype.
     """
     check_tensor("x", x, ndims=(4,), floating=True)
-    check_tensor("angles", angles, ndims=(2, 3), floating=True)
-    b, _, t, hd = x.shape
+    check_tensor("angles", angles, ndims=(2, 3, 4), floating=True)
+    b, h, t, hd = x.shape
     if hd % 2:
         raise ValueError(f"x's last axis (head_dim) must be even, got {hd}")
     if angles.dim() == 2:
         angles = angles[None]
-    if angles.shape[0] not in (1, b) or tuple(angles.shape[1:]) != (t, hd // 2):
+    if angles.dim() == 3:
+        angles = angles[:, None]  # the same angles for every head
+    if (
+        angles.shape[0] not in (1, b)
+        or angles.shape[1] not in (1, h)
+        or tuple(angles.shape[2:]) != (t, hd // 2)
+    ):
         raise ValueError(
-            f"angles must have shape [{b} or 1, {t}, {hd // 2}] for x of shape {tuple(x.shape)}, "
-            f"got {tuple(angles.shape)}"
+            f"angles must have shape [{b} or 1, {t}, {hd // 2}] or [{b} or 1, {h} or 1, {t}, "
+            f"{hd // 2}] for x of shape {tuple(x.shape)}, got {tuple(angles.shape)}"
         )
-    ang = angles.to(torch.float32)[:, None]  # broadcast over heads
+    ang = angles.to(torch.float32)
     check_finite("angles", ang, what=" in float32")
     cos, sin = torch.cos(ang), torch.sin(ang)
     x32 = x.to(torch.float32)

@@ -29,7 +29,7 @@ from ..encodings.relative import RelPos
 from ..encodings.rotary import Rotary
 from ..functional.relative import allowed_keys
 from ..positions import token_positions
-from .attention_bias import alibi_for_call, biased_attention, cached_bias, check_alibi
+from .attention_bias import bias_for_call, biased_attention, cached_bias, check_position_bias
 from .decode_cache import AttentionCache
 
 __all__ = ["MultiheadAttention", "attention_mask"]
@@ -69,7 +69,8 @@ class MultiheadAttention(nn.Module):
     attention probabilities (train mode only). bias: in the four projections.
     relative: a `RelPos(d, ...)` that computes the attention (learned relative terms).
     rotary: a `Rotary(d, ...)` that rotates q and k first. Both may be given (rotary, then relpos).
-    alibi: a bias encoding, `ALiBi(heads)` or `FIRE(heads)`, whose bias is added to the logits.
+    position_bias: a bias encoding, `ALiBi(heads)` or `FIRE(heads)`, whose bias is added to
+    the logits.
     """
 
     def __init__(
@@ -81,7 +82,7 @@ class MultiheadAttention(nn.Module):
         bias: bool = True,
         relative: RelPos | None = None,
         rotary: Rotary | None = None,
-        alibi: ALiBi | FIRE | None = None,
+        position_bias: ALiBi | FIRE | None = None,
     ) -> None:
         super().__init__()
         check_int("dim", dim)
@@ -101,10 +102,10 @@ class MultiheadAttention(nn.Module):
                 raise ValueError(
                     f"{name}.head_dim must equal dim / heads = {self.head_dim}, got {mod.head_dim}"
                 )
-        check_alibi(alibi, heads)
+        check_position_bias(position_bias, heads)
         self.relative = relative
         self.rotary = rotary
-        self.alibi = alibi
+        self.position_bias = position_bias
         self.q_proj = nn.Linear(dim, dim, bias=bias)
         self.k_proj = nn.Linear(dim, dim, bias=bias)
         self.v_proj = nn.Linear(dim, dim, bias=bias)
@@ -140,10 +141,10 @@ class MultiheadAttention(nn.Module):
 
         key_mask: [B, Tk] bool, True at real keys; queries with no visible key give 0.
         causal: key j visible from query i iff j <= i. q_positions / k_positions: [B, T(, M)]
-        for relpos/rotary/alibi (None = token indices); in self-attention k_positions must be
-        None (the keys are the queries). query_mask: [B, Tq], padding of the queries in
+        for relpos/rotary/position_bias (None = token indices); in self-attention k_positions
+        must be None (the keys are the queries). query_mask: [B, Tq], padding of the queries in
         cross-attention (their positions count as 0); in self-attention key_mask is used.
-        generator: for rotary's and alibi's augmentation draws.
+        generator: for rotary's and position_bias's augmentation draws.
         cache: incremental decoding (`AttentionCache`, see `_forward_cached`); None = off.
         """
         weight = self.q_proj.weight
@@ -205,9 +206,9 @@ class MultiheadAttention(nn.Module):
                 )
 
         bias = None
-        if self.alibi is not None:
+        if self.position_bias is not None:
             masks, pos = (key_mask, query_mask), (q_positions, k_positions)
-            bias = alibi_for_call(self.alibi, q, k, self_attn, causal, pos, masks, generator)
+            bias = bias_for_call(self.position_bias, q, k, self_attn, causal, pos, masks, generator)
         if self.relative is not None:
             out = self.relative(
                 q,
@@ -279,15 +280,19 @@ class MultiheadAttention(nn.Module):
         attend to every cached key (causal: new token i sees cached ones and new j <= i).
         q_positions: [B, Tq(, 1)] of the new tokens (None = indices from the cache length).
         Same results as the full computation; rotary must not augment (eval, no normalize), nor
-        alibi (eval: its bias only reads the cached positions).
+        position_bias (eval: its bias only reads the cached positions).
         """
         b, tq = query.shape[:2]
         q = self._split(self.q_proj(query))
         p_drop = self.dropout if self.training else 0.0
         if cache.static:
-            if self.rotary is not None or self.relative is not None or self.alibi is not None:
+            if (
+                self.rotary is not None
+                or self.relative is not None
+                or self.position_bias is not None
+            ):
                 raise ValueError(
-                    "a cached cross-attention must be content-only (no rotary/relpos/alibi)"
+                    "a cached cross-attention must be content-only (no rotary/relpos/position_bias)"
                 )
             if cache.k is None:
                 if key_value is None:
@@ -316,9 +321,9 @@ class MultiheadAttention(nn.Module):
         k = self._split(self.k_proj(query))
         v = self._split(self.v_proj(query))
         positions = None
-        if self.alibi is not None:
-            check_alibi(self.alibi, self.heads, causal, cached=True)
-        if self.rotary is not None or self.relative is not None or self.alibi is not None:
+        if self.position_bias is not None:
+            check_position_bias(self.position_bias, self.heads, causal, cached=True)
+        if self.rotary is not None or self.relative is not None or self.position_bias is not None:
             if q_positions is None:
                 q_positions = token_positions(b, tq, mask=key_mask, device=query.device) + past
             positions = q_positions if q_positions.dim() == 3 else q_positions[..., None]
@@ -365,8 +370,8 @@ class MultiheadAttention(nn.Module):
         output projection. Rows with no visible key give 0 (before the projection)."""
         b, _, tq, _ = q.shape
         bias = None
-        if self.alibi is not None:  # positions [B, T, 1] float32 (of the cache when cached)
-            bias = cached_bias(self.alibi, q_positions, k_positions, allowed)
+        if self.position_bias is not None:  # positions [B, T, 1] float32 (of the cache when cached)
+            bias = cached_bias(self.position_bias, q_positions, k_positions, allowed)
         if self.relative is not None:
             if bias is not None and allowed is not None:  # -inf: relpos finds the dead rows
                 bias = bias.masked_fill(~allowed, float("-inf"))

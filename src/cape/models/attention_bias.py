@@ -1,5 +1,5 @@
 """The bias encodings (`ALiBi`, `FIRE`) inside `MultiheadAttention`: their bias for one call,
-and SDPA with an additive bias. Both take the attention's one bias slot, `alibi=`.
+and SDPA with an additive bias. Both take the attention's one bias slot, `position_bias=`.
 
 Memory: the bias is [1, H, Tq, Tk] when the positions are shared by the batch (the default
 token indices without active augmentation, or positions of batch 1) and no key mask is given;
@@ -19,32 +19,40 @@ from ..encodings.fire import FIRE
 from ..functional.relative import allowed_keys
 from ..positions import token_positions
 
-__all__ = ["alibi_for_call", "biased_attention", "cached_bias", "check_alibi", "BIAS_ENCODINGS"]
+__all__ = [
+    "bias_for_call",
+    "biased_attention",
+    "cached_bias",
+    "check_position_bias",
+    "BIAS_ENCODINGS",
+]
 
-BIAS_ENCODINGS = (ALiBi, FIRE)  # the encodings that MultiheadAttention(alibi=...) takes
+BIAS_ENCODINGS = (ALiBi, FIRE)  # the encodings that MultiheadAttention(position_bias=...) takes
 
 
-def check_alibi(
-    alibi: object, heads: int, causal: bool | None = None, *, cached: bool = False
+def check_position_bias(
+    position_bias: object, heads: int, causal: bool | None = None, *, cached: bool = False
 ) -> None:
-    """`alibi` is None or a bias encoding (`ALiBi`, `FIRE`) of `heads` heads; causal: the
-    attention's (None = unknown yet), refused with `alibi.causal` off; cached: a decoding cache
-    (no active augmentation)."""
-    if alibi is None:
+    """`position_bias` is None or a bias encoding (`ALiBi`, `FIRE`) of `heads` heads; causal:
+    the attention's (None = unknown yet), refused with `position_bias.causal` off; cached: a
+    decoding cache (no active augmentation)."""
+    if position_bias is None:
         return
-    if not isinstance(alibi, BIAS_ENCODINGS):
-        got = type(alibi).__name__
-        raise TypeError(f"alibi must be a cape.ALiBi, cape.FIRE or None, got {got}")
-    if alibi.heads != heads:
-        raise ValueError(f"alibi.heads must equal heads ({heads}), got {alibi.heads}")
-    if causal is False and alibi.causal:
+    if not isinstance(position_bias, BIAS_ENCODINGS):
+        got = type(position_bias).__name__
+        raise TypeError(f"position_bias must be a cape.ALiBi, cape.FIRE or None, got {got}")
+    if position_bias.heads != heads:
         raise ValueError(
-            "alibi.causal=True leaves keys ahead of a query unpenalised: use it with causal "
-            f"attention (causal=True), or {type(alibi).__name__}(causal=False)"
+            f"position_bias.heads must equal heads ({heads}), got {position_bias.heads}"
         )
-    aug = alibi.augmentation
-    if cached and aug is not None and alibi.training and aug.random:
-        raise ValueError("a self-attention cache needs alibi without (active) augmentation")
+    if causal is False and position_bias.causal:
+        raise ValueError(
+            "position_bias.causal=True leaves keys ahead of a query unpenalised: use it with "
+            f"causal attention (causal=True), or {type(position_bias).__name__}(causal=False)"
+        )
+    aug = position_bias.augmentation
+    if cached and aug is not None and position_bias.training and aug.random:
+        raise ValueError("a self-attention cache needs position_bias without (active) augmentation")
 
 
 def biased_attention(
@@ -81,8 +89,8 @@ def cached_bias(
     return enc(q_positions, k_positions)
 
 
-def alibi_for_call(
-    alibi: ALiBi | FIRE,
+def bias_for_call(
+    position_bias: ALiBi | FIRE,
     q: torch.Tensor,
     k: torch.Tensor,
     self_attn: bool,
@@ -95,11 +103,11 @@ def alibi_for_call(
     [1, H, Tq, Tk] when the positions are shared by the batch (None without active
     augmentation: token indices 0..T-1) and FIRE sees no key mask, else [B, H, Tq, Tk].
     positions: (q_positions, k_positions); masks: (key_mask, query_mask)."""
-    check_alibi(alibi, alibi.heads, causal)
+    check_position_bias(position_bias, position_bias.heads, causal)
     (b, _, tq, _), tk, device = q.shape, k.shape[2], q.device
     (q_positions, k_positions), (key_mask, query_mask) = positions, masks
-    aug = alibi.augmentation
-    drawn = aug is not None and alibi.training and aug.random
+    aug = position_bias.augmentation
+    drawn = aug is not None and position_bias.training and aug.random
     q_mask = key_mask if self_attn else query_mask
 
     def default(t: int, mask: torch.Tensor | None) -> torch.Tensor:
@@ -114,13 +122,14 @@ def alibi_for_call(
     for name, pos, t in (("q_positions", qp, tq), ("k_positions", k_positions, tk)):
         if pos is not None and (pos.shape[0] not in (1, b) or pos.shape[1] != t):
             raise ValueError(
-                f"{name} must have shape [{b} or 1, {t}(, 1)] for alibi, got {tuple(pos.shape)}"
+                f"{name} must have shape [{b} or 1, {t}(, 1)] for position_bias, "
+                f"got {tuple(pos.shape)}"
             )
     extra = {}
-    if isinstance(alibi, FIRE):  # its normaliser counts the keys each query sees
+    if isinstance(position_bias, FIRE):  # its normaliser counts the keys each query sees
         extra["attn_mask"] = allowed_keys(key_mask, causal, tq, tk, device)
     if self_attn:
-        return alibi(qp, mask=fits(qp, q_mask), generator=generator, **extra)
+        return position_bias(qp, mask=fits(qp, q_mask), generator=generator, **extra)
     kp = default(tk, key_mask) if k_positions is None else k_positions
     km = fits(kp, key_mask)
-    return alibi(qp, kp, mask=fits(qp, q_mask), k_mask=km, generator=generator, **extra)
+    return position_bias(qp, kp, mask=fits(qp, q_mask), k_mask=km, generator=generator, **extra)

@@ -62,7 +62,7 @@ class _Block(nn.Module):
         activation: str,
         relative: RelPos | None,
         rotary: Rotary | None,
-        alibi: ALiBi | FIRE | None = None,
+        position_bias: ALiBi | FIRE | None = None,
     ) -> None:
         super().__init__()
         check_int("ffn_dim", ffn_dim)
@@ -73,7 +73,12 @@ class _Block(nn.Module):
             raise TypeError(f"norm_first must be a bool, got {type(norm_first).__name__}")
         self.norm_first = norm_first
         self.self_attn = MultiheadAttention(
-            dim, heads, dropout=dropout, relative=relative, rotary=rotary, alibi=alibi
+            dim,
+            heads,
+            dropout=dropout,
+            relative=relative,
+            rotary=rotary,
+            position_bias=position_bias,
         )
         self.self_norm = nn.LayerNorm(dim)
         self.ffn = nn.Sequential(
@@ -120,8 +125,8 @@ class TransformerEncoderLayer(_Block):
     dim: D (divisible by heads). ffn_dim: FFN hidden size. dropout: on attention
     probabilities, the FFN hidden layer and both residual branches. layer_drop: probability of
     skipping the FFN branch in training (module docstring). activation: "gelu" or "relu".
-    relative / rotary: in-attention positions (head_dim = D / heads); alibi: a bias encoding,
-    `ALiBi(heads)` or `FIRE(heads)`.
+    relative / rotary: in-attention positions (head_dim = D / heads); position_bias: a bias
+    encoding, `ALiBi(heads)` or `FIRE(heads)`.
     causal: token i attends to tokens j <= i only (a decoder-only model, e.g. autoregressive
     pixels).
     """
@@ -139,7 +144,7 @@ class TransformerEncoderLayer(_Block):
         relative: RelPos | None = None,
         rotary: Rotary | None = None,
         causal: bool = False,
-        alibi: ALiBi | FIRE | None = None,
+        position_bias: ALiBi | FIRE | None = None,
     ) -> None:
         super().__init__(
             dim,
@@ -151,7 +156,7 @@ class TransformerEncoderLayer(_Block):
             activation,
             relative,
             rotary,
-            alibi,
+            position_bias,
         )
         if not isinstance(causal, bool):
             raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
@@ -180,7 +185,7 @@ class TransformerEncoderLayer(_Block):
 class TransformerDecoderLayer(_Block):
     """Causal self-attention + cross-attention over the memory + FFN.
 
-    Same options as `TransformerEncoderLayer`; relative / rotary / alibi act in the
+    Same options as `TransformerEncoderLayer`; relative / rotary / position_bias act in the
     self-attention only (the cross-attention is content-only, as in the paper's seq2seq decoder).
     """
 
@@ -196,7 +201,7 @@ class TransformerDecoderLayer(_Block):
         activation: str = "gelu",
         relative: RelPos | None = None,
         rotary: Rotary | None = None,
-        alibi: ALiBi | FIRE | None = None,
+        position_bias: ALiBi | FIRE | None = None,
     ) -> None:
         super().__init__(
             dim,
@@ -208,7 +213,7 @@ class TransformerDecoderLayer(_Block):
             activation,
             relative,
             rotary,
-            alibi,
+            position_bias,
         )
         self.cross_attn = MultiheadAttention(dim, heads, dropout=dropout)
         self.cross_norm = nn.LayerNorm(dim)

@@ -71,7 +71,7 @@ class _Stack(nn.Module):
             if relative_factory is not None and (relative_layers == "all" or i == 0):
                 rel = relative_factory()
             key = "relative" if isinstance(rel, RelPos) else "rotary"
-            kinds = {"alibi" if isinstance(rel, BIAS_ENCODINGS) else key: rel}
+            kinds = {"position_bias" if isinstance(rel, BIAS_ENCODINGS) else key: rel}
             if rel is not None and not isinstance(rel, (RelPos, Rotary, *BIAS_ENCODINGS)):
                 raise TypeError(
                     "relative_factory must return a RelPos, Rotary, ALiBi or FIRE, got "

@@ -127,7 +127,12 @@ class ViT(nn.Module):
             raise ValueError(f"{name}: the ViT has its own class-token position; drop cls_token")
         if options.get("fit_grid") is True:  # frequencies fitted to this ViT's training grid
             options["fit_grid"] = self.grid
-        training_grid = {"grid": self.grid, "sizes": (self.grid[1], self.grid[0]), "pos_dim": 2}
+        training_grid = {  # what an encoding takes of this ViT (heads: RoPE-Mixed's per head)
+            "grid": self.grid,
+            "sizes": (self.grid[1], self.grid[0]),
+            "pos_dim": 2,
+            "heads": heads,
+        }
         for key, value in training_grid.items():
             if key in encoding_options(name):
                 options.setdefault(key, value)

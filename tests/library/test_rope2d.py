@@ -1,0 +1,165 @@
+"""RoPE-ViT's 2-D rotary (axial, mixed) against an independent computation.
+
+The reference rotates each plane (channel c, c + hd/2) by an explicit 2x2 matrix in float64,
+with RoPE-ViT's frequencies written out from the paper (theta^(-4c/hd) per patch; mixed:
+directions phi_h and phi_h + pi/2 per head)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import cape
+from cape.functional.rope2d import (
+    axial_frequencies,
+    mixed_angles,
+    mixed_frequencies,
+    rope2d_magnitudes,
+)
+from cape.models import ViT
+
+
+def _rotate_reference(x: torch.Tensor, angle: torch.Tensor) -> torch.Tensor:
+    """x: [B, H, T, hd], angle: [B, H, T, hd/2] -> plane by plane, 2x2 matrices, float64."""
+    x = x.double()
+    out = torch.empty_like(x)
+    half = x.shape[-1] // 2
+    for c in range(half):
+        a = angle[..., c].double()
+        rot = torch.stack([torch.cos(a), -torch.sin(a), torch.sin(a), torch.cos(a)], -1)
+        rot = rot.reshape(*a.shape, 2, 2)
+        pair = torch.stack([x[..., c], x[..., c + half]], -1)[..., None]  # [..., 2, 1]
+        turned = (rot @ pair)[..., 0]
+        out[..., c], out[..., c + half] = turned[..., 0], turned[..., 1]
+    return out
+
+
+def test_magnitudes_are_rope_vits() -> None:
+    hd, theta = 16, 100.0
+    expect = [1 / theta ** (4 * c / hd) for c in range(hd // 4)]  # 1, 100^-1/4, ...
+    torch.testing.assert_close(rope2d_magnitudes(hd, theta).double(), torch.tensor(expect).double())
+    assert float(rope2d_magnitudes(hd, theta)[0]) == 1.0  # the highest: one radian per patch
+
+
+def test_axial_turns_half_the_planes_with_x_and_half_with_y() -> None:
+    hd, sx, sy = 16, 0.5, 0.25
+    torch.manual_seed(0)
+    enc = cape.RoPE2d(hd, variant="axial")
+    pos = torch.rand(2, 5, 2) * 4 - 2
+    q = torch.randn(2, 3, 5, hd)
+    angle = torch.empty(2, 5, hd // 2, dtype=torch.float64)
+    for c in range(hd // 4):  # x planes, then y planes, both at 100^(-4c/hd)
+        r = 100.0 ** (-4 * c / hd)
+        angle[..., c] = pos[..., 0].double() * r
+        angle[..., c + hd // 4] = pos[..., 1].double() * r
+    got = enc(q, q, positions=pos)[0]
+    want = _rotate_reference(q, angle[:, None].expand(2, 3, 5, hd // 2))
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+    # spacing: the per-patch frequencies over the patch distance
+    w = axial_frequencies(hd, spacing=(sx, sy))
+    torch.testing.assert_close(w[0, : hd // 4], rope2d_magnitudes(hd, 100.0) / sx)
+    torch.testing.assert_close(w[1, hd // 4 :], rope2d_magnitudes(hd, 100.0) / sy)
+    assert not w[0, hd // 4 :].any() and not w[1, : hd // 4].any()
+
+
+def test_fit_grid_makes_one_patch_of_the_training_grid_the_unit() -> None:
+    enc = cape.RoPE2d(8, variant="axial", fit_grid=(5, 9))
+    pos = enc.grid_positions(5, 9)[0]  # neighbours 2/8 apart in x, 2/4 in y
+    spacing_x, spacing_y = 2 / 8, 2 / 4
+    r = rope2d_magnitudes(8, 100.0)
+    torch.testing.assert_close(enc.frequencies[0, :2], r / spacing_x)
+    torch.testing.assert_close(enc.frequencies[1, 2:], r / spacing_y)
+    # the highest frequency turns by exactly one radian from patch to patch, as in RoPE-ViT
+    step = (pos[1, 0] - pos[0, 0]) * enc.frequencies[0, 0]
+    assert abs(float(step) - 1.0) < 1e-5
+    assert cape.count_aliased(enc, (5, 9)) == 0
+
+
+def test_mixed_initial_directions_are_per_head_and_orthogonal_in_pairs() -> None:
+    hd, heads = 16, 3
+    w = mixed_frequencies(hd, heads, generator=torch.Generator().manual_seed(1)).double()
+    r = rope2d_magnitudes(hd, 10.0).double()
+    q4 = hd // 4
+    for h in range(heads):
+        first, second = w[h, :, :q4], w[h, :, q4:]  # [2, hd/4] each: (w_x, w_y) per plane
+        torch.testing.assert_close(first.norm(dim=0), r)
+        torch.testing.assert_close(second.norm(dim=0), r)
+        torch.testing.assert_close((first * second).sum(0), torch.zeros(q4, dtype=torch.float64))
+        phi = torch.atan2(first[1], first[0])  # one direction per head, the same for every c
+        assert float((phi - phi[0]).abs().max()) < 1e-6
+    phis = torch.atan2(w[:, 1, 0], w[:, 0, 0])
+    assert len({round(float(p), 4) for p in phis}) == heads  # drawn apart per head
+
+
+def test_mixed_rotates_each_head_by_its_own_frequencies_and_learns_them() -> None:
+    hd, heads = 8, 2
+    torch.manual_seed(3)
+    enc = cape.build("rope-mixed", hd, heads=heads)
+    assert isinstance(enc, cape.RoPE2d) and enc.head_freqs.requires_grad
+    pos = torch.randn(2, 4, 2)
+    q = torch.randn(2, heads, 4, hd)
+    w = enc.head_freqs.detach().double()  # [H, 2, hd/2]
+    angle = pos.double()[:, None, :, 0:1] * w[None, :, None, 0] + (
+        pos.double()[:, None, :, 1:2] * w[None, :, None, 1]
+    )
+    got = enc(q, q, positions=pos)[0]
+    torch.testing.assert_close(got.double(), _rotate_reference(q, angle), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(mixed_angles(pos, enc.head_freqs).double(), angle)
+    got.square().sum().backward()
+    assert enc.head_freqs.grad is not None and enc.head_freqs.grad.abs().sum() > 0
+    assert "head_freqs" in enc.state_dict()
+
+
+@pytest.mark.parametrize("variant", ["axial", "mixed"])
+def test_logits_depend_on_relative_positions_only(variant: str) -> None:
+    torch.manual_seed(0)
+    enc = cape.RoPE2d(8, variant=variant, **({"heads": 2} if variant == "mixed" else {}))
+    q, k = torch.randn(1, 2, 6, 8), torch.randn(1, 2, 6, 8)
+    pos = torch.randn(1, 6, 2)
+    there = enc(q, k, positions=pos)
+    a = there[0] @ there[1].transpose(-1, -2)
+    moved = enc(q, k, positions=pos + torch.tensor([3.0, -1.5]))
+    b = moved[0] @ moved[1].transpose(-1, -2)
+    torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_errors_name_the_argument() -> None:
+    with pytest.raises(ValueError, match="head_dim must be divisible by 4"):
+        cape.RoPE2d(6)
+    with pytest.raises(ValueError, match="heads is required"):
+        cape.RoPE2d(8, variant="mixed")
+    with pytest.raises(ValueError, match="heads applies to variant='mixed'"):
+        cape.RoPE2d(8, heads=2)
+    with pytest.raises(ValueError, match="variant"):
+        cape.RoPE2d(8, variant="spiral")
+    with pytest.raises(ValueError, match="theta"):
+        cape.RoPE2d(8, theta=1.0)
+    enc = cape.RoPE2d(8, variant="mixed", heads=2)
+    with pytest.raises(ValueError, match="q must have 2 heads"):
+        enc(torch.zeros(1, 3, 4, 8), torch.zeros(1, 3, 4, 8), positions=torch.zeros(1, 4, 2))
+
+
+@pytest.mark.parametrize("name", ["rope-axial", "rope-mixed"])
+def test_vit_takes_them_at_any_size_with_capes_augmentation(name: str) -> None:
+    torch.manual_seed(0)
+    aug = {"max_global_shift": 0.5, "max_local_shift": 0.5, "max_global_scaling": 1.4}
+    model = ViT(
+        4, image_size=16, patch=4, dim=16, depth=1, heads=2, position=name,
+        position_options={"fit_grid": True, **aug},
+    )  # fmt: skip
+    rope = model.layer_position
+    assert isinstance(rope, cape.RoPE2d) and rope.fit_grid == (4, 4)
+    assert rope.augmentation == cape.Augmentation(0.5, 0.5, 1.4)
+    model.train()(torch.randn(2, 3, 16, 16)).sum().backward()
+    model.eval()
+    for size in (8, 16, 32):
+        assert model(torch.randn(1, 3, size, size)).shape == (1, 4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.isfinite(model(torch.randn(1, 3, 24, 24))).all()
+    # eval is deterministic: no augmentation draw
+    x = torch.randn(1, 3, 16, 16)
+    assert torch.equal(model(x), model(x))
+    with torch.no_grad():
+        assert math.isfinite(float(model(x).sum()))
