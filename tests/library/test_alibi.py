@@ -271,3 +271,17 @@ def test_bad_arguments_name_the_argument() -> None:
     for fn, error, name in cases:
         with pytest.raises(error, match=name):
             fn()
+
+
+def test_ctc_model_counts_the_papers_slopes_per_output_frame() -> None:
+    # a frame of the CTC model spans stride x 10 ms: the paper's per-token slopes 2^-8h/H,
+    # per frame, are 2^-8h/H / (stride * 0.01) per second (what the bias reads)
+    for stride, heads in ((3, 4), (2, 2)):
+        model = CTCModel(12, position="alibi", n_mels=8, dim=16, depth=1, heads=heads, ffn_dim=32,
+                         stride=stride, kernel=stride)  # fmt: skip
+        got = model.encoder.layers[0].self_attn.position_bias.slopes
+        want = [2.0 ** (-8 * (h + 1) / heads) / (stride * 0.01) for h in range(heads)]
+        assert got.tolist() == pytest.approx(want, rel=1e-6)
+    given = CTCModel(12, position="alibi", position_options={"slopes": [1.0, 2.0]}, n_mels=8,
+                     dim=16, depth=1, heads=2, ffn_dim=32)  # fmt: skip
+    assert given.encoder.layers[0].self_attn.position_bias.slopes.tolist() == [1.0, 2.0]

@@ -26,8 +26,9 @@ defaults per name (`position_options` override them):
   `step = stride * 0.01` s (one output frame at the default 10 ms hop) up to the paper's 26.8 s
   either side. Other hops keep seconds as the unit: at a 20 ms hop one frame is 2 buckets.
 - "rotary": rotary embeddings of the seconds in every layer, `freq_scale=30`.
-- "alibi": ALiBi's per-head linear bias on the distance in seconds in every layer (the paper's
-  slopes, per second: `slopes=` rescales them).
+- "alibi": ALiBi's per-head linear bias on the distance in seconds in every layer; its slopes
+  are the paper's per-token ones counted in output frames (m_h / step s^-1, as for FIRE;
+  `slopes=` sets others).
 - "fire": FIRE's learned bias on the distance in seconds in every layer; its scale c and
   threshold L are the authors' per-token values counted in output frames (c = 0.1 / step s^-1,
   L = 512 steps, step = stride x hop).
@@ -53,6 +54,7 @@ from .._checks import (
     check_tensor,
 )
 from ..build import build, encoding_class
+from ..functional.alibi import alibi_slopes
 from ..positions import lengths_to_mask, timestamps
 from .options import attention_size, check_pos_dim, resolve_options
 from .transformer import TransformerEncoder
@@ -114,6 +116,8 @@ def _resolve_position(
     if kind == "none" and options:
         raise ValueError(f"{name} takes no position_options, got {sorted(options)}")
     options = resolve_options(name, options, _defaults(frame_step))
+    if name == "alibi" and "slopes" not in options:  # per output frame, as the paper's per token
+        options["slopes"] = (alibi_slopes(heads) / frame_step).tolist()
     if kind != "attention":
         encoding = build(name, dim, **options)
         feed = _feed(name, encoding)

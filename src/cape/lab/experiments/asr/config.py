@@ -220,6 +220,19 @@ _ALL = _MAIN + [
         batching="padding-free",
     ),
 ]
+# The encodings people pick instead (issue 32): ALiBi alone and over CAPE-augmented seconds, next
+# to the digits-k3 rows they are read against (their runs are reused from that study's folder)
+_AUDIO_AUG = {
+    "max_global_shift": 60.0,
+    "max_local_shift": 0.015,
+    "max_global_scaling": 1.1,
+    "normalize": True,
+}
+_PEERS = [
+    *[r for r in _ALL if r["name"] in ("nopos", "sinpos", _CAPE, "relpos", "rotary+CAPE")],
+    _row("ALiBi", "alibi"),
+    _row("ALiBi+CAPE", "alibi", options={"augmentation": _AUDIO_AUG}),
+]
 _TRAIN = {
     "batch_size": 16,
     "lr": 2e-3,
@@ -268,6 +281,16 @@ PRESETS: dict[str, dict[str, Any]] = {
             "name": "asr-digits-k3",
             "model": {**_CPU_MODEL, "kernel": 3},
             "rows": _ALL,
+            "seeds": [0, 1, 2],
+        }
+    ),
+    # the peers of issue 32 on digits-k3: its settings, three seeds
+    "digits-k3-peers": copy.deepcopy(
+        {
+            **_DIGITS,
+            "name": "asr-digits-k3-peers",
+            "model": {**_CPU_MODEL, "kernel": 3},
+            "rows": _PEERS,
             "seeds": [0, 1, 2],
         }
     ),

@@ -273,6 +273,24 @@ _RELATION_ROWS = [
     },
 ]
 
+# The 2-D rotary encodings people use instead (RoPE-ViT's axial and mixed, Heo et al. 2024),
+# each alone and with CAPE's augmentation, next to the main job's rows: issue 32's peers.
+_PEER_ROWS = [
+    {"name": "rotary grid", "position": "rotary2d", "options": {"fit_grid": True}},
+    {"name": "RoPE-Axial", "position": "rope-axial", "options": {"fit_grid": True}},
+    {
+        "name": "RoPE-Axial+CAPE",
+        "position": "rope-axial",
+        "options": {"augmentation": _ROTARY_AUG, "fit_grid": True},
+    },
+    {"name": "RoPE-Mixed", "position": "rope-mixed", "options": {"fit_grid": True}},
+    {
+        "name": "RoPE-Mixed+CAPE",
+        "position": "rope-mixed",
+        "options": {"augmentation": _ROTARY_AUG, "fit_grid": True},
+    },
+]
+
 # name -> config mapping (apply `--config` files and `--set` overrides on top)
 PRESETS: dict[str, dict[str, Any]] = {
     # the README's main job: 6 rows x 2 seeds on `relations`, <= 10 minutes on 2 CPU cores
@@ -298,6 +316,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "eval": {"sizes": [24, 32, 48, 64], "figures": False},
         "rows": _RELATION_ROWS,
     },
+    # the main job's settings and rows plus the peers (its runs are reused from its folder)
+    "peers": {"name": "vision-peers", "rows": [*_RELATION_ROWS, *_PEER_ROWS]},
     # the previous main job: characters (a task a bag of patches nearly solves), 1 seed
     "chars-quick": {
         "name": "vision-chars-quick",
@@ -356,6 +376,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         "rows": [{**r, "train_size": 224} for r in _QUICK_ROWS],
     },
 }
+
+
+PRESETS["peers"] = {**copy.deepcopy(PRESETS["quick"]), **PRESETS["peers"]}
 
 
 def preset(name: str) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from cape.lab.experiments.pairs import AUGMENTATION_KEYS, level, pair_sentences, twins
 from cape.lab.report import mean_std, summarize
 
 __all__ = ["verdict", "removed_table_cells", "NO_POSITIONS", "USES_POSITIONS_POINTS"]
@@ -30,10 +31,6 @@ Cell = Mapping[str, Any]
 def _cells(records: Sequence[Mapping[str, Any]], method: str) -> dict[tuple[str, int], Cell]:
     recs = [r for r in records if r.get("set") == "test" and r.get("method") == method]
     return {(c["row"], c["size"]): c for c in summarize(recs, ["row", "size"], "acc")}
-
-
-def _level(a: Cell, b: Cell) -> bool:
-    return abs(a["mean"] - b["mean"]) <= max(a["std"], b["std"])
 
 
 def _drops(records: Sequence[Mapping[str, Any]], size: int) -> dict[str, Cell]:
@@ -123,7 +120,7 @@ def verdict(
         if not cells:
             continue
         best_row, best = max(cells, key=lambda rc: rc[1]["mean"])
-        level = [r for r, c in cells if r != best_row and _level(c, best)]
+        tied = [r for r, c in cells if r != best_row and level(c, best)]
         kept = [
             f"`{r}` {c['mean'] / at(r, train_size)['mean']:.0%}"
             for r, c in cells
@@ -134,8 +131,8 @@ def verdict(
             f"**At {size} px ({kind} than training)** the best row is `{best_row}` with "
             f"{mean_std(best)}%"
             + (
-                f"; level with it within the seeds' spread: {_names(level)}"
-                if level
+                f"; level with it within the seeds' spread: {_names(tied)}"
+                if tied
                 else "; no other row is within the seeds' spread of it"
             )
         )
@@ -144,44 +141,22 @@ def verdict(
         out.append(
             sentence + ". Share of the training-size accuracy kept: " + ", ".join(kept) + "."
         )
-    out += _fitted_pairs(config, plain, sorted({s for (_, s) in plain}))
+    every = sorted({s for (_, s) in plain})
+    cell = lambda row, size: plain.get((row, size))  # noqa: E731
+    px = lambda size: f"{size} px"  # noqa: E731
+    out += pair_sentences(
+        "Frequencies fitted to the grid",
+        twins(config["rows"], ("fit_grid",)),
+        cell,
+        every,
+        px,
+        twin_note=" (the paper's frequencies)",
+    )
+    augmented = twins(config["rows"], AUGMENTATION_KEYS)
+    out += pair_sentences(
+        "CAPE's augmentation", augmented, cell, every, px, twin_note=" (not augmented)"
+    )
     return "\n\n".join(out)
-
-
-def _fitted_pairs(
-    config: Mapping[str, Any], plain: Mapping[tuple[str, int], Cell], sizes: Sequence[int]
-) -> list[str]:
-    """A sentence per row whose frequencies are fitted to the grid (`fit_grid`) and that has a
-    twin at the paper's frequencies (the same position and options otherwise)."""
-    rows = config["rows"]
-    out = []
-    for row in rows:
-        options = dict(row.get("options") or {})
-        if not options.pop("fit_grid", None):
-            continue
-        twin = next(
-            (
-                r
-                for r in rows
-                if r.get("position") == row.get("position") and (r.get("options") or {}) == options
-            ),
-            None,
-        )
-        if twin is None:
-            continue
-        a, b = row["name"], twin["name"]
-        diffs = [
-            f"{plain[a, s]['mean'] - plain[b, s]['mean']:+.1f} at {s} px"
-            + (" (level)" if _level(plain[a, s], plain[b, s]) else "")
-            for s in sizes
-            if (a, s) in plain and (b, s) in plain
-        ]
-        if diffs:
-            out.append(
-                f"**Frequencies fitted to the grid**: `{a}` against `{b}` (the paper's "
-                f"frequencies), points: " + ", ".join(diffs) + "."
-            )
-    return out
 
 
 def _use(drop: Cell) -> str:

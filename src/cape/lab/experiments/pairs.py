@@ -1,0 +1,95 @@
+"""Rows that differ from another row by one thing, and the sentence that compares them.
+
+A study's verdict reads pairs off its config rather than off row names: a row whose options
+set `keys` (CAPE's augmentation, `fit_grid`) and a twin that is the same row without them.
+Every comparison uses the seeds' spread: two cells whose means differ by less than the larger
+of their standard deviations are called level, whatever their order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+__all__ = ["AUGMENTATION_KEYS", "twins", "level", "pair_sentences"]
+
+# the options that give a row CAPE's augmentation (`cape.build`'s fields or the whole of it)
+AUGMENTATION_KEYS = (
+    "augmentation",
+    "max_global_shift",
+    "max_local_shift",
+    "max_global_scaling",
+    "normalize",
+)
+
+# names that are CAPE whatever their options (their twin without augmentation is sinpos)
+CAPE_NAMES = ("cape1d", "cape2d")
+
+Cell = Mapping[str, Any]
+
+
+def _without(row: Mapping[str, Any], keys: Sequence[str]) -> tuple[dict, dict]:
+    rest = {k: v for k, v in row.items() if k not in ("name", "options")}
+    options = {k: v for k, v in (row.get("options") or {}).items() if k not in keys}
+    return rest, options
+
+
+def twins(rows: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> list[tuple[str, str]]:
+    """(row, twin) names: `row`'s options set one of `keys` (to something but None/False) and
+    `twin` is the same row (position, options, every other field) without them. With the
+    augmentation's keys, the CAPE names are left out: they augment by default."""
+    out = []
+    for row in rows:
+        options = row.get("options") or {}
+        if set(keys) & set(AUGMENTATION_KEYS) and row.get("position") in CAPE_NAMES:
+            continue
+        if not any(options.get(k) not in (None, False) for k in keys):
+            continue
+        bare = _without(row, keys)
+        twin = next(
+            (
+                r["name"]
+                for r in rows
+                if r is not row
+                and not any(k in (r.get("options") or {}) for k in keys)
+                and _without(r, keys) == bare
+            ),
+            None,
+        )
+        if twin is not None:
+            out.append((row["name"], twin))
+    return out
+
+
+def level(a: Cell, b: Cell) -> bool:
+    """Whether two summary cells (mean, std) are within the seeds' spread of each other."""
+    return abs(a["mean"] - b["mean"]) <= max(a["std"], b["std"])
+
+
+def pair_sentences(
+    title: str,
+    pairs: Sequence[tuple[str, str]],
+    cell: Callable[[str, Any], Cell | None],
+    columns: Sequence[Any],
+    label: Callable[[Any], str],
+    unit: str = "points",
+    twin_note: str = "",
+) -> list[str]:
+    """One sentence per pair: `row` against `twin` (+ `twin_note`), the difference of means at
+    each column (`cell(row, column)`, None when not measured), "(level)" within the seeds'
+    spread."""
+    out = []
+    for a, b in pairs:
+        diffs = []
+        for col in columns:
+            ca, cb = cell(a, col), cell(b, col)
+            if ca is None or cb is None:
+                continue
+            diffs.append(
+                f"{ca['mean'] - cb['mean']:+.1f} at {label(col)}"
+                + (" (level)" if level(ca, cb) else "")
+            )
+        if diffs:
+            head = f"**{title}**: `{a}` against `{b}`{twin_note}, {unit}: "
+            out.append(head + ", ".join(diffs) + ".")
+    return out

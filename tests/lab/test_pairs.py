@@ -1,0 +1,55 @@
+"""Twin rows (a row and the same row without CAPE's augmentation or fit_grid) and the sentence
+comparing them, read off configs as the presets write them."""
+
+from __future__ import annotations
+
+from cape.lab.experiments import EXPERIMENTS, resolve_config
+from cape.lab.experiments.pairs import AUGMENTATION_KEYS, level, pair_sentences, twins
+
+
+def _rows(name: str, preset: str) -> list[dict]:
+    exp = EXPERIMENTS[name]
+    return resolve_config(exp.config_cls, exp.presets, preset)[1]["rows"]
+
+
+def test_twins_of_the_presets() -> None:
+    vision = _rows("vision", "peers")
+    assert twins(vision, AUGMENTATION_KEYS) == [
+        ("rotary+CAPE grid", "rotary grid"),
+        ("RoPE-Axial+CAPE", "RoPE-Axial"),
+        ("RoPE-Mixed+CAPE", "RoPE-Mixed"),
+    ]
+    assert twins(vision, ("fit_grid",)) == [("CAPE grid", "CAPE")]
+    asr = _rows("asr", "digits-k3-peers")
+    assert twins(asr, AUGMENTATION_KEYS) == [("ALiBi+CAPE", "ALiBi")]
+    # CAPE names augment by default: "CAPE λ=2" is no augmented twin of "CAPE"
+    assert twins(_rows("asr", "digits-k3"), AUGMENTATION_KEYS) == []
+
+
+def test_a_twin_must_match_in_everything_else() -> None:
+    rows = [
+        {"name": "a", "position": "rotary", "options": {"max_local_shift": 0.5}},
+        {"name": "b", "position": "rotary", "options": {"base": 100.0}},
+        {"name": "c", "position": "alibi", "options": {}},
+        {"name": "d", "position": "rotary", "options": {}, "train_size": 24},
+        {"name": "e", "position": "rotary", "options": {"normalize": False}},  # off: no twin
+    ]
+    assert twins(rows, AUGMENTATION_KEYS) == []
+    rows.append({"name": "f", "position": "rotary", "options": None})
+    assert twins(rows, AUGMENTATION_KEYS) == [("a", "f")]
+
+
+def test_sentences_say_the_difference_and_when_it_is_within_the_spread() -> None:
+    cells = {
+        ("x", 1): {"mean": 90.0, "std": 1.0},
+        ("y", 1): {"mean": 80.0, "std": 2.0},
+        ("x", 2): {"mean": 50.0, "std": 4.0},
+        ("y", 2): {"mean": 52.0, "std": 1.0},
+    }
+    assert level(cells["x", 2], cells["y", 2]) and not level(cells["x", 1], cells["y", 1])
+    (said,) = pair_sentences(
+        "T", [("x", "y")], lambda r, c: cells.get((r, c)), [1, 2, 3], lambda c: f"c{c}",
+        twin_note=" (n)",
+    )  # fmt: skip
+    assert said == "**T**: `x` against `y` (n), points: +10.0 at c1, -2.0 at c2 (level)."
+    assert pair_sentences("T", [("x", "z")], lambda r, c: cells.get((r, c)), [1], str) == []
