@@ -45,12 +45,12 @@ def check_pos_dim(name: str, encoding: nn.Module, want: int, what: str) -> None:
         raise ValueError(f"position {name!r} reads {encoding.pos_dim}-D positions; {what}")
 
 
-def take_augmentation(encoding: nn.Module) -> Augmentation | None:
+def take_augmentation(encoding: nn.Module, *, causal: bool = True) -> Augmentation | None:
     """The encoding's augmentation, removed from it: the model applies it itself (synchronised
-    source and target positions). Mean-normalisation is refused: a causal decoder's target
-    position would depend on later tokens."""
+    across inputs, or drawn once for every layer). With `causal` (a decoder), mean-normalisation
+    is refused: a target position would depend on later tokens."""
     aug = getattr(encoding, "augmentation", None)
-    if aug is not None and aug.normalize:
+    if causal and aug is not None and aug.normalize:
         raise ValueError(
             "normalize=True (mean-normalisation) would make a target position depend on later "
             "tokens; the decoder is causal: use normalize=False"

@@ -11,6 +11,8 @@ from typing import Any
 
 from cape.lab.experiments.asr.config import PRESETS as ASR_PRESETS
 from cape.lab.experiments.asr.config import AsrConfig
+from cape.lab.experiments.length.config import PRESETS as LENGTH_PRESETS
+from cape.lab.experiments.length.config import LengthConfig
 from cape.lab.experiments.lff_boxes.config import PRESETS as LFF_BOXES_PRESETS
 from cape.lab.experiments.lff_boxes.config import LffBoxesConfig
 from cape.lab.experiments.lff_generation.config import PRESETS as LFF_GENERATION_PRESETS
@@ -65,5 +67,8 @@ EXPERIMENTS: dict[str, Experiment] = {
         TRANSLATION_PRESETS,
         "quick",
         "cape.lab.experiments.translation.run",
+    ),
+    "length": Experiment(
+        "length", LengthConfig, LENGTH_PRESETS, "quick", "cape.lab.experiments.length.run"
     ),
 }

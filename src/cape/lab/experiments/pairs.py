@@ -13,8 +13,10 @@ from typing import Any
 
 __all__ = ["AUGMENTATION_KEYS", "twins", "level", "pair_sentences"]
 
-# the options that give a row CAPE's augmentation (`cape.build`'s fields or the whole of it)
+# the options that give a row CAPE's augmentation (`cape.build`'s fields, the whole of it, or
+# a modality preset's values)
 AUGMENTATION_KEYS = (
+    "preset",
     "augmentation",
     "max_global_shift",
     "max_local_shift",

@@ -1,0 +1,286 @@
+"""Configuration of the length experiment (trained short, tested 2x-8x longer) and its presets.
+
+The task (`cape.lab.data.text.lookup`): predict at every position the token `offset` places back,
+in sequences of uniform random symbols; training lengths lie in [min_len, max_len] and the test
+sets are longer. Every row is a `cape.build` name with its options; `eval_options` change the
+encoding at evaluation only (RoPE's length extension chosen at inference), and `train_as` makes a
+row evaluate another row's trained weights instead of training its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from cape._checks import check_int, check_rate
+from cape.build import AUGMENTATION_FIELDS, build, encoding_class
+from cape.encodings.sinusoidal import PRESETS as MODALITY_PRESETS
+from cape.lab.experiments.template import check_best_metric, check_position, check_runs
+from cape.lab.train.config import TrainConfig
+from cape.models.options import attention_size, resolve_options
+
+__all__ = [
+    "DataConfig",
+    "ModelConfig",
+    "RowConfig",
+    "EvalConfig",
+    "LengthConfig",
+    "PRESETS",
+    "position_options",
+    "encoding_size",
+]
+
+
+@dataclass
+class DataConfig:
+    """The sequences (`cape.lab.data.text.lookup.make_splits`): V content symbols (`vocab`), the
+    target's `offset` k, training lengths uniform in [min_len, max_len], the sizes of the
+    training and validation sets (validation at training lengths, fixed), the seed."""
+
+    vocab: int = 16
+    offset: int = 3
+    min_len: int = 16
+    max_len: int = 32
+    train: int = 50000
+    val: int = 1000
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_int("data.vocab", self.vocab, minimum=2)
+        check_int("data.offset", self.offset)
+        check_int("data.min_len", self.min_len, minimum=self.offset + 1)
+        check_int("data.max_len", self.max_len, minimum=self.min_len)
+        check_int("data.train", self.train)
+        check_int("data.val", self.val)
+        check_int("data.seed", self.seed, minimum=0)
+
+
+@dataclass
+class ModelConfig:
+    """The bidirectional `cape.models.TransformerEncoder` over token embeddings, then a linear
+    head to the V symbols at every position."""
+
+    dim: int = 64
+    heads: int = 4
+    layers: int = 2
+    ffn_dim: int = 128
+    dropout: float = 0.0
+
+    def __post_init__(self) -> None:
+        for key in ("dim", "heads", "layers", "ffn_dim"):
+            check_int(f"model.{key}", getattr(self, key))
+        if self.dim % self.heads:
+            raise ValueError(
+                f"model.dim must be divisible by model.heads, got {self.dim} and {self.heads}"
+            )
+        check_rate("model.dropout", self.dropout)
+
+
+@dataclass
+class RowConfig:
+    """One row: `position` (a 1-D `cape.build` name) with `options` over the experiment's
+    defaults (`position_options`); `eval_options` replace or add options at evaluation only;
+    `train_as`: the name of an earlier row whose trained weights this row evaluates (with that
+    row's options and its own `eval_options`) instead of training; checked in `LengthConfig`."""
+
+    name: str = ""
+    position: str = ""
+    options: dict[str, Any] = field(default_factory=dict)
+    eval_options: dict[str, Any] = field(default_factory=dict)
+    train_as: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError("rows[].name must be a non-empty string")
+        key = f"rows[{self.name}]"
+        self.position = check_position(f"{key}.position", self.position)
+        for what in ("options", "eval_options"):
+            if not isinstance(getattr(self, what), dict):
+                raise ValueError(f"{key}.{what} must be a mapping, got {getattr(self, what)!r}")
+        if self.train_as is not None and not isinstance(self.train_as, str):
+            raise ValueError(f"{key}.train_as must be a row name or null, got {self.train_as!r}")
+
+
+@dataclass
+class EvalConfig:
+    """lengths: the test lengths (increasing; the first is the reference "1x" of the verdict);
+    test: sequences per test length; batch_size: sequences per evaluation batch. They live
+    here, not in `data`, so that changing them evaluates the trained runs again (not retrains)."""
+
+    lengths: list[int] = field(default_factory=lambda: [32, 64, 128, 256])
+    test: int = 250
+    batch_size: int = 50
+
+    def __post_init__(self) -> None:
+        if not self.lengths:
+            raise ValueError("eval.lengths must list at least one test length")
+        for i, length in enumerate(self.lengths):
+            check_int(f"eval.lengths[{i}]", length, minimum=2)
+        if list(self.lengths) != sorted(set(self.lengths)):
+            raise ValueError(f"eval.lengths must be strictly increasing, got {self.lengths}")
+        check_int("eval.test", self.test)
+        check_int("eval.batch_size", self.batch_size)
+
+
+def position_options(
+    row: RowConfig, cfg: LengthConfig, *, evaluation: bool = False
+) -> dict[str, Any]:
+    """The `cape.build(row.position, ...)` options of a row: the experiment's defaults, the
+    row's options (those of the row it is trained as, if any), then at evaluation its
+    `eval_options`. Defaults: abspos, a table of max_len rows (indices past it wrap, `mod`:
+    AbsPos1d's own default) at the content embedding's scale (init std 1, as lff-boxes found the
+    library's 0.02 left a table at content-only level in a short run); cape1d, CAPE's "text"."""
+    defaults = {
+        "abspos": {"num_positions": cfg.data.max_len, "init_std": 1.0},
+        "cape1d": {"preset": "text"},
+    }
+    trained = cfg.row(row.train_as) if row.train_as else row
+    options = resolve_options(row.position, trained.options, defaults)
+    return {**options, **row.eval_options} if evaluation else options
+
+
+def encoding_size(position: str, dim: int, heads: int) -> int:
+    """The `dim` of `cape.build` for a model of width `dim` with `heads` heads: D for an
+    absolute encoding, the head size (or the number of heads: alibi, fire) inside attention."""
+    if encoding_class(position, key="position").kind == "attention":
+        return attention_size(position, dim, heads)
+    return dim
+
+
+@dataclass
+class LengthConfig:
+    """The whole experiment: every row is trained once per seed (or reuses the weights of the
+    row named by its `train_as`) and evaluated at every test length."""
+
+    name: str = "length"
+    seeds: list[int] = field(default_factory=lambda: [0])
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    rows: list[RowConfig] = field(default_factory=list)
+
+    def row(self, name: str) -> RowConfig:
+        """The row called `name`."""
+        return next(r for r in self.rows if r.name == name)
+
+    def __post_init__(self) -> None:
+        check_runs(self.rows, self.seeds)
+        check_best_metric(self.train, "acc", "max", "the validation accuracy")
+        for i, length in enumerate(self.eval.lengths):
+            if length <= self.data.offset:
+                raise ValueError(
+                    f"eval.lengths[{i}] must exceed data.offset={self.data.offset} (a scored "
+                    f"token), got {length}"
+                )
+        for i, row in enumerate(self.rows):
+            self._check_train_as(row, [r.name for r in self.rows[:i]])
+            self._check_encoding(row)
+
+    def _check_train_as(self, row: RowConfig, earlier: list[str]) -> None:
+        key = f"rows[{row.name}]"
+        if row.train_as is None:
+            return
+        if row.train_as not in earlier or self.row(row.train_as).train_as is not None:
+            raise ValueError(
+                f"{key}.train_as must name an earlier row that trains its own weights "
+                f"(one of {[n for n in earlier if self.row(n).train_as is None]}), "
+                f"got {row.train_as!r}"
+            )
+        source = self.row(row.train_as)
+        if source.position != row.position:
+            raise ValueError(
+                f"{key}.position must be that of its train_as row {source.name!r} "
+                f"({source.position!r}), got {row.position!r}"
+            )
+        if row.options:
+            raise ValueError(
+                f"{key}.options must be empty with train_as (the weights are {source.name!r}'s, "
+                f"trained with its options): put evaluation changes in eval_options"
+            )
+
+    def _check_encoding(self, row: RowConfig) -> None:
+        """Build the row's encoding for training and for evaluation: bad options fail here."""
+        key = f"rows[{row.name}]"
+        if encoding_class(row.position).kind == "none":
+            if row.options or row.eval_options:
+                raise ValueError(f"{key}: position {row.position!r} takes no options")
+            return
+        size = encoding_size(row.position, self.model.dim, self.model.heads)
+        for what, evaluation in (("options", False), ("eval_options", True)):
+            try:
+                made = build(
+                    row.position, size, **position_options(row, self, evaluation=evaluation)
+                )
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"{key}.{what}: {e}") from None
+            if made.pos_dim != 1:
+                raise ValueError(
+                    f"{key}.position must read 1-D positions (tokens), {row.position!r} "
+                    f"reads {made.pos_dim}-D ones"
+                )
+
+
+# 800 steps: rotary's quick run took 52 ms a step (one thread, 2 cores shared with another
+# job), so ~42 s a row; FIRE's steps cost ~2.6x rotary's and relpos's ~1.5x, so cpu-full should
+# take ~35 minutes with its evaluation (FIRE's, over a 256 x 256 bias, ~27 s a run)
+_TRAIN = dict(
+    steps=800,
+    batch_size=64,
+    lr=1e-3,
+    weight_decay=0.01,
+    warmup_steps=100,
+    schedule="cosine",
+    clip_norm=1.0,
+    eval_every=400,
+    checkpoint_every=400,
+    best_metric="acc",
+    best_mode="max",
+    log_every=50,
+)
+# CAPE's augmentation of token positions (the "text" preset: global shift 5, local shift 0.5),
+# as fields for the names that take no preset (alibi, fire)
+_CAPE_TEXT = {k: v for k, v in MODALITY_PRESETS["text"].items() if k in AUGMENTATION_FIELDS}
+_EXTEND = {"train_length": DataConfig.max_len}  # RoPE scaling from the longest training length
+_ROWS: list[dict[str, Any]] = [
+    {"name": "nopos", "position": "nopos"},
+    {"name": "abspos", "position": "abspos"},
+    {"name": "sinpos", "position": "sinpos"},
+    {"name": "CAPE", "position": "cape1d"},
+    {"name": "relpos", "position": "relpos"},
+    {"name": "rotary", "position": "rotary"},
+    *[
+        {
+            "name": f"rotary+{label}",
+            "position": "rotary",
+            "train_as": "rotary",
+            "eval_options": {"scaling": scaling, **_EXTEND},
+        }
+        for label, scaling in (("PI", "pi"), ("NTK", "ntk"), ("YaRN", "yarn"))
+    ],
+    {"name": "rotary+CAPE", "position": "rotary", "options": {"preset": "text"}},
+    {"name": "xPos", "position": "rotary", "options": {"xpos": True}},
+    {"name": "ALiBi", "position": "alibi"},
+    {"name": "ALiBi+CAPE", "position": "alibi", "options": dict(_CAPE_TEXT)},
+    {"name": "FIRE", "position": "fire"},
+    {"name": "FIRE+CAPE", "position": "fire", "options": dict(_CAPE_TEXT)},
+]
+_QUICK_NAMES = ("nopos", "abspos", "rotary", "ALiBi")
+
+# name -> config mapping (apply `--config` files and `--set` overrides on top)
+PRESETS: dict[str, dict[str, Any]] = {
+    # 4 rows, 1 seed, shorter training: about 2 minutes on 2 CPU cores
+    "quick": {
+        "name": "length-quick",
+        "seeds": [0],
+        "train": {**_TRAIN, "steps": 400, "eval_every": 200, "checkpoint_every": 200},
+        "rows": [r for r in _ROWS if r["name"] in _QUICK_NAMES],
+    },
+    # every row, 3 seeds: 12 trained rows x 3 seeds (the 3 RoPE extensions reuse rotary's runs)
+    "cpu-full": {
+        "name": "length-cpu-full",
+        "seeds": [0, 1, 2],
+        "train": _TRAIN,
+        "rows": _ROWS,
+    },
+}

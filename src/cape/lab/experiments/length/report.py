@@ -1,0 +1,298 @@
+"""The length experiment's report: accuracy per test length, a verdict written from the numbers,
+and a plot of accuracy against length.
+
+`write_report(out, results)` writes `results.json`, `report.md` and `accuracy_vs_length.png`; it
+is a pure function of the results. `redraw(out)` (`cape plot`) re-renders from `results.json`.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from cape.lab.experiments.pairs import AUGMENTATION_KEYS, pair_sentences, twins
+from cape.lab.experiments.template import plot_ok, read_results, seeds_by_row, train_cost_table
+from cape.lab.report import MISSING, Report, mean_std, summarize, write_json
+from cape.lab.stats import welch_t_test
+
+__all__ = ["write_report", "redraw", "length_table", "verdict"]
+
+MARGIN = 10.0  # points above which a row beats the content-only one (or the position-blind bound)
+KEEP = 0.9  # a row keeps its accuracy at a length if it reaches this share of its 1x accuracy
+ALPHA = 0.05  # Welch's test level, where both groups have >= 2 seeds
+
+
+def write_report(out: str | Path, results: dict[str, Any]) -> Path:
+    """results.json, the plot and report.md in `out`; returns report.md's path."""
+    out = Path(out)
+    write_json(out / "results.json", results)
+    return _render(out, results)
+
+
+def redraw(out: str | Path) -> Path:
+    """Re-render report.md and the plot of a finished experiment folder (`cape plot`)."""
+    return _render(Path(out), read_results(out))
+
+
+def _factor(results: dict[str, Any], length: int) -> str:
+    return f"{length / results['config']['data']['max_len']:g}x"
+
+
+def _cells(results: dict[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:
+    """(row, length) -> `summarize` cell of the accuracy over seeds."""
+    return {
+        (c["row"], c["length"]): c for c in summarize(results["records"], ["row", "length"], "acc")
+    }
+
+
+def _mean(cell: dict[str, Any] | None) -> float:
+    return math.nan if cell is None or not cell["n"] else float(cell["mean"])
+
+
+def _text(cell: dict[str, Any] | None) -> str:
+    return MISSING if cell is None or not cell["n"] else mean_std(cell)
+
+
+def _p(a: dict[str, Any] | None, b: dict[str, Any] | None) -> float:
+    """Welch's two-sided p over the seeds of two cells (NaN with < 2 seeds in either)."""
+    if a is None or b is None:
+        return math.nan
+    finite = [[v for v in c["values"] if v is not None and not math.isnan(v)] for c in (a, b)]
+    return welch_t_test(*finite)[2]
+
+
+def _p_text(p: float) -> str:
+    return "no p: fewer than 2 seeds" if math.isnan(p) else f"Welch p = {p:.3g}"
+
+
+def length_table(results: dict[str, Any]) -> str:
+    """Markdown: per row, its encoding, seeds and mean ± std accuracy (%) at every test length
+    (best per length in bold), then chance (1/V) and the position-blind bound."""
+    cfg = results["config"]
+    lengths, cells, seeds = cfg["eval"]["lengths"], _cells(results), seeds_by_row(results)
+    best = {
+        n: max((_mean(cells.get((r["name"], n))) for r in cfg["rows"]), default=math.nan)
+        for n in lengths
+    }
+    head = ["row", "encoding", "seeds", *[f"{n} ({_factor(results, n)})" for n in lengths]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in cfg["rows"]:
+        name = row["name"]
+        encoding = row["position"] + (f", weights of {row['train_as']}" if row["train_as"] else "")
+        line = [name, encoding, str(len(seeds.get(name, [])))]
+        for n in lengths:
+            cell = cells.get((name, n))
+            text = _text(cell)
+            line.append(f"**{text}**" if _mean(cell) == best[n] else text)
+        lines.append("| " + " | ".join(line) + " |")
+    base = results["baselines"]
+    blind = [f"{base['position_blind'].get(str(n), math.nan):.1f}" for n in lengths]
+    chance = [f"{base['chance']:.1f}"] * len(lengths)
+    for name, values in (("chance (1/V)", chance), ("position-blind bound", blind)):
+        lines.append("| " + " | ".join([name, MISSING, MISSING, *values]) + " |")
+    return "\n".join(lines)
+
+
+def _positions_needed(results: dict[str, Any], cells: dict, ref: int) -> str:
+    cfg = results["config"]
+    nopos = next((r["name"] for r in cfg["rows"] if r["position"] == "nopos"), None)
+    ranked = sorted(
+        (r["name"] for r in cfg["rows"] if r["name"] != nopos and (r["name"], ref) in cells),
+        key=lambda n: -_mean(cells[n, ref]),
+    )
+    if nopos is None or (nopos, ref) not in cells or not ranked:
+        return "Positions needed: cannot say (no content-only row, or no other row, was run)."
+    top, blind = ranked[0], results["baselines"]["position_blind"].get(str(ref), math.nan)
+    gap = _mean(cells[top, ref]) - _mean(cells[nopos, ref])
+    p = _p(cells[top, ref], cells[nopos, ref])
+    needed = gap > MARGIN and (math.isnan(p) or p < ALPHA)
+    return (
+        f"**Positions needed: {'yes' if needed else 'no'}.** At {ref} tokens "
+        f"({_factor(results, ref)}), content only ({nopos}) reaches "
+        f"{_text(cells[nopos, ref])}% (chance {results['baselines']['chance']:.1f}%, the best "
+        f"position-blind guess {blind:.1f}%), the best row ({top}) {_text(cells[top, ref])}%: "
+        f"{gap:+.1f} points ({_p_text(p)}). Yes means more than {MARGIN:g} points, and "
+        f"p < {ALPHA} where both rows have >= 2 seeds."
+    )
+
+
+def _kept(results: dict[str, Any], ref: int) -> tuple[str, list[str]]:
+    """A table of each learned row's accuracy at every longer length as a share of its own at
+    `ref` (per seed, then mean ± std), and one line per length naming the rows that keep
+    >= KEEP of it."""
+    cfg, recs = results["config"], results["records"]
+    lengths = [n for n in cfg["eval"]["lengths"] if n > ref]
+    blind = results["baselines"]["position_blind"].get(str(ref), math.nan)
+    acc = {(r["row"], r["seed"], r["length"]): r["acc"] for r in recs}
+    cells = _cells(results)
+    learned = [
+        r["name"] for r in cfg["rows"] if _mean(cells.get((r["name"], ref))) > blind + MARGIN
+    ]
+    head = ["row", f"{ref} ({_factor(results, ref)}) %", *[_factor(results, n) for n in lengths]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    keeps: dict[int, list[str]] = {n: [] for n in lengths}
+    for name in learned:
+        line = [name, _text(cells[name, ref])]
+        for n in lengths:
+            shares = [
+                {"row": name, "share": acc[name, s, n] / acc[name, s, ref]}
+                for (row, s, m) in acc
+                if row == name and m == n and acc.get((name, s, ref))
+            ]
+            if not shares:
+                line.append(MISSING)
+                continue
+            cell = summarize(shares, ["row"], "share")[0]
+            kept = cell["mean"] >= KEEP
+            keeps[n] += [name] if kept else []
+            line.append(f"{mean_std(cell, 2)} ({'keeps' if kept else 'drops'})")
+        lines.append("| " + " | ".join(line) + " |")
+    said = [
+        f"at {n} tokens ({_factor(results, n)}): {', '.join(keeps[n]) or 'none'}" for n in lengths
+    ]
+    return "\n".join(lines), said
+
+
+def _best_longest(results: dict[str, Any], cells: dict) -> str:
+    longest = results["config"]["eval"]["lengths"][-1]
+    ranked = sorted(
+        (r["name"] for r in results["config"]["rows"] if (r["name"], longest) in cells),
+        key=lambda n: -_mean(cells[n, longest]),
+    )
+    if not ranked:
+        return f"Best at {longest} tokens: no row was evaluated there."
+    top = ranked[0]
+    text = (
+        f"**Best at {longest} tokens ({_factor(results, longest)}): {top}**, "
+        f"{_text(cells[top, longest])}% over {cells[top, longest]['n']} seed(s)"
+    )
+    if len(ranked) > 1:
+        second = ranked[1]
+        p = _p(cells[top, longest], cells[second, longest])
+        text += f"; next {second}, {_text(cells[second, longest])}% ({_p_text(p)})"
+    return text + "."
+
+
+def verdict(results: dict[str, Any]) -> tuple[list[str], str]:
+    """The verdict's paragraphs and its table of kept accuracy, written from the numbers."""
+    cells = _cells(results)
+    ref = results["config"]["eval"]["lengths"][0]
+    table, said = _kept(results, ref)
+    keep = (
+        f"**Rows that keep >= {KEEP:.0%} of their {ref}-token accuracy** (of the rows more than "
+        f"{MARGIN:g} points above the position-blind bound at {ref} tokens; share of the 1x "
+        "accuracy per seed, mean ± std over seeds): " + "; ".join(said) + "."
+    )
+    rows, lengths = results["config"]["rows"], results["config"]["eval"]["lengths"]
+    cell = lambda row, n: cells.get((row, n))  # noqa: E731
+    label = lambda n: f"{n} tokens"  # noqa: E731
+    pairs = [
+        *pair_sentences(  # CAPE's augmentation against the same row without it
+            "CAPE's augmentation", twins(rows, AUGMENTATION_KEYS), cell, lengths, label,
+            twin_note=" (not augmented)",
+        ),
+        *pair_sentences(  # a length extension chosen at inference, on the same weights
+            "Extended at inference", [(r["name"], r["train_as"]) for r in rows if r["train_as"]],
+            cell, lengths, label, twin_note=" (the same weights)",
+        ),
+    ]  # fmt: skip
+    said = [_positions_needed(results, cells, ref), keep, _best_longest(results, cells), *pairs]
+    return said, table
+
+
+def _render(out: Path, results: dict[str, Any]) -> Path:
+    cfg = results["config"]
+    d, m, t, e = cfg["data"], cfg["model"], cfg["train"], cfg["eval"]
+    rep = Report(f"Length experiment `{results['name']}`")
+    rep.paragraph(
+        f"Each sequence holds tokens drawn uniformly from {d['vocab']} symbols; the target at "
+        f"position t is the token at t - {d['offset']} (the first {d['offset']} positions and "
+        f"padding are not scored), so the answer is a relative position. Trained on lengths "
+        f"{d['min_len']}-{d['max_len']} ({d['train']} sequences, validation {d['val']}), tested "
+        f"on {e['test']} sequences at each of {e['lengths']} tokens. Bidirectional Transformer "
+        f"encoder d={m['dim']}, layers {m['layers']}, heads {m['heads']}, FFN {m['ffn_dim']}, "
+        f"a linear head per position; {t['steps']} steps of batch {t['batch_size']} "
+        f"({t['optimizer']}, lr {t['lr']}, {t['schedule']}); seeds {cfg['seeds']} (mean ± std "
+        f"over seeds; accuracy over the scored tokens, %). The final weights are evaluated. "
+        f"Produced by `cape experiment length`; `cape plot` redraws this page from results.json."
+    )
+    notes = []
+    for r in cfg["rows"]:
+        parts = [f"options {r['options']}"] if r["options"] else []
+        parts += [f"at evaluation {r['eval_options']}"] if r["eval_options"] else []
+        parts += [f"the weights of {r['train_as']}"] if r["train_as"] else []
+        notes += [f"{r['name']}: {', '.join(parts)}"] if parts else []
+    positions, defaults = {r["position"] for r in cfg["rows"]}, []
+    if "abspos" in positions:
+        defaults.append(
+            f"abspos: a table of {d['max_len']} rows at the content scale (init std 1); longer "
+            "inputs wrap (E(t mod N), its default)."
+        )
+    if "cape1d" in positions:
+        defaults.append("cape1d: CAPE's `text` preset.")
+    rep.paragraph(
+        "Encodings are `cape.build` names; absolute ones are added to the token embeddings, the "
+        "others act in every layer's attention; CAPE's augmentation is drawn once per sequence "
+        "and shared by the layers. "
+        + " ".join([*defaults, *(["Row options: " + "; ".join(notes) + "."] if notes else [])])
+    )
+    rep.table(
+        length_table(results),
+        caption="Accuracy (%) per test length (tokens; x: times the longest training length), "
+        "mean ± std over seeds, best per length in bold. Chance: 1/V; position-blind bound: the "
+        "best guess from a token and the multiset of its sequence (what a model without "
+        "positions can reach).",
+    )
+    rep.heading("Verdict")
+    paragraphs, table = verdict(results)
+    for text in paragraphs:
+        rep.paragraph(text)
+    if len(table.splitlines()) > 2:
+        rep.table(
+            table,
+            caption="Accuracy at each longer length as a share of the row's own "
+            f"at {e['lengths'][0]} tokens (keeps: >= {KEEP:.0%}).",
+        )
+    _plot(rep, out, results)
+    trained = {k: v for k, v in results["train"].items() if "train_as" not in v}
+    if trained:
+        train_cost_table(rep, {"train": trained})
+    return rep.write(out / "report.md")
+
+
+def _plot(rep: Report, out: Path, results: dict[str, Any]) -> None:
+    cells = summarize(results["records"], ["row", "length"], "acc")
+    if not (cells and plot_ok()):
+        return
+    from cape.lab.viz import plot_curves
+
+    cfg = results["config"]
+    chance = [
+        {
+            "row": "chance (1/V)",
+            "length": n,
+            "mean": results["baselines"]["chance"],
+            "std": 0.0,
+            "n": 1,
+        }
+        for n in cfg["eval"]["lengths"]
+    ]
+    plot_curves(
+        cells + chance,
+        out / "accuracy_vs_length.png",
+        x="length",
+        series="row",
+        y_label="accuracy (%)",
+        x_label="test length (tokens, log scale)",
+        title="Accuracy vs test length",
+        series_order=[r["name"] for r in cfg["rows"]],
+        vline=float(cfg["data"]["max_len"]),
+        vline_label="longest training sequence",
+        logx=True,
+    )
+    rep.image(
+        "accuracy_vs_length.png",
+        "Accuracy against the test length (log scale), one line per row (error bars: std over "
+        "seeds); the dashed line is the longest training sequence.",
+    )
