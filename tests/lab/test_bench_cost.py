@@ -106,7 +106,7 @@ def test_bench_encodings_rows(tmp_path: Path) -> None:
         == 0
     )
     rows = _csv(tmp_path / "encodings.csv")
-    cases = [c for c in encodings.CASES if c.family in ("vit", "audio")]
+    cases = [c for c in encodings.CASES if c.family in ("vit", "audio") and not c.peer]
     assert [r["case"] for r in rows] == [c.name for c in cases]
     for r in rows:
         assert float(r["ratio"]) == pytest.approx(float(r["encoding_ms"]) / float(r["table_ms"]))
@@ -120,6 +120,21 @@ def test_bench_encodings_rows(tmp_path: Path) -> None:
     assert float(by["lff + mlp (2d)"]["saved_mib"]) * 2**20 >= b * 196 * 32 * 4
     assert math.isnan(float(by["rotary (2d)"]["fused_ms"]))  # nothing to add
     assert by["cape2d eval"]["target"].startswith("<= 1.3 ")
+
+
+def test_bench_encodings_peers(tmp_path: Path) -> None:
+    argv = ["--peers", "--families", "vit,audio", "--runs", "1", "--scale", "0.02"]
+    assert encodings.main([*argv, "--out", str(tmp_path)]) == 0
+    rows = {r["case"]: r for r in _csv(tmp_path / "encodings.csv")}
+    assert set(rows) == {"alibi", "fire", "rope-axial (2d)", "rope-mixed (2d)"}
+    # ALiBi has no parameters (nothing kept for a backward); FIRE keeps its MLP's activations
+    # over the T x T distances of one shared bias: [1, T, T, hidden] at least, T = 333
+    assert float(rows["alibi"]["saved_mib"]) == 0.0
+    assert float(rows["fire"]["saved_mib"]) * 2**20 >= 333 * 333 * 32 * 4
+    for r in rows.values():
+        assert math.isnan(float(r["fused_ms"]))  # nothing to add to x
+    papers = {c.name for c in encodings.CASES if not c.peer}
+    assert not papers & set(rows)
 
 
 def test_bench_encodings_rejects_bad_flags() -> None:

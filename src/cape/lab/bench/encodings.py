@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from cape.build import build
+from cape.functional.alibi import alibi_slopes
 from cape.lab.arguments import ArgumentParser, out_folder
 from cape.lab.bench.memory import cuda_peak_bytes, saved_bytes
 from cape.lab.bench.results import machine, write_results
@@ -46,10 +47,15 @@ class Case:
     train: bool = True
     target: float | None = None  # the ratio the core issue asks for
     rotary: bool = False  # rotates q, k instead of adding an embedding
+    bias: bool = False  # an attention bias [B or 1, H, T, T] of the positions (ALiBi, FIRE)
+    peer: bool = False  # an encoding people pick instead of the papers' (`--peers`)
 
     def outputs(self, enc: nn.Module, x: torch.Tensor, fused: bool = False) -> list[torch.Tensor]:
-        """The encoded step's outputs: [x + enc(x)], [enc.add_to(x)], or rotary's (q, k)."""
+        """The encoded step's outputs: [x + enc(x)], [enc.add_to(x)], rotary's (q, k), or the
+        bias (whose backward reaches FIRE's MLP, not x)."""
         content, kw = self.inputs(x)
+        if self.bias:
+            return [enc(kw["positions"])]
         if self.rotary:
             b, t, d = content.shape
             qk = content.view(b, t, d // _HEAD_DIM, _HEAD_DIM).transpose(1, 2)  # [B, H, T, hd]
@@ -83,6 +89,8 @@ def _grid(x: torch.Tensor) -> torch.Tensor:
 def _sequence_cases(family: str, shape: tuple[int, ...], audio: bool) -> list[Case]:
     given = _with(hop=_AUDIO_HOP) if audio else _with()
     pos = _with_positions(_seconds if audio else _tokens)
+    # positions shared by the batch ([1, T]), as a model passes them without padding: one bias
+    shared = _with_positions(lambda x: (_seconds if audio else _tokens)(x)[:1])
     cape = _CAPE_AUDIO if audio else _CAPE_TEXT
     freq = {"freq_scale": 30.0} if audio else {}  # seconds: CAPE's audio frequencies
     long = shape[1] >= 1000
@@ -117,7 +125,24 @@ def _sequence_cases(family: str, shape: tuple[int, ...], audio: bool) -> list[Ca
             pos if audio else _with(),
             rotary=True,
         ),
+        *[
+            Case(family, name, shape, make, shared, bias=True, peer=True)
+            for name, make in (  # per head; over seconds, the CTC model's per-frame slopes
+                ("alibi", lambda d: build("alibi", d // _HEAD_DIM, **_alibi(d, audio))),
+                ("fire", lambda d: build("fire", d // _HEAD_DIM, **_fire(audio))),
+            )
+        ],
     ]
+
+
+def _alibi(dim: int, audio: bool) -> dict[str, Any]:
+    slopes = alibi_slopes(dim // _HEAD_DIM) / (_AUDIO_HOP if audio else 1.0)
+    return {"slopes": slopes.tolist()}
+
+
+def _fire(audio: bool) -> dict[str, Any]:
+    step = _AUDIO_HOP if audio else 1.0  # FIRE's per-token c and L, counted in frames
+    return {"c": 0.1 / step, "threshold": 512.0 * step}
 
 
 def _vit_cases(shape: tuple[int, ...]) -> list[Case]:
@@ -158,6 +183,24 @@ def _vit_cases(shape: tuple[int, ...]) -> list[Case]:
             pos,
             rotary=True,
         ),
+        Case(
+            "vit",
+            "rope-axial (2d)",
+            shape,
+            lambda d: build("rope-axial", _HEAD_DIM, fit_grid=grid),
+            pos,
+            rotary=True,
+            peer=True,
+        ),
+        Case(
+            "vit",
+            "rope-mixed (2d)",
+            shape,
+            lambda d: build("rope-mixed", _HEAD_DIM, heads=d // _HEAD_DIM, fit_grid=grid),
+            pos,
+            rotary=True,
+            peer=True,
+        ),
     ]
 
 
@@ -170,7 +213,9 @@ CASES: list[Case] = [
 
 
 def _backward(outs: list[torch.Tensor]) -> None:
-    torch.autograd.backward(outs, [torch.ones_like(o) for o in outs])
+    outs = [o for o in outs if o.requires_grad]  # ALiBi's bias has no parameters: forward only
+    if outs:
+        torch.autograd.backward(outs, [torch.ones_like(o) for o in outs])
 
 
 def run_case(
@@ -199,7 +244,7 @@ def run_case(
     def fused() -> None:
         _backward(case.outputs(enc, x, fused=True))
 
-    has_fused = not case.rotary
+    has_fused = not (case.rotary or case.bias)
     fns = [baseline, encoded] + ([fused] if has_fused else [])
     timings = time_interleaved(fns, runs=runs, device=dev)
     base = timings[0].median_ms
@@ -249,6 +294,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--families", default="text,audio,vit", help="comma list of text, audio, vit")
     p.add_argument("--scale", type=float, default=1.0, help="fraction of each batch size (tests)")
     p.add_argument(
+        "--peers",
+        action="store_true",
+        help="time the encodings people pick instead (ALiBi, FIRE, RoPE-ViT's axial and mixed) "
+        "instead of the papers'",
+    )
+    p.add_argument(
         "--out", type=out_folder, default=None, help="folder for encodings.md / encodings.csv"
     )
     args = p.parse_args(argv)
@@ -263,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = [
         run_case(c, runs=args.runs, device=args.device, scale=args.scale)
         for c in CASES
-        if c.family in families
+        if c.family in families and c.peer == args.peers
     ]
     meta = {
         **machine(args.device),
@@ -274,7 +325,9 @@ def main(argv: list[str] | None = None) -> int:
     notes = (
         "`encoding_ms`: x + enc(x); `fused_ms`: enc.add_to(x) (no second output buffer). "
         "`saved_mib`: memory kept for the backward beyond x and the parameters; `peak_mib`: "
-        "CUDA allocator peak above the input (NaN on CPU). Rotary rotates q and k: 2x the data."
+        "CUDA allocator peak above the input (NaN on CPU). Rotary rotates q and k: 2x the data. "
+        "ALiBi and FIRE make an attention bias [B or 1, H, T, T] of the positions (H = D / 64), "
+        "which no table add has: their ratio is what the bias costs next to adding a table."
     )
     write_results(
         args.out,
