@@ -28,7 +28,8 @@ from cape.lab.experiments.asr.evaluate import (
     without_positions,
 )
 from cape.lab.experiments.asr.report import NO_POSITIONS, redraw, write_report
-from cape.lab.experiments.template import cached_runs, fit_best, run_dir, save_config
+from cape.lab.experiments.runs import begin, finish
+from cape.lab.experiments.template import cached_runs, fit_best, run_dir
 from cape.lab.io import write_json
 from cape.lab.metrics import error_counts
 from cape.lab.train import Trainer, seed_everything
@@ -194,10 +195,7 @@ def run_experiment(
 ) -> dict[str, Any]:
     """Train and evaluate every (row, seed), then write the report; returns the results. With
     `train=False`, report only the runs that have finished (`cape experiment --finished`)."""
-    out = Path(out)
-    dist = D.init_distributed(cfg.train.device)
-    if dist.rank == 0:
-        save_config(out / "config.yaml", mapping)
+    out, dist = begin(cfg, mapping, out)
     data = make_data(cfg)
     records: list[dict[str, Any]] = []
     summaries: dict[str, dict[str, float]] = {}
@@ -235,7 +233,5 @@ def run_experiment(
         "params": {name: sum(p.numel() for p in m.parameters()) for name, m in shapes.items()},
         "data": data.summary(),
     }
-    if dist.rank == 0:
-        write_report(out, results)
-    D.barrier()
+    finish(dist, lambda: write_report(out, results))
     return results

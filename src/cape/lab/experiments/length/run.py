@@ -42,7 +42,8 @@ from cape.lab.experiments.length.config import (
     position_options,
 )
 from cape.lab.experiments.length.report import redraw, write_report
-from cape.lab.experiments.template import cached_runs, run_dir, save_config, summed_accuracy
+from cape.lab.experiments.runs import begin, collect, finish
+from cape.lab.experiments.template import run_dir, summed_accuracy
 from cape.lab.train import Trainer, seed_everything
 from cape.lab.train import distributed as D
 from cape.lab.train.checkpoint import latest_checkpoint, load_checkpoint
@@ -293,14 +294,8 @@ def run_experiment(
 ) -> dict[str, Any]:
     """Train and evaluate every (row, seed), then write the report; returns the results. With
     `train=False`, report only the runs that have finished (`cape experiment --finished`)."""
-    out = Path(out)
-    dist = D.init_distributed(cfg.train.device)
-    if dist.rank == 0:
-        save_config(out / "config.yaml", mapping)
+    out, dist = begin(cfg, mapping, out)
     data = make_data(cfg)
-    records: list[dict[str, Any]] = []
-    summaries: dict[str, dict[str, Any]] = {}
-    params: dict[str, dict[str, int]] = {}
 
     def compute(row: RowConfig, seed: int, folder: Path) -> dict[str, Any]:
         if row.train_as is not None:  # trained above (an earlier row): its weights, evaluated
@@ -315,10 +310,7 @@ def run_experiment(
             "params": _parameters(model),
         }
 
-    for row, seed, done in cached_runs(cfg.rows, cfg.seeds, out, compute, cfg, train=train):
-        records += done["records"]
-        summaries[f"{row.name}/seed{seed}"] = done["summary"]
-        params[row.name] = done["params"]
+    records, summaries, params = collect(cfg, out, compute, train=train)
     results = {
         "experiment": "length",
         "name": cfg.name,
@@ -328,7 +320,5 @@ def run_experiment(
         "params": params,
         "baselines": _baselines(cfg, data),
     }
-    if dist.rank == 0:
-        write_report(out, results)
-    D.barrier()
+    finish(dist, lambda: write_report(out, results))
     return results

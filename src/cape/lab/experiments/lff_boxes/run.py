@@ -38,7 +38,8 @@ from cape.lab.data.boxes import (
 )
 from cape.lab.experiments.lff_boxes.config import LffBoxesConfig, RowConfig, position_options
 from cape.lab.experiments.lff_boxes.report import redraw, write_report
-from cape.lab.experiments.template import cached_runs, run_dir, save_config, summed_accuracy
+from cape.lab.experiments.runs import begin, collect, finish
+from cape.lab.experiments.template import run_dir, summed_accuracy
 from cape.lab.train import Trainer, seed_everything
 from cape.lab.train import distributed as D
 from cape.lab.train.checkpoint import latest_checkpoint, load_checkpoint
@@ -293,14 +294,8 @@ def run_experiment(
 ) -> dict[str, Any]:
     """Train and evaluate every (row, seed), then write the report; returns the results. With
     `train=False`, report only the runs that have finished (`cape experiment --finished`)."""
-    out = Path(out)
-    dist = D.init_distributed(cfg.train.device)
-    if dist.rank == 0:
-        save_config(out / "config.yaml", mapping)
+    out, dist = begin(cfg, mapping, out)
     data = make_data(cfg)
-    records: list[dict[str, Any]] = []
-    summaries: dict[str, dict[str, float]] = {}
-    params: dict[str, dict[str, int]] = {}
 
     def compute(row: RowConfig, seed: int, folder: Path) -> dict[str, Any]:
         model, summary = train_run(cfg, row, seed, out, data)
@@ -311,10 +306,7 @@ def run_experiment(
             "params": _parameters(model),
         }
 
-    for row, seed, done in cached_runs(cfg.rows, cfg.seeds, out, compute, cfg, train=train):
-        records += done["records"]
-        summaries[f"{row.name}/seed{seed}"] = done["summary"]
-        params[row.name] = done["params"]
+    records, summaries, params = collect(cfg, out, compute, train=train)
     results = {
         "experiment": "lff-boxes",
         "name": cfg.name,
@@ -324,7 +316,5 @@ def run_experiment(
         "params": params,
         "baselines": _baselines(data),
     }
-    if dist.rank == 0:
-        write_report(out, results)
-    D.barrier()
+    finish(dist, lambda: write_report(out, results))
     return results

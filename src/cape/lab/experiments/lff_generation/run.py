@@ -23,7 +23,8 @@ from torch.utils.data import Dataset
 from cape.lab.experiments.lff_generation.config import DataConfig, GenerationConfig, RowConfig
 from cape.lab.experiments.lff_generation.model import PixelTransformer, bits_per_dim, flatten_images
 from cape.lab.experiments.lff_generation.report import redraw, write_report
-from cape.lab.experiments.template import cached_runs, run_dir, save_config
+from cape.lab.experiments.runs import begin, finish
+from cape.lab.experiments.template import cached_runs, run_dir
 from cape.lab.experiments.vision.config import DataConfig as ImageDataConfig
 from cape.lab.experiments.vision.data import VisionData
 from cape.lab.train import Trainer, seed_everything
@@ -262,10 +263,7 @@ def run_experiment(
 ) -> dict[str, Any]:
     """Train and evaluate every (row, seed), then write the report; returns the results. With
     `train=False`, report only the runs that have finished (`cape experiment --finished`)."""
-    out = Path(out)
-    dist = D.init_distributed(cfg.train.device)
-    if dist.rank == 0:
-        save_config(out / "config.yaml", mapping)
+    out, dist = begin(cfg, mapping, out)
     data = make_data(cfg)
     records: list[dict[str, Any]] = []
     curves: list[dict[str, Any]] = []
@@ -291,7 +289,5 @@ def run_experiment(
         "curves": curves,
         "train": summaries,
     }
-    if dist.rank == 0:
-        write_report(out, results)
-    D.barrier()
+    finish(dist, lambda: write_report(out, results))
     return results

@@ -23,7 +23,8 @@ import torch
 import torch.nn.functional as F
 
 from cape.lab.apps.translate import translate_ids
-from cape.lab.experiments.template import cached_runs, fit_best, run_dir, save_config
+from cape.lab.experiments.runs import begin, finish
+from cape.lab.experiments.template import cached_runs, fit_best, run_dir
 from cape.lab.experiments.translation.config import RowConfig, TranslationConfig
 from cape.lab.experiments.translation.data import LONG_SPLITS, Example, TranslationData, collate_fn
 from cape.lab.experiments.translation.report import redraw, write_report
@@ -321,10 +322,7 @@ def run_experiment(
 ) -> dict[str, Any]:
     """Train and evaluate every (row, seed), then write the report; returns the results. With
     `train=False`, report only the runs that have finished (`cape experiment --finished`)."""
-    out = Path(out)
-    dist = D.init_distributed(cfg.train.device)
-    if dist.rank == 0:
-        save_config(out / "config.yaml", mapping)
+    out, dist = begin(cfg, mapping, out)
     data = make_data(cfg)
     records: list[dict[str, Any]] = []
     curves: dict[str, dict[str, list[float]]] = {}
@@ -360,7 +358,5 @@ def run_experiment(
         "params": params,
         "data": data.summary(),
     }
-    if dist.rank == 0:
-        write_report(out, results)
-    D.barrier()
+    finish(dist, lambda: write_report(out, results))
     return results

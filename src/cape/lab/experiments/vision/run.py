@@ -16,7 +16,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from cape.lab.experiments.template import cached_runs, run_dir, save_config
+from cape.lab.experiments.runs import begin, finish
+from cape.lab.experiments.template import cached_runs, run_dir
 from cape.lab.experiments.vision.config import RowConfig, VisionConfig
 from cape.lab.experiments.vision.data import VisionData
 from cape.lab.experiments.vision.evaluate import accuracy, eval_records, predict, throughput
@@ -192,10 +193,7 @@ def run_experiment(
 ) -> dict[str, Any]:
     """Train and evaluate every (row, seed), then write the report; returns the results. With
     `train=False`, report only the runs that have finished (`cape experiment --finished`)."""
-    out = Path(out)
-    dist = D.init_distributed(cfg.train.device)
-    if dist.rank == 0:
-        save_config(out / "config.yaml", mapping)
+    out, dist = begin(cfg, mapping, out)
     data = VisionData(cfg.data)
     records: list[dict[str, Any]] = []
     summaries: dict[str, dict[str, float]] = {}
@@ -240,11 +238,13 @@ def run_experiment(
             "classes": data.num_classes,
         },
     }
-    if dist.rank == 0:
+
+    def write() -> None:
         # Figure 4's speeds: every row timed here, in one process (freshly built models)
         models = {r.name: make_model(cfg, r, data.num_classes) for r in cfg.rows}
         sizes = sorted(set(cfg.eval.sizes) | {r.train_size for r in cfg.rows})
         results["throughput"] = throughput(models, sizes, cfg.eval.batch_size, device=dist.device)
         write_report(out, results, maps)
-    D.barrier()
+
+    finish(dist, write)
     return results
