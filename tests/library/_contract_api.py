@@ -470,7 +470,15 @@ def rotary(d: Draw, which: str | None = None) -> Call:
         )
     h, hd = d.int(1, 2), d.choice((2, 4))
     x = d.tensor("x", (b, h, t, hd), kind="content", dtypes=FLOATS_ALL)
-    angles = d.tensor("angles", d.choice(((b, t, hd // 2), (1, t, hd // 2), (t, hd // 2))))
+    shapes = (
+        (b, t, hd // 2),
+        (1, t, hd // 2),
+        (t, hd // 2),
+        (b, h, t, hd // 2),
+        (1, 1, t, hd // 2),
+    )
+    angles = d.tensor("angles", d.choice(shapes), ranks=False)  # ranks 2-4 are all valid
+    angles = d.bad("angles", angles, (torch.zeros(hd // 2), torch.zeros(1, 1, 1, t, hd // 2)))
     xd = x.dtype if isinstance(x, torch.Tensor) else None
     return d.finish(
         "functional.apply_rotary",

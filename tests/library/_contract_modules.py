@@ -285,7 +285,7 @@ def _attention_forward(d: Draw, name: str, enc: object, label: str, opts: dict) 
 
 CLASSES = (
     "CAPE1d", "CAPE2d", "SineND", "AbsPos1d", "AbsPos2d", "EmbedND", "LearnableFourierFeatures",
-    "NoPos", "RelPos", "Rotary", "PositionalEncoding", "ALiBi", "FIRE",
+    "NoPos", "RelPos", "Rotary", "PositionalEncoding", "ALiBi", "FIRE", "RoPE2d",
 )  # fmt: skip
 
 
@@ -308,6 +308,10 @@ def encoding_classes(d: Draw, which: str) -> Call:
         args += (d.bad("pos_dim", d.choice((1, 2)), (0, "2")),)
         names.append("pos_dim")
     kw: dict = {}
+    if cls is cape.RoPE2d:  # axial, or mixed with its heads
+        kw["variant"] = d.bad("variant", d.choice(("axial", "mixed")), ("spiral", 1))
+        if kw["variant"] == "mixed":
+            kw["heads"] = d.bad("heads", d.choice((1, 3)), (0, "2", None))
     if cls not in (cape.NoPos, cape.RelPos, cape.AbsPos2d) and d.coin(0.3):
         kw["augmentation"] = d.bad("augmentation", None, ("aug", {"max_global_shift": 1.0}))
         if cls in (cape.CAPE1d, cape.CAPE2d, cape.SineND) and kw["augmentation"] is None:
