@@ -169,6 +169,35 @@ def test_position_defaults() -> None:
     assert _model("nopos").encoder.position is None
 
 
+def test_xpos_decays_over_512_output_frames() -> None:
+    """xPos's decay length is the authors' 512 tokens counted in output frames (seconds here):
+    a query 512 output frames (stride x 10 ms each) after its key scales their logit by zeta."""
+    for stride in (3, 2):
+        frame = stride * 0.01
+        pos = torch.tensor([[0.0, 512 * frame]])
+        logits = []
+        for xpos in (True, False):
+            model = _model("rotary", stride=stride, position_options=dict(xpos=xpos))
+            rotary = model.encoder.layers[0].self_attn.rotary
+            eye = torch.eye(rotary.head_dim)[None, :, None, :].expand(
+                1, -1, 2, -1
+            )  # [1, hd, 2, hd]
+            q, k = rotary(eye, eye, positions=pos)  # each "head" j holds the one-hot vector e_j
+            logits.append((q[0, :, 1] * k[0, :, 0]).sum(-1).double())  # query 512 frames on
+        ratio, cos = logits[0] / logits[1], logits[1]
+        i = torch.arange(rotary.head_dim // 2, dtype=torch.float64)
+        zeta = (2 * i / rotary.head_dim + 0.4) / 1.4  # xPos's per-pair decay, gamma 0.4
+        keep = cos.abs() > 0.1  # ratios of near-zero logits say nothing
+        assert int(keep.sum()) >= rotary.head_dim // 2
+        # pair of feature j: j // 2 (interleaved) or j mod hd/2 (halves): one layout holds
+        assert any(
+            torch.allclose(ratio[keep], z[keep], rtol=1e-4)
+            for z in (zeta.repeat_interleave(2), zeta.repeat(2))
+        )
+    kept = _model("rotary", position_options=dict(xpos=True, xpos_scale_base=7.0))
+    assert kept.encoder.layers[0].self_attn.rotary.xpos_scale_base == 7.0
+
+
 def test_module_position() -> None:
     enc = cape.build("cape1d", 32, preset="audio")
     model = _model(enc)

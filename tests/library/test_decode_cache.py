@@ -11,7 +11,7 @@ from cape.encodings.relative import RelPos
 from cape.encodings.rotary import Rotary
 from cape.models import MultiheadAttention, Seq2Seq, TransformerDecoder
 from cape.models.decode_cache import AttentionCache, DecoderCache
-from cape.models.search import beam_search, greedy_decode
+from cape.models.search import beam_search, can_cache, greedy_decode
 
 MT_POSITIONS = ("nopos", "sinpos", "abspos", "relpos", "cape1d", "rotary")  # translation rows
 
@@ -160,3 +160,59 @@ def test_attention_without_cache_is_unchanged_and_cache_checks() -> None:
     state = model.start_decoding(torch.randn(2, 4, 32), _mask([4, 2], 4))
     with pytest.raises(ValueError, match=r"\[B, 1\]"):
         model.decode_step(_tokens(2, 2, 0), state)
+
+
+# rotary options whose key rotation reads each call's positions (xPos's centre, a per-call
+# scaling factor) cannot be cached; a fixed factor can
+_PER_CALL = {
+    "xpos": dict(xpos=True, xpos_scale_base=8.0),
+    "yarn-per-call": dict(scaling="yarn", train_length=4.0),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_PER_CALL))
+def test_per_call_rotary_decodes_without_the_cache(kind: str) -> None:
+    torch.manual_seed(0)
+    options = {"augmentation": None, **_PER_CALL[kind]}
+    model = Seq2Seq(
+        VOCAB, position="rotary", position_options=options, tie_embeddings=False, **TINY
+    ).eval()
+    with torch.no_grad():
+        assert model.out_proj is not None
+        model.out_proj.weight[EOS] -= 0.3 * model.out_proj.weight[EOS].abs().mean()
+    assert not can_cache(model)
+    src, src_mask = _tokens(3, 9, 5), _mask([9, 4, 7], 9)
+    with torch.inference_mode():
+        memory = model.encode(src, src_mask)
+        state = model.start_decoding(memory, src_mask)
+        with pytest.raises(ValueError, match="no xPos"):  # the attention refuses, naming why
+            model.decode_step(_tokens(3, 1, 0), state)
+        got = greedy_decode(model, src, src_mask, bos_id=BOS, eos_id=EOS, max_len=12)
+        # greedy by hand: the argmax of the teacher-forced logits of the prefix, step by step
+        tokens = torch.full((3, 1), BOS)
+        for _ in range(12):
+            nxt = model.decode(tokens, memory, src_mask)[:, -1].argmax(-1)
+            tokens = torch.cat([tokens, nxt[:, None]], 1)
+    for row, out in zip(tokens[:, 1:].tolist(), got, strict=True):
+        expected = row[: row.index(EOS)] if EOS in row else row
+        assert out == expected
+    assert max(len(g) for g in got) > 5
+    beams = beam_search(model, src, src_mask, bos_id=BOS, eos_id=EOS, beam=3, max_len_b=10)
+    ref = beam_search(
+        model, src, src_mask, bos_id=BOS, eos_id=EOS, beam=3, max_len_b=10, cache=False
+    )
+    assert beams == ref
+
+
+def test_fixed_factor_rotary_caches() -> None:
+    torch.manual_seed(0)
+    options = {"augmentation": None, "scaling": "yarn", "train_length": 4.0, "factor": 3.0}
+    model = Seq2Seq(VOCAB, position="rotary", position_options=options, **TINY).eval()
+    assert can_cache(model)
+    src, src_mask = _tokens(2, 6, 1), _mask([6, 3], 6)
+    tgt = _tokens(2, 9, 2)
+    with torch.inference_mode():
+        memory = model.encode(src, src_mask)
+        full = model.decode(tgt, memory, src_mask)
+        steps = _steps(model, model.start_decoding(memory, src_mask), tgt)
+    torch.testing.assert_close(steps, full, rtol=0, atol=ATOL)

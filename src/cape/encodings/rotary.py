@@ -357,6 +357,21 @@ class Rotary(nn.Module):
             )
         return _rotate(q, q_ang, q_mag), _rotate(k, k_ang, k_mag)
 
+    cacheable_rule = (
+        "a rotary whose key rotation reads the key's own position only: no active augmentation, "
+        "no xPos (its scales are centred on each call's positions), no scaling without a fixed "
+        "factor (its factor is each call's span)"
+    )
+
+    @property
+    def cacheable(self) -> bool:
+        """Whether keys rotated in one call stay valid in later ones (a decoder's key/value
+        cache): `cacheable_rule`."""
+        aug = self.augmentation
+        if aug is not None and (aug.normalize or (self.training and aug.random)):
+            return False
+        return not self.xpos and (self.scaling is None or self.factor is not None)
+
     def extra_repr(self) -> str:
         aug = "" if self.augmentation is None else f", augmentation={self.augmentation}"
         if self.scaling is not None:

@@ -25,7 +25,9 @@ defaults per name (`position_options` override them):
 - "relpos": learned relative positions in every layer, over the seconds; buckets of
   `step = stride * 0.01` s (one output frame at the default 10 ms hop) up to the paper's 26.8 s
   either side. Other hops keep seconds as the unit: at a 20 ms hop one frame is 2 buckets.
-- "rotary": rotary embeddings of the seconds in every layer, `freq_scale=30`.
+- "rotary": rotary embeddings of the seconds in every layer, `freq_scale=30`; with `xpos=True`
+  its decay length `xpos_scale_base` is the authors' 512 tokens counted in output frames
+  (512 x step seconds, as FIRE's L).
 - "alibi": ALiBi's per-head linear bias on the distance in seconds in every layer; its slopes
   are the paper's per-token ones counted in output frames (m_h / step s^-1, as for FIRE;
   `slopes=` sets others).
@@ -118,6 +120,8 @@ def _resolve_position(
     options = resolve_options(name, options, _defaults(frame_step))
     if name == "alibi" and "slopes" not in options:  # per output frame, as the paper's per token
         options["slopes"] = (alibi_slopes(heads) / frame_step).tolist()
+    if name == "rotary" and options.get("xpos") and "xpos_scale_base" not in options:
+        options["xpos_scale_base"] = 512.0 * frame_step  # xPos's 512 tokens, as output frames
     if kind != "attention":
         encoding = build(name, dim, **options)
         feed = _feed(name, encoding)

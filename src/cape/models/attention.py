@@ -331,11 +331,8 @@ class MultiheadAttention(nn.Module):
             if key_mask is not None:
                 positions = torch.where(key_mask[..., None], positions, 0.0)
         if self.rotary is not None:
-            aug = self.rotary.augmentation
-            if aug is not None and (aug.normalize or (self.rotary.training and aug.random)):
-                raise ValueError(
-                    "a self-attention cache needs rotary without (active) augmentation"
-                )
+            if not self.rotary.cacheable:
+                raise ValueError(f"a self-attention cache needs {self.rotary.cacheable_rule}")
             q, k = self.rotary(q, k, positions=positions, mask=key_mask, generator=generator)
         mask = cache.mask
         if key_mask is not None or mask is not None:

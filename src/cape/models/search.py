@@ -22,9 +22,10 @@ from collections.abc import Iterator
 import torch
 
 from .._checks import check_float, check_int, check_mask, check_tensor
+from ..encodings.rotary import Rotary
 from .seq2seq import Seq2Seq, _check_tokens
 
-__all__ = ["greedy_decode", "beam_search", "sequence_nll"]
+__all__ = ["can_cache", "greedy_decode", "beam_search", "sequence_nll"]
 
 
 @contextlib.contextmanager
@@ -100,6 +101,12 @@ def max_lengths(src_mask: torch.Tensor, max_len_a: float, max_len_b: float) -> t
     return torch.floor(a * lengths + b).to(torch.int64).clamp_min(1)
 
 
+def can_cache(model: Seq2Seq) -> bool:
+    """Whether `model`'s decoder can decode incrementally: every rotary in it rotates a key by
+    that key's own position (`cape.Rotary.cacheable`; xPos and per-call RoPE scaling do not)."""
+    return all(m.cacheable for m in model.decoder.modules() if isinstance(m, Rotary))
+
+
 def greedy_decode(
     model: Seq2Seq,
     src: torch.Tensor,
@@ -114,8 +121,9 @@ def greedy_decode(
 
     max_len: steps per sentence (int, or [B] integer tensor, see `max_lengths`): at most
     max_len tokens are generated, EOS included; a sentence stops at its first EOS.
-    cache: decode incrementally (key/value cache); False = re-run the decoder over every
-    prefix (the reference computation; same results up to float rounding).
+    cache: decode incrementally (key/value cache) where the decoder allows it (`can_cache`);
+    False = re-run the decoder over every prefix (the reference computation; same results up
+    to float rounding).
     """
     _check_inputs(model, src, src_mask, {"bos_id": bos_id, "eos_id": eos_id})
     batch = src.shape[0]
@@ -135,7 +143,7 @@ def greedy_decode(
         tokens = torch.full((batch, steps + 1), model.pad_id, dtype=torch.long, device=src.device)
         tokens[:, 0] = bos_id
         alive = limits > 0
-        state = model.start_decoding(memory, src_mask) if cache else None
+        state = model.start_decoding(memory, src_mask) if cache and can_cache(model) else None
         for t in range(steps):
             if state is not None:
                 lp = _log_probs(model, model.decode_step(tokens[:, t : t + 1], state)[0])
@@ -172,8 +180,9 @@ def beam_search(
     beam=1 is greedy decoding with the same step limit.
 
     cache: decode incrementally (key/value cache, reordered with the surviving hypotheses;
-    finished sentences leave the batch). False = re-run the decoder over every prefix (the
-    reference computation; same results up to float rounding).
+    finished sentences leave the batch) where the decoder allows it (`can_cache`). False =
+    re-run the decoder over every prefix (the reference computation; same results up to float
+    rounding).
     """
     _check_inputs(model, src, src_mask, {"bos_id": bos_id, "eos_id": eos_id})
     k = check_int("beam", beam)
@@ -186,7 +195,7 @@ def beam_search(
         steps = int(limits.max()) if batch else 0
         beams = _Beams(batch, k, steps, bos_id, eos_id, pad, penalty, limits, device)
         out = torch.full((batch, steps), pad, dtype=torch.long, device=device)
-        if not cache:
+        if not (cache and can_cache(model)):
             for t in range(steps):
                 flat = beams.tokens[:, :, : t + 1].reshape(batch * k, t + 1)
                 beams.advance(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["AUGMENTATION_KEYS", "twins", "level", "pair_sentences"]
+__all__ = ["AUGMENTATION_KEYS", "preset_augmentation", "twins", "level", "pair_sentences"]
 
 # the options that give a row CAPE's augmentation (`cape.build`'s fields, the whole of it, or
 # a modality preset's values)
@@ -23,6 +23,16 @@ AUGMENTATION_KEYS = (
     "max_global_scaling",
     "normalize",
 )
+
+
+def preset_augmentation(modality: str) -> dict[str, Any]:
+    """CAPE's augmentation fields of a modality preset ("text", "audio", ...), as options for
+    the encodings that take no `preset` (alibi, fire)."""
+    from cape.build import AUGMENTATION_FIELDS
+    from cape.encodings.sinusoidal import PRESETS
+
+    return {k: v for k, v in PRESETS[modality].items() if k in AUGMENTATION_FIELDS}
+
 
 # names that are CAPE whatever their options (their twin without augmentation is sinpos)
 CAPE_NAMES = ("cape1d", "cape2d")

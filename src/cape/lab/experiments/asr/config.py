@@ -14,8 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cape._checks import check_choice, check_float, check_int
+from cape.lab.data.speech.synth import MAX_TRAIN_SECONDS
 from cape.lab.data.text.sentences import TEXT_SOURCES
+from cape.lab.experiments.pairs import preset_augmentation
 from cape.lab.experiments.template import check_best_metric, check_position, check_runs
+from cape.lab.experiments.train_as import check_reuse_fields, check_train_as
 from cape.lab.train.config import TrainConfig
 
 __all__ = [
@@ -112,7 +115,10 @@ class ModelConfig:
 class RowConfig:
     """One model: `position` (a `cape.build` name), its options over
     CTCModel's defaults, relpos/rotary in "all" layers or the "first" only, SpecAugment on or
-    off, and the batching of training ("padded" or "padding-free")."""
+    off, and the batching of training ("padded" or "padding-free"). `eval_options` replace or
+    add options at evaluation only; `train_as` names an earlier row whose trained weights this
+    row evaluates (with its own `eval_options`) instead of training
+    (`cape.lab.experiments.train_as`)."""
 
     name: str = ""
     position: str = ""
@@ -120,6 +126,8 @@ class RowConfig:
     relative_layers: str = "all"
     specaugment: bool = True
     batching: str = "padded"
+    eval_options: dict[str, Any] = field(default_factory=dict)
+    train_as: str | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -128,6 +136,7 @@ class RowConfig:
         check_choice(f"rows[{self.name}].relative_layers", self.relative_layers, ("all", "first"))
         check_choice(f"rows[{self.name}].specaugment", self.specaugment, (True, False))
         check_choice(f"rows[{self.name}].batching", self.batching, BATCHING)
+        check_reuse_fields(f"rows[{self.name}]", self)
 
 
 @dataclass
@@ -168,6 +177,7 @@ class AsrConfig:
     def __post_init__(self) -> None:
         check_runs(self.rows, self.seeds)
         check_best_metric(self.train, "wer", "min", "the validation WER")
+        check_train_as(self.rows, same=("relative_layers", "specaugment", "batching"))
         names = {r.name for r in self.rows}
         unknown = [n for n in self.eval.hop_rows if n not in names]
         if unknown:
@@ -222,16 +232,20 @@ _ALL = _MAIN + [
 ]
 # The encodings people pick instead (issue 32): ALiBi alone and over CAPE-augmented seconds, next
 # to the digits-k3 rows they are read against (their runs are reused from that study's folder)
-_AUDIO_AUG = {
-    "max_global_shift": 60.0,
-    "max_local_shift": 0.015,
-    "max_global_scaling": 1.1,
-    "normalize": True,
-}
+_AUDIO_AUG = preset_augmentation("audio")
+# RoPE's length extensions read the longest training utterance (seconds), chosen at inference
+_EXTEND = {"train_length": MAX_TRAIN_SECONDS}
 _PEERS = [
     *[r for r in _ALL if r["name"] in ("nopos", "sinpos", _CAPE, "relpos", "rotary+CAPE")],
     _row("ALiBi", "alibi"),
     _row("ALiBi+CAPE", "alibi", options={"augmentation": _AUDIO_AUG}),
+    _row("rotary", "rotary"),
+    *[
+        _row(f"rotary+{label}", "rotary", train_as="rotary", eval_options={"scaling": s, **_EXTEND})
+        for label, s in (("PI", "pi"), ("NTK", "ntk"), ("YaRN", "yarn"))
+    ],
+    _row("xPos", "rotary", options={"xpos": True}),
+    _row("FIRE", "fire"),
 ]
 _TRAIN = {
     "batch_size": 16,

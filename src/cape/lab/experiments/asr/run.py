@@ -30,6 +30,7 @@ from cape.lab.experiments.asr.evaluate import (
 from cape.lab.experiments.asr.report import NO_POSITIONS, redraw, write_report
 from cape.lab.experiments.runs import begin, finish
 from cape.lab.experiments.template import cached_runs, fit_best, run_dir
+from cape.lab.experiments.train_as import evaluation_model, trained_row
 from cape.lab.io import write_json
 from cape.lab.metrics import error_counts
 from cape.lab.train import Trainer, seed_everything
@@ -59,8 +60,11 @@ def make_data(cfg: AsrConfig) -> AsrData:
     return AsrData(cfg)
 
 
-def make_model(cfg: AsrConfig, row: RowConfig) -> CTCModel:
-    m = cfg.model
+def make_model(cfg: AsrConfig, row: RowConfig, *, evaluation: bool = False) -> CTCModel:
+    """The row's model (that of the row named by its `train_as`); with `evaluation`, its
+    encoding takes the row's `eval_options` too."""
+    m, trained = cfg.model, trained_row(cfg.rows, row)
+    options = {**trained.options, **row.eval_options} if evaluation else dict(trained.options)
     return CTCModel(
         VOCAB_SIZE,
         n_mels=cfg.features.n_mels,
@@ -71,7 +75,7 @@ def make_model(cfg: AsrConfig, row: RowConfig) -> CTCModel:
         kernel=m.kernel,
         stride=m.stride,
         position=row.position,
-        position_options=dict(row.options),
+        position_options=options,
         conv_dropout=m.conv_dropout,
         dropout=m.dropout,
         layer_drop=m.layer_drop,
@@ -156,7 +160,9 @@ def train_run(
     cfg: AsrConfig, row: RowConfig, seed: int, out: str | Path, data: AsrData
 ) -> tuple[CTCModel, dict[str, float]]:
     """Train one (row, seed), resuming from its checkpoints; returns the model with the best
-    validation WER and the training summary."""
+    validation WER and the training summary. A `train_as` row trains the row it names."""
+    if row.train_as is not None:
+        return train_run(cfg, trained_row(cfg.rows, row), seed, out, data)
     folder = run_dir(out, row, seed)
     seed_everything(seed)
     model = make_model(cfg, row)
@@ -181,10 +187,11 @@ def train_run(
 def load_run(
     cfg: AsrConfig, row: RowConfig, seed: int, out: str | Path, data: Any = None
 ) -> CTCModel:
-    """The weights of a trained run with the best validation WER (else the latest)."""
-    folder = run_dir(out, row, seed) / "checkpoints"
+    """The weights of a trained run with the best validation WER (else the latest), those of
+    the row named by `train_as` if any, in the row's evaluation model (its `eval_options`)."""
+    folder = run_dir(out, trained_row(cfg.rows, row), seed) / "checkpoints"
     path = pick_checkpoint(folder, "best")
-    model = make_model(cfg, row)
+    model = make_model(cfg, row, evaluation=True)
     load_checkpoint(path, model)
     return model
 
@@ -198,11 +205,16 @@ def run_experiment(
     out, dist = begin(cfg, mapping, out)
     data = make_data(cfg)
     records: list[dict[str, Any]] = []
-    summaries: dict[str, dict[str, float]] = {}
+    summaries: dict[str, dict[str, Any]] = {}
     shapes: dict[str, CTCModel] = {}  # untrained, one per row: parameter count, has positions?
 
     def compute(row: RowConfig, seed: int, folder: Path) -> dict[str, Any]:
-        model, summary = train_run(cfg, row, seed, out, data)
+        if row.train_as is not None:  # trained above (an earlier row): its weights, evaluated
+            model: torch.nn.Module = load_run(cfg, row, seed, out).to(dist.device)
+            summary: dict[str, Any] = {"train_as": row.train_as}
+        else:
+            trained, summary = train_run(cfg, row, seed, out, data)
+            model = evaluation_model(row, trained, lambda: make_model(cfg, row, evaluation=True))
         return {
             "records": eval_records(cfg, row, seed, model, data, dist.device),
             "summary": summary,

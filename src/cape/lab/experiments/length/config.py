@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cape._checks import check_int, check_rate
-from cape.build import AUGMENTATION_FIELDS, build, encoding_class
-from cape.encodings.sinusoidal import PRESETS as MODALITY_PRESETS
+from cape.build import build, encoding_class
+from cape.lab.experiments.pairs import preset_augmentation
 from cape.lab.experiments.template import check_best_metric, check_position, check_runs
+from cape.lab.experiments.train_as import check_reuse_fields, check_train_as
 from cape.lab.train.config import TrainConfig
 from cape.models.options import attention_size, resolve_options
 
@@ -94,11 +95,9 @@ class RowConfig:
             raise ValueError("rows[].name must be a non-empty string")
         key = f"rows[{self.name}]"
         self.position = check_position(f"{key}.position", self.position)
-        for what in ("options", "eval_options"):
-            if not isinstance(getattr(self, what), dict):
-                raise ValueError(f"{key}.{what} must be a mapping, got {getattr(self, what)!r}")
-        if self.train_as is not None and not isinstance(self.train_as, str):
-            raise ValueError(f"{key}.train_as must be a row name or null, got {self.train_as!r}")
+        if not isinstance(self.options, dict):
+            raise ValueError(f"{key}.options must be a mapping, got {self.options!r}")
+        check_reuse_fields(key, self)
 
 
 @dataclass
@@ -173,31 +172,9 @@ class LengthConfig:
                     f"eval.lengths[{i}] must exceed data.offset={self.data.offset} (a scored "
                     f"token), got {length}"
                 )
-        for i, row in enumerate(self.rows):
-            self._check_train_as(row, [r.name for r in self.rows[:i]])
+        check_train_as(self.rows)
+        for row in self.rows:
             self._check_encoding(row)
-
-    def _check_train_as(self, row: RowConfig, earlier: list[str]) -> None:
-        key = f"rows[{row.name}]"
-        if row.train_as is None:
-            return
-        if row.train_as not in earlier or self.row(row.train_as).train_as is not None:
-            raise ValueError(
-                f"{key}.train_as must name an earlier row that trains its own weights "
-                f"(one of {[n for n in earlier if self.row(n).train_as is None]}), "
-                f"got {row.train_as!r}"
-            )
-        source = self.row(row.train_as)
-        if source.position != row.position:
-            raise ValueError(
-                f"{key}.position must be that of its train_as row {source.name!r} "
-                f"({source.position!r}), got {row.position!r}"
-            )
-        if row.options:
-            raise ValueError(
-                f"{key}.options must be empty with train_as (the weights are {source.name!r}'s, "
-                f"trained with its options): put evaluation changes in eval_options"
-            )
 
     def _check_encoding(self, row: RowConfig) -> None:
         """Build the row's encoding for training and for evaluation: bad options fail here."""
@@ -240,7 +217,7 @@ _TRAIN = dict(
 )
 # CAPE's augmentation of token positions (the "text" preset: global shift 5, local shift 0.5),
 # as fields for the names that take no preset (alibi, fire)
-_CAPE_TEXT = {k: v for k, v in MODALITY_PRESETS["text"].items() if k in AUGMENTATION_FIELDS}
+_CAPE_TEXT = preset_augmentation("text")
 _EXTEND = {"train_length": DataConfig.max_len}  # RoPE scaling from the longest training length
 _ROWS: list[dict[str, Any]] = [
     {"name": "nopos", "position": "nopos"},

@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cape._checks import check_float, check_int
+from cape.lab.experiments.pairs import preset_augmentation
 from cape.lab.experiments.template import check_best_metric, check_position, check_runs
+from cape.lab.experiments.train_as import check_reuse_fields, check_train_as
 from cape.lab.train.config import TrainConfig
 
 __all__ = ["DataConfig", "ModelConfig", "RowConfig", "EvalConfig", "TranslationConfig", "PRESETS"]
@@ -79,16 +81,22 @@ class ModelConfig:
 class RowConfig:
     """One model: `position` (a `cape.build` name) and its options over Seq2Seq's defaults.
     `options.alpha` (the experiment's, not the encoding's): `auto` (the default) takes the
-    training set's target/source token ratio; Seq2Seq uses it when the encoding augments."""
+    training set's target/source token ratio; Seq2Seq uses it when the encoding augments.
+    `eval_options` replace or add options at evaluation only; `train_as` names an earlier row
+    whose trained weights this row evaluates instead of training
+    (`cape.lab.experiments.train_as`)."""
 
     name: str = ""
     position: str = ""
     options: dict[str, Any] = field(default_factory=dict)
+    eval_options: dict[str, Any] = field(default_factory=dict)
+    train_as: str | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
             raise ValueError("rows[].name must be a non-empty string")
         check_position(f"rows[{self.name}].position", self.position)
+        check_reuse_fields(f"rows[{self.name}]", self)
         alpha = self.options.get("alpha", "auto")
         if alpha != "auto":
             check_float(f"rows[{self.name}].options.alpha", alpha, strict=True)
@@ -128,6 +136,7 @@ class TranslationConfig:
     def __post_init__(self) -> None:
         check_runs(self.rows, self.seeds)
         check_best_metric(self.train, "bleu", "max", "the validation BLEU")
+        check_train_as(self.rows)
 
 
 def _row(name: str, position: str, **options: Any) -> dict[str, Any]:
@@ -147,6 +156,29 @@ _ALL = _MAIN + [
     _row("CAPE Δ=50", "cape1d", max_global_shift=50.0),
     # rotary sees only position differences: the global shift cancels, local shifts remain
     _row("rotary+CAPE", "rotary", max_global_shift=5.0),
+]
+# The encodings people pick instead (issue 32), next to the quick rows they are read against:
+# rotary without augmentation and its length extensions chosen at inference (from the longest
+# training side, data.max_tokens; per call, so decoding re-runs the prefix), xPos, ALiBi and
+# FIRE's biases, ALiBi over CAPE's text augmentation, and rotary+CAPE
+_EXTEND = {"train_length": float(DataConfig.max_tokens)}  # no training side is longer
+_PEERS = [
+    *[r for r in _MAIN if r["name"] in ("sinpos", "relpos", _CAPE)],
+    _row("rotary", "rotary", augmentation=None),
+    *[
+        {
+            "name": f"rotary+{label}",
+            "position": "rotary",
+            "train_as": "rotary",
+            "eval_options": {"scaling": scaling, **_EXTEND},
+        }
+        for label, scaling in (("PI", "pi"), ("NTK", "ntk"), ("YaRN", "yarn"))
+    ],
+    _row("xPos", "rotary", augmentation=None, xpos=True),
+    _row("rotary+CAPE", "rotary", max_global_shift=5.0),
+    _row("ALiBi", "alibi"),
+    _row("ALiBi+CAPE", "alibi", **preset_augmentation("text")),
+    _row("FIRE", "fire"),
 ]
 # ~64 pairs of ~14 BPE tokens a side per batch. On CPU budgets a cosine decay to zero at a
 # high peak learns far faster than the fairseq recipe's inverse-sqrt (measured: 800 steps of
@@ -182,6 +214,24 @@ PRESETS: dict[str, dict[str, Any]] = {
         "eval": {"test": 500, "long_per_bucket": 200, "stacked": 100},
         "rows": copy.deepcopy(_MAIN),
         "seeds": [0],
+    },
+    # the peers of issue 32 on the quick model, two seeds (sinpos, relpos and CAPE are the
+    # quick archive's runs)
+    "quick-peers": {
+        "name": "translation-quick-peers",
+        "data": {"val": 300},
+        "model": {
+            "dim": 128,
+            "encoder_layers": 2,
+            "decoder_layers": 2,
+            "heads": 4,
+            "ffn_dim": 512,
+            "dropout": 0.0,
+        },
+        "train": {**_TRAIN, "steps": 1500},
+        "eval": {"test": 500, "long_per_bucket": 200, "stacked": 100},
+        "rows": copy.deepcopy(_PEERS),
+        "seeds": [0, 1],
     },
     # hours: every row, three seeds, a 3+3-layer d256 model
     "cpu-full": {

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from cape.lab.apps.translate import translate_ids
 from cape.lab.experiments.runs import begin, finish
 from cape.lab.experiments.template import cached_runs, fit_best, run_dir
+from cape.lab.experiments.train_as import evaluation_model, trained_row
 from cape.lab.experiments.translation.config import RowConfig, TranslationConfig
 from cape.lab.experiments.translation.data import LONG_SPLITS, Example, TranslationData, collate_fn
 from cape.lab.experiments.translation.report import redraw, write_report
@@ -162,7 +163,9 @@ def train_run(
     cfg: TranslationConfig, row: RowConfig, seed: int, out: str | Path, data: TranslationData
 ) -> tuple[Seq2Seq, dict[str, float]]:
     """Train one (row, seed), resuming from its checkpoints; returns the model with the best
-    validation BLEU and the training summary."""
+    validation BLEU and the training summary. A `train_as` row trains the row it names."""
+    if row.train_as is not None:
+        return train_run(cfg, trained_row(cfg.rows, row), seed, out, data)
     folder = run_dir(out, row, seed)
     seed_everything(seed)
     tok = data.tokenizer
@@ -198,10 +201,23 @@ def load_run(
     data: TranslationData | None = None,
 ) -> Seq2Seq:
     """The trained run's model with the best validation BLEU (else the latest), rebuilt from
-    its model.json: the alpha it was trained with, whatever today's data gives."""
+    its model.json: the alpha it was trained with, whatever today's data gives. The run is that
+    of the row named by `train_as` if any; the model takes the row's `eval_options`."""
     from cape.lab.apps.translate import load_translation_model
 
-    return load_translation_model(run_dir(out, row, seed))[0]
+    model = load_translation_model(run_dir(out, trained_row(cfg.rows, row), seed))[0]
+    return with_eval_options(row, model)
+
+
+def with_eval_options(row: RowConfig, model: Seq2Seq) -> Seq2Seq:
+    """`model` with the row's `eval_options` over its encoding's options (the same weights)."""
+    spec = model.spec
+
+    def make() -> Seq2Seq:
+        options = {**spec["position_options"], **row.eval_options}
+        return Seq2Seq(**{**spec, "position_options": options})
+
+    return evaluation_model(row, model, make)  # type: ignore[return-value]
 
 
 def _terciles(examples: Sequence[Example]) -> tuple[float, float]:
@@ -327,12 +343,17 @@ def run_experiment(
     records: list[dict[str, Any]] = []
     curves: dict[str, dict[str, list[float]]] = {}
     examples: dict[str, list[dict[str, str]]] = {}
-    summaries: dict[str, dict[str, float]] = {}
+    summaries: dict[str, dict[str, Any]] = {}
     params: dict[str, int] = {}
     terciles: list[float] = []
 
     def compute(row: RowConfig, seed: int, folder: Path) -> dict[str, Any]:
-        model, summary = train_run(cfg, row, seed, out, data)
+        if row.train_as is not None:  # trained above (an earlier row): its weights, evaluated
+            model = load_run(cfg, row, seed, out).to(dist.device)
+            summary: dict[str, Any] = {"train_as": row.train_as}
+        else:
+            trained, summary = train_run(cfg, row, seed, out, data)
+            model = with_eval_options(row, trained)
         return {**eval_records(cfg, row, seed, model, data, dist.device), "summary": summary}
 
     for row, seed, done in cached_runs(cfg.rows, cfg.seeds, out, compute, cfg, train=train):
@@ -343,7 +364,7 @@ def run_experiment(
         terciles = done["terciles"]
         if row.name not in params:  # the same for every seed
             tok = data.tokenizer
-            model = make_model(cfg, row, data.alpha, tok.vocab_size, tok.pad_id)
+            model = make_model(cfg, trained_row(cfg.rows, row), data.alpha, tok.vocab_size)
             params[row.name] = sum(p.numel() for p in model.parameters())
     results = {
         "experiment": "translation",

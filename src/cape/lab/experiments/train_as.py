@@ -1,0 +1,70 @@
+"""Rows that evaluate another row's weights: `train_as` names the row whose trained weights a row
+evaluates, and `eval_options` change its encoding at evaluation only (RoPE's PI, NTK or YaRN
+chosen at inference from the training length). Shared by the experiments whose rows take them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from torch import nn
+
+__all__ = ["check_reuse_fields", "check_train_as", "trained_row", "evaluation_model"]
+
+
+def check_reuse_fields(key: str, row: Any) -> None:
+    """ValueError naming `key` unless `row.eval_options` is a mapping and `row.train_as` a row
+    name or None."""
+    if not isinstance(row.eval_options, dict):
+        raise ValueError(f"{key}.eval_options must be a mapping, got {row.eval_options!r}")
+    if row.train_as is not None and not isinstance(row.train_as, str):
+        raise ValueError(f"{key}.train_as must be a row name or null, got {row.train_as!r}")
+
+
+def check_train_as(rows: Sequence[Any], same: Sequence[str] = ()) -> None:
+    """Every `train_as` names an earlier row that trains its own weights, with the same
+    `position` and the fields in `same` (those that shape the trained model), while the row's
+    own `options` stay empty (its weights were trained with the other row's); ValueError
+    naming the row otherwise."""
+    by_name = {r.name: r for r in rows}
+    for i, row in enumerate(rows):
+        if row.train_as is None:
+            continue
+        key = f"rows[{row.name}]"
+        earlier = [r.name for r in rows[:i] if r.train_as is None]
+        if row.train_as not in earlier:
+            raise ValueError(
+                f"{key}.train_as must name an earlier row that trains its own weights "
+                f"(one of {earlier}), got {row.train_as!r}"
+            )
+        source = by_name[row.train_as]
+        for field in ("position", *same):
+            if getattr(source, field) != getattr(row, field):
+                raise ValueError(
+                    f"{key}.{field} must be that of its train_as row {source.name!r} "
+                    f"({getattr(source, field)!r}), got {getattr(row, field)!r}"
+                )
+        if row.options:
+            raise ValueError(
+                f"{key}.options must be empty with train_as (the weights are {source.name!r}'s, "
+                f"trained with its options): put evaluation changes in eval_options"
+            )
+
+
+def trained_row(rows: Sequence[Any], row: Any) -> Any:
+    """The row whose weights `row` evaluates: the one its `train_as` names, else itself."""
+    if row.train_as is None:
+        return row
+    return next(r for r in rows if r.name == row.train_as)
+
+
+def evaluation_model(row: Any, trained: nn.Module, make: Callable[[], nn.Module]) -> nn.Module:
+    """`trained` itself when the row has no `eval_options`, else `make()` (the row's model with
+    them) holding `trained`'s weights: strict loading, so the options must not change which
+    parameters the encodings hold."""
+    if not row.eval_options:
+        return trained
+    evaluator = make()
+    evaluator.load_state_dict(trained.state_dict(), strict=True)
+    device = next(trained.parameters()).device
+    return evaluator.to(device).train(trained.training)
