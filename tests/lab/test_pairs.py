@@ -4,7 +4,13 @@ comparing them, read off configs as the presets write them."""
 from __future__ import annotations
 
 from cape.lab.experiments import EXPERIMENTS, resolve_config
-from cape.lab.experiments.pairs import AUGMENTATION_KEYS, level, pair_sentences, twins
+from cape.lab.experiments.pairs import (
+    AUGMENTATION_KEYS,
+    level,
+    pair_sentences,
+    twins,
+    verdict_pairs,
+)
 
 
 def _rows(name: str, preset: str) -> list[dict]:
@@ -21,7 +27,13 @@ def test_twins_of_the_presets() -> None:
     ]
     assert twins(vision, ("fit_grid",)) == [("CAPE grid", "CAPE")]
     asr = _rows("asr", "digits-k3-peers")
-    assert twins(asr, AUGMENTATION_KEYS) == [("ALiBi+CAPE", "ALiBi")]
+    assert twins(asr, AUGMENTATION_KEYS) == [("rotary+CAPE", "rotary"), ("ALiBi+CAPE", "ALiBi")]
+    # translation's plain rotary turns the model's default augmentation off (None): a twin
+    translation = _rows("translation", "quick-peers")
+    assert twins(translation, AUGMENTATION_KEYS) == [
+        ("rotary+CAPE", "rotary"),
+        ("ALiBi+CAPE", "ALiBi"),
+    ]
     # CAPE names augment by default: "CAPE λ=2" is no augmented twin of "CAPE"
     assert twins(_rows("asr", "digits-k3"), AUGMENTATION_KEYS) == []
 
@@ -32,9 +44,12 @@ def test_a_twin_must_match_in_everything_else() -> None:
         {"name": "b", "position": "rotary", "options": {"base": 100.0}},
         {"name": "c", "position": "alibi", "options": {}},
         {"name": "d", "position": "rotary", "options": {}, "train_size": 24},
-        {"name": "e", "position": "rotary", "options": {"normalize": False}},  # off: no twin
+        {"name": "e", "position": "rotary", "options": {"normalize": False, "base": 9.0}},
     ]
-    assert twins(rows, AUGMENTATION_KEYS) == []
+    assert twins(rows, AUGMENTATION_KEYS) == []  # e: augmentation off, but another base
+    rows[4]["options"] = {"normalize": False}  # off: e is a's twin, and not augmented itself
+    assert twins(rows, AUGMENTATION_KEYS) == [("a", "e")]
+    rows.pop()
     rows.append({"name": "f", "position": "rotary", "options": None})
     assert twins(rows, AUGMENTATION_KEYS) == [("a", "f")]
 
@@ -53,3 +68,27 @@ def test_sentences_say_the_difference_and_when_it_is_within_the_spread() -> None
     )  # fmt: skip
     assert said == "**T**: `x` against `y` (n), points: +10.0 at c1, -2.0 at c2 (level)."
     assert pair_sentences("T", [("x", "z")], lambda r, c: cells.get((r, c)), [1], str) == []
+
+
+def test_verdict_pairs_compare_augmentation_and_extensions_on_the_same_weights() -> None:
+    rows = _rows("asr", "digits-k3-peers")
+    cells = {
+        (name, "all"): {"mean": mean, "std": 0.5}
+        for name, mean in (
+            ("rotary", 10.0), ("rotary+CAPE", 7.0), ("rotary+PI", 30.0), ("rotary+NTK", 10.2),
+            ("rotary+YaRN", 12.0), ("ALiBi", 5.0), ("ALiBi+CAPE", 4.8),
+        )
+    }  # fmt: skip
+    said = verdict_pairs(rows, lambda r, c: cells.get((r, c)), ["all"], str, "WER points")
+    assert said == [
+        "**CAPE's augmentation**: `rotary+CAPE` against `rotary` (not augmented), WER points: "
+        "-3.0 at all.",
+        "**CAPE's augmentation**: `ALiBi+CAPE` against `ALiBi` (not augmented), WER points: "
+        "-0.2 at all (level).",
+        "**Extended at inference**: `rotary+PI` against `rotary` (the same weights), WER points: "
+        "+20.0 at all.",
+        "**Extended at inference**: `rotary+NTK` against `rotary` (the same weights), WER "
+        "points: +0.2 at all (level).",
+        "**Extended at inference**: `rotary+YaRN` against `rotary` (the same weights), WER "
+        "points: +2.0 at all.",
+    ]

@@ -11,7 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["AUGMENTATION_KEYS", "preset_augmentation", "twins", "level", "pair_sentences"]
+__all__ = [
+    "AUGMENTATION_KEYS",
+    "preset_augmentation",
+    "twins",
+    "level",
+    "pair_sentences",
+    "verdict_pairs",
+]
 
 # the options that give a row CAPE's augmentation (`cape.build`'s fields, the whole of it, or
 # a modality preset's values)
@@ -48,8 +55,9 @@ def _without(row: Mapping[str, Any], keys: Sequence[str]) -> tuple[dict, dict]:
 
 def twins(rows: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> list[tuple[str, str]]:
     """(row, twin) names: `row`'s options set one of `keys` (to something but None/False) and
-    `twin` is the same row (position, options, every other field) without them. With the
-    augmentation's keys, the CAPE names are left out: they augment by default."""
+    `twin` is the same row (position, options, every other field) without them (or with them
+    None/False). With the augmentation's keys, the CAPE names are left out: they augment by
+    default."""
     out = []
     for row in rows:
         options = row.get("options") or {}
@@ -63,7 +71,7 @@ def twins(rows: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> list[tuple[
                 r["name"]
                 for r in rows
                 if r is not row
-                and not any(k in (r.get("options") or {}) for k in keys)
+                and not any((r.get("options") or {}).get(k) not in (None, False) for k in keys)
                 and _without(r, keys) == bare
             ),
             None,
@@ -105,3 +113,26 @@ def pair_sentences(
             head = f"**{title}**: `{a}` against `{b}`{twin_note}, {unit}: "
             out.append(head + ", ".join(diffs) + ".")
     return out
+
+
+def verdict_pairs(
+    rows: Sequence[Mapping[str, Any]],
+    cell: Callable[[str, Any], Cell | None],
+    columns: Sequence[Any],
+    label: Callable[[Any], str],
+    unit: str = "points",
+) -> list[str]:
+    """What every study's verdict says of its pairs (`pair_sentences`): CAPE's augmentation
+    against the same row without it, and each length extension chosen at inference against the
+    row whose weights it evaluates (`train_as`)."""
+    reuse = [(r["name"], r["train_as"]) for r in rows if r.get("train_as")]
+    return [
+        *pair_sentences(
+            "CAPE's augmentation", twins(rows, AUGMENTATION_KEYS), cell, columns, label, unit,
+            twin_note=" (not augmented)",
+        ),
+        *pair_sentences(
+            "Extended at inference", reuse, cell, columns, label, unit,
+            twin_note=" (the same weights)",
+        ),
+    ]  # fmt: skip

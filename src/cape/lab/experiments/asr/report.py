@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from cape.lab.experiments.pairs import AUGMENTATION_KEYS, pair_sentences, twins
+from cape.lab.experiments.pairs import verdict_pairs
 from cape.lab.experiments.template import plot_ok, read_results, train_cost_table
 from cape.lab.report import Report, claims_table, mean_std, pivot, summarize, write_json
 
@@ -289,10 +289,9 @@ def _render(out: Path, results: dict[str, Any]) -> Path:
         )
     test = [r for r in results["records"] if r["split"] == "test" and r["hop_ms"] == f["hop_ms"]]
     cells = {(c["row"], c["bin"]): c for c in summarize(test, ["row", "bin"], "wer")}
-    said = pair_sentences(  # a row with CAPE's augmentation against its twin without it
-        "CAPE's augmentation", twins(cfg["rows"], AUGMENTATION_KEYS),
-        lambda row, b: cells.get((row, b)), _bins(test), lambda b: b if b == "all" else f"{b} s",
-        unit="WER points on test (negative: fewer errors)", twin_note=" (not augmented)",
+    said = verdict_pairs(
+        cfg["rows"], lambda row, b: cells.get((row, b)), _bins(test),
+        lambda b: b if b == "all" else f"{b} s", "WER points on test (negative: fewer errors)",
     )  # fmt: skip
     if said:
         rep.paragraph(" ".join(said))

@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from cape.lab.experiments.pairs import AUGMENTATION_KEYS, pair_sentences, twins
+from cape.lab.experiments.pairs import verdict_pairs
 from cape.lab.experiments.template import plot_ok, read_results, seeds_by_row, train_cost_table
 from cape.lab.report import MISSING, Report, mean_std, summarize, write_json
 from cape.lab.stats import welch_t_test
@@ -187,16 +187,7 @@ def verdict(results: dict[str, Any]) -> tuple[list[str], str]:
     rows, lengths = results["config"]["rows"], results["config"]["eval"]["lengths"]
     cell = lambda row, n: cells.get((row, n))  # noqa: E731
     label = lambda n: f"{n} tokens"  # noqa: E731
-    pairs = [
-        *pair_sentences(  # CAPE's augmentation against the same row without it
-            "CAPE's augmentation", twins(rows, AUGMENTATION_KEYS), cell, lengths, label,
-            twin_note=" (not augmented)",
-        ),
-        *pair_sentences(  # a length extension chosen at inference, on the same weights
-            "Extended at inference", [(r["name"], r["train_as"]) for r in rows if r["train_as"]],
-            cell, lengths, label, twin_note=" (the same weights)",
-        ),
-    ]  # fmt: skip
+    pairs = verdict_pairs(rows, cell, lengths, label)
     said = [_positions_needed(results, cells, ref), keep, _best_longest(results, cells), *pairs]
     return said, table
 

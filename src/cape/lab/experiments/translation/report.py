@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from cape.lab.experiments.template import plot_ok, read_results, seeds_by_row, train_cost_table
+from cape.lab.experiments.translation.verdict import verdict
 from cape.lab.report import Report, pivot, summarize, write_json
 
 __all__ = ["write_report", "redraw", "bleu_table", "nll_table", "nll_curve_cells"]
@@ -146,6 +147,9 @@ def _render(out: Path, results: dict[str, Any]) -> Path:
         f"pairs (2-4 joined), by output position; training targets have at most "
         f"{results.get('train_length', '?')} tokens.",
     )
+    rep.heading("Verdict")
+    for sentence in verdict(results):
+        rep.paragraph(sentence)
     rep.table(_params(results), caption="Trainable parameters and the seeds reported, per row.")
     _plots(rep, out, results)
     _examples(rep, results)

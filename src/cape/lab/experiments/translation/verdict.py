@@ -1,0 +1,90 @@
+"""The translation report's verdict, written from the numbers: which rows translate the long
+buckets best (within the seeds' spread), how much of their test BLEU each keeps on the longest
+bucket, which rows' teacher-forced NLL stays lowest far past the training lengths, and the
+pairs every study compares (`cape.lab.experiments.pairs.verdict_pairs`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cape.lab.experiments.pairs import level, verdict_pairs
+from cape.lab.report import summarize
+
+__all__ = ["verdict"]
+
+# the columns the verdict reads: (split, bin) -> label
+BUCKETS = {
+    ("test", "all"): "test",
+    ("test_21-30", "all"): "21-30 words",
+    ("test_31-40", "all"): "31-40 words",
+    ("test_41+", "all"): "41+ words",
+}
+LONGEST = "41+ words"
+
+
+def _cells(results: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    recs = [
+        dict(r, col=BUCKETS[(r["split"], r["bin"])])
+        for r in results["records"]
+        if (r["split"], r["bin"]) in BUCKETS
+    ]
+    return {(c["row"], c["col"]): c for c in summarize(recs, ["row", "col"], "bleu")}
+
+
+def _best(cells: dict[Any, dict[str, Any]], rows: list[str], key: Any, high: bool) -> list[str]:
+    """[best row, rows level with it] at column `key` (highest or lowest mean)."""
+    there = [r for r in rows if (r, key) in cells]
+    if not there:
+        return []
+    best = (max if high else min)(there, key=lambda r: cells[(r, key)]["mean"])
+    return [best] + [r for r in there if r != best and level(cells[(r, key)], cells[(best, key)])]
+
+
+def _cell(c: dict[str, Any], unit: str = "") -> str:
+    return f"{c['mean']:.1f} ± {c['std']:.1f}{unit}"
+
+
+def verdict(results: dict[str, Any]) -> list[str]:
+    """The verdict's sentences (markdown) from the results' records."""
+    rows = [r["name"] for r in results["config"]["rows"]]
+    cells = _cells(results)
+    said = []
+    best = _best(cells, rows, LONGEST, high=True)
+    if best:
+        others = ", ".join(f"`{r}` ({_cell(cells[(r, LONGEST)])})" for r in best[1:])
+        said.append(
+            f"**Longest bucket ({LONGEST})**: `{best[0]}` translates best "
+            f"({_cell(cells[(best[0], LONGEST)], ' BLEU')})"
+            + (f"; level with it within the seeds' spread: {others}." if others else ".")
+        )
+    kept = {
+        r: 100 * cells[(r, LONGEST)]["mean"] / cells[(r, "test")]["mean"]
+        for r in rows
+        if (r, LONGEST) in cells and (r, "test") in cells and cells[(r, "test")]["mean"] > 0
+    }
+    if kept:
+        order = sorted(kept, key=kept.get, reverse=True)  # type: ignore[arg-type]
+        said.append(
+            f"**Share of the test BLEU kept at {LONGEST}** (means over seeds): "
+            + ", ".join(f"`{r}` {kept[r]:.0f}%" for r in order)
+            + "."
+        )
+    stacked = [r for r in results["records"] if r["split"] == "stacked"]
+    if stacked:
+        band = max({r["bin"] for r in stacked}, key=lambda b: int(b.split("-")[0]))
+        nll = {(c["row"], c["bin"]): c for c in summarize(stacked, ["row", "bin"], "nll")}
+        low = _best(nll, rows, band, high=False)
+        if low:
+            others = ", ".join(f"`{r}`" for r in low[1:])
+            said.append(
+                f"**Stacked sentences, output positions {band}** (far past the training "
+                f"targets' {results.get('train_length', '?')} tokens): `{low[0]}` has the "
+                f"lowest NLL ({nll[(low[0], band)]['mean']:.2f} nats per token)"
+                + (f", level with {others}." if others else ".")
+            )
+    columns = list(BUCKETS.values())
+    said += verdict_pairs(
+        results["config"]["rows"], lambda r, c: cells.get((r, c)), columns, str,
+        "BLEU points (positive: better)",
+    )  # fmt: skip
+    return said

@@ -1,0 +1,83 @@
+"""The translation verdict: best rows on the longest bucket within the seeds' spread, the share
+of test BLEU kept there, the lowest NLL far out, and the augmentation / extension pairs."""
+
+from __future__ import annotations
+
+from cape.lab.experiments.translation.verdict import verdict
+
+ROWS = [
+    {"name": "rotary", "position": "rotary", "options": {"augmentation": None}},
+    {
+        "name": "rotary+YaRN",
+        "position": "rotary",
+        "options": {},
+        "train_as": "rotary",
+        "eval_options": {"scaling": "yarn"},
+    },
+    {"name": "rotary+CAPE", "position": "rotary", "options": {"max_global_shift": 5.0}},
+    {"name": "ALiBi", "position": "alibi", "options": {}},
+]
+# BLEU per (row, split) over two seeds
+BLEU = {
+    "rotary": {"test": (30, 32), "test_41+": (6, 8)},
+    "rotary+YaRN": {"test": (30, 30), "test_41+": (9, 9)},
+    "rotary+CAPE": {"test": (31, 31), "test_41+": (3, 3)},
+    "ALiBi": {"test": (20, 20), "test_41+": (8, 8)},
+}
+NLL = {
+    "rotary": (6.0, 6.2),
+    "rotary+YaRN": (5.0, 5.0),
+    "rotary+CAPE": (5.0, 5.2),
+    "ALiBi": (7, 7),
+}
+
+
+def _results() -> dict:
+    records = []
+    for row, splits in BLEU.items():
+        for split, values in splits.items():
+            for seed, v in enumerate(values):
+                records.append(
+                    {"row": row, "seed": seed, "split": split, "bin": "all", "bleu": float(v)}
+                )
+        for seed, v in enumerate(NLL[row]):
+            records.append(
+                {"row": row, "seed": seed, "split": "stacked", "bin": "0-31", "nll": 1.0}
+            )
+            records.append(
+                {"row": row, "seed": seed, "split": "stacked", "bin": "256-328", "nll": v}
+            )
+    return {"config": {"rows": ROWS}, "records": records, "train_length": 57}
+
+
+def test_verdict_reads_the_numbers() -> None:
+    said = verdict(_results())
+    # 41+: YaRN 9.0 ± 0; rotary 7.0 ± 1.41 is level (|9 - 7| = 2 > 1.41: not level); ALiBi 8 ± 0
+    assert (
+        said[0] == "**Longest bucket (41+ words)**: `rotary+YaRN` translates best (9.0 ± 0.0 BLEU)."
+    )
+    # kept: YaRN 9/30 = 30%, ALiBi 8/20 = 40%, rotary 7/31 = 23%, rotary+CAPE 3/31 = 10%
+    assert said[1] == (
+        "**Share of the test BLEU kept at 41+ words** (means over seeds): `ALiBi` 40%, "
+        "`rotary+YaRN` 30%, `rotary` 23%, `rotary+CAPE` 10%."
+    )
+    # far out: YaRN 5.00 lowest, rotary+CAPE 5.10 ± 0.14 level with it, rotary 6.1 not
+    assert said[2] == (
+        "**Stacked sentences, output positions 256-328** (far past the training targets' 57 "
+        "tokens): `rotary+YaRN` has the lowest NLL (5.00 nats per token), level with "
+        "`rotary+CAPE`."
+    )
+    assert said[3].startswith("**CAPE's augmentation**: `rotary+CAPE` against `rotary`")
+    assert "-4.0 at 41+ words" in said[3] and "+0.0 at test (level)" in said[3]
+    assert said[4].startswith("**Extended at inference**: `rotary+YaRN` against `rotary`")
+    assert "+2.0 at 41+ words" in said[4]
+    assert len(said) == 5
+
+
+def test_a_level_row_is_named_with_the_best() -> None:
+    results = _results()
+    for r in results["records"]:
+        if r["row"] == "ALiBi" and r["split"] == "test_41+":
+            r["bleu"] = 9.0 + (0.5 if r["seed"] else -0.5)  # 9.0 ± 0.71: level with YaRN's 9.0
+    first = verdict(results)[0]
+    assert "level with it within the seeds' spread: `ALiBi` (9.0 ± 0.7)" in first
