@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 from _contract import Call, Draw, expect
+from _contract_rope import ROPE2D, SCALING, rope2d, scaling
 
 import cape
 import cape.functional as F
@@ -667,5 +668,7 @@ GENERATORS = {
     + each(rotary, ("angles", "apply"))
     + each(alibi, ("slopes", "bias"))
     + each(fire, ("distance", "bias"))
-    + each(frequencies_fit, FITS),
+    + each(frequencies_fit, FITS)
+    + each(scaling, SCALING)
+    + each(rope2d, ROPE2D),
 }

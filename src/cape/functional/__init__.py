@@ -15,6 +15,17 @@ from .frequencies import (
     grid_sampling,
 )
 from .relative import num_buckets, relative_index, relpos_attention
+from .rope2d import axial_frequencies, mixed_angles, mixed_frequencies, rope2d_magnitudes
+from .rope_scaling import (
+    extension_factor,
+    ntk_base,
+    position_midpoint,
+    position_span,
+    scaled_frequencies,
+    xpos_scale,
+    xpos_zeta,
+    yarn_temperature,
+)
 from .rotary import apply_rotary, rotary_angles
 from .sinusoidal import (
     axial_sinusoidal,
@@ -46,6 +57,18 @@ __all__ = [
     "relpos_attention",
     "apply_rotary",
     "rotary_angles",
+    "ntk_base",
+    "position_span",
+    "position_midpoint",
+    "extension_factor",
+    "scaled_frequencies",
+    "yarn_temperature",
+    "xpos_zeta",
+    "xpos_scale",
+    "rope2d_magnitudes",
+    "axial_frequencies",
+    "mixed_frequencies",
+    "mixed_angles",
     "alibi_slopes",
     "alibi_bias",
     "fire_distance",

@@ -28,6 +28,7 @@ from .._checks import (
     check_int,
     check_phases,
     check_real,
+    check_tensor,
 )
 
 __all__ = ["rope2d_magnitudes", "axial_frequencies", "mixed_frequencies", "mixed_angles"]
@@ -93,9 +94,9 @@ def mixed_angles(positions: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
     check_real("positions", positions, ndims=(3,))
     if positions.shape[-1] != 2:
         raise ValueError(f"positions must be [B, T, 2] (x, y), got {tuple(positions.shape)}")
-    if not isinstance(freqs, torch.Tensor) or freqs.dim() != 3 or freqs.shape[1] != 2:
-        got = tuple(freqs.shape) if isinstance(freqs, torch.Tensor) else type(freqs).__name__
-        raise ValueError(f"freqs must have shape [H, 2, hd/2], got {got}")
+    check_tensor("freqs", freqs, ndims=(3,), floating=True)
+    if freqs.shape[1] != 2:
+        raise ValueError(f"freqs must have shape [H, 2, hd/2], got {tuple(freqs.shape)}")
     reach = freqs.detach().abs().amax(dim=(0, 2))  # the largest |w| per axis
     check_phases("positions", positions, reach)
     pos = positions.to(torch.float32)

@@ -30,7 +30,10 @@ from .._checks import (
     check_choice,
     check_even,
     check_float,
+    check_mask,
+    check_real,
     check_tensor,
+    max_abs,
 )
 
 __all__ = [
@@ -61,12 +64,39 @@ def ntk_base(base: float, factor: float, head_dim: int) -> float:
     return base * factor ** (head_dim / (head_dim - 2))
 
 
+def _check_positions(positions: object, mask: object = None) -> None:
+    """1-D positions [B, T, 1] within float32's range at valid tokens; mask None or [B, T]."""
+    check_real("positions", positions, ndims=(3,))
+    assert isinstance(positions, torch.Tensor)
+    if positions.shape[-1] != 1:
+        raise ValueError(f"positions must be 1-D, [B, T, 1], got {tuple(positions.shape)}")
+    if mask is not None:
+        mask = check_mask("mask", mask, positions.shape[:2])
+    if _may_inspect_values(positions) and positions.numel():
+        reach = float(max_abs(positions, mask).max())
+        if reach > LIMIT:
+            raise ValueError(
+                f"positions must be at most {LIMIT:.0e} in magnitude (float32 maths), got {reach:g}"
+            )
+
+
+def _check_factor(factor: object) -> None:
+    """A tensor factor: real, [] or [B], every entry finite and >= 1 (checked on the CPU)."""
+    check_real("factor", factor, ndims=(0, 1))
+    assert isinstance(factor, torch.Tensor)
+    if _may_inspect_values(factor):
+        f = factor.to(torch.float64)
+        if not bool((torch.isfinite(f) & (f >= 1)).all()):
+            raise ValueError(f"factor must be finite and >= 1 everywhere, got {factor.tolist()}")
+
+
 def position_range(
     positions: torch.Tensor, mask: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """positions: [B, T, 1], mask: [B, T] bool -> (min, max, any valid) over the valid
-    positions, each [B] (min/max are +-inf where a sample has none). No host sync."""
-    check_tensor("positions", positions, ndims=(3,))
+    positions, each [B] (min/max are +-inf where a sample has none). No host sync on an
+    accelerator (the checks of values run on the CPU only)."""
+    _check_positions(positions, mask)
     b, t = positions.shape[:2]
     if t == 0:
         inf = positions.new_full((b,), math.inf, dtype=torch.float32)
@@ -95,6 +125,7 @@ def position_midpoint(positions: torch.Tensor, mask: torch.Tensor | None = None)
 
 def extension_factor(length: torch.Tensor, train_length: float) -> torch.Tensor:
     """s = max(1, length / train_length) per sample -> float32 (length: [B], e.g. a span)."""
+    check_real("length", length, ndims=(1,))
     check_float("train_length", train_length, strict=True)
     return (length.to(torch.float32) / train_length).clamp(min=1.0, max=LIMIT)
 
@@ -117,6 +148,7 @@ def scaled_frequencies(
     check_tensor("omega", omega, ndims=(1,), floating=True)
     w = omega.to(torch.float32)
     if isinstance(factor, torch.Tensor):
+        _check_factor(factor)
         s = factor.to(device=w.device, dtype=torch.float32)[..., None]  # [B, 1]
     else:
         s = torch.tensor(check_float("factor", factor, minimum=1.0), device=w.device)
@@ -125,7 +157,7 @@ def scaled_frequencies(
     half = w.shape[0]
     if method == "ntk":
         if half < 2:
-            raise ValueError("head_dim must be >= 4 for NTK scaling (hd - 2 > 0), got 2")
+            raise ValueError("omega must hold >= 2 frequencies for NTK (head_dim >= 4), got 1")
         # base^(-2c/hd) with base' = base s^(hd/(hd-2)): omega_c s^(-2c/(hd-2))
         exponent = torch.arange(half, device=w.device, dtype=torch.float32) / (half - 1)
         return w * s ** (-exponent)
@@ -146,6 +178,7 @@ def yarn_temperature(factor: torch.Tensor | float) -> torch.Tensor | float:
     """sqrt(1/t) = 0.1 ln s + 1 (YaRN sec. 3.4): q and k are each multiplied by it, which
     divides the logits by t. A float for a float factor, else float32 like `factor`."""
     if isinstance(factor, torch.Tensor):
+        _check_factor(factor)
         return 0.1 * torch.log(factor.to(torch.float32)) + 1.0
     return 0.1 * math.log(check_float("factor", factor, minimum=1.0)) + 1.0
 
@@ -167,11 +200,17 @@ def xpos_scale(
     or a float, a common offset of q and k (it cancels in every logit q.k); the caller keeps
     zeta's powers in float32's range with it (`Rotary` takes the positions' midpoint).
     """
-    check_tensor("positions", positions, ndims=(3,))
+    _check_positions(positions)
     check_float("scale_base", scale_base, strict=True)
     log_zeta = torch.log(xpos_zeta(head_dim).to(positions.device))  # [hd/2], < 0
     n = positions.to(torch.float32)
     if center is not None:
+        if isinstance(center, torch.Tensor):
+            check_real("center", center, ndims=(0, 1))
+            if center.dim() == 1 and center.shape[0] not in (1, n.shape[0]):
+                raise ValueError(f"center must be [B] or [1], got {tuple(center.shape)}")
+        else:
+            check_float("center", center, minimum=-math.inf)
         c = torch.as_tensor(center, dtype=torch.float32, device=n.device)
         n = n - (c[:, None, None] if c.dim() else c)
     x = n / scale_base
