@@ -88,6 +88,8 @@ def _option(d: Draw, name: str, key: str, entry: object) -> object:
     valid, invalid = OPTIONS.get(key, ((None,), ()))
     if key == "preset":
         valid, invalid = entry.presets, ("video", 3)  # type: ignore[attr-defined]
+    elif key == "pos_dim" and name.startswith("rope-"):  # 2-D, or M-D (a box's 4 edges)
+        valid, invalid = (2, 2, 3, 4), (1, 0, "2")
     elif key == "pos_dim":
         valid, invalid = ((1, 2), (3, 0)) if name.startswith("rotary") else ((1, 2, 4), (0, -1))
     elif key == "sizes":

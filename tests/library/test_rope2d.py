@@ -163,3 +163,83 @@ def test_vit_takes_them_at_any_size_with_capes_augmentation(name: str) -> None:
     assert torch.equal(model(x), model(x))
     with torch.no_grad():
         assert math.isfinite(float(model(x).sum()))
+
+
+# -- M-D positions (pos_dim > 2: a box's 4 edges) -----------------------------------------------
+
+
+def test_axial_over_four_axes_gives_each_axis_its_own_planes() -> None:
+    hd, m = 16, 4  # 8 planes: 2 per axis, at 100^(-8c/16), c = 0, 1
+    torch.manual_seed(0)
+    enc = cape.RoPE2d(hd, variant="axial", pos_dim=m)
+    pos = torch.rand(2, 5, m) * 2 - 1
+    q = torch.randn(2, 3, 5, hd)
+    angle = torch.empty(2, 5, hd // 2, dtype=torch.float64)
+    for axis in range(m):
+        for c in range(2):
+            angle[..., 2 * axis + c] = pos[..., axis].double() * 100.0 ** (-8 * c / hd)
+    got = enc(q, q, positions=pos)[0]
+    want = _rotate_reference(q, angle[:, None].expand(2, 3, 5, hd // 2))
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+    w = axial_frequencies(hd, spacing=(0.5, 1.0, 2.0, 4.0))  # [4, 8]
+    for axis, step in enumerate((0.5, 1.0, 2.0, 4.0)):
+        torch.testing.assert_close(
+            w[axis, 2 * axis : 2 * axis + 2], rope2d_magnitudes(hd, 100.0, axes=4) / step
+        )
+        assert int((w[axis] != 0).sum()) == 2
+
+
+def test_mixed_over_four_axes_draws_orthonormal_directions_per_head() -> None:
+    hd, heads = 16, 5
+    w = mixed_frequencies(
+        hd, heads, spacing=(1.0,) * 4, generator=torch.Generator().manual_seed(2)
+    ).double()  # [H, 4, hd/2]
+    r = rope2d_magnitudes(hd, 10.0).double()
+    q4 = hd // 4
+    for h in range(heads):
+        first, second = w[h, :, :q4], w[h, :, q4:]  # [4, hd/4]: one direction per group
+        torch.testing.assert_close(first.norm(dim=0), r)
+        torch.testing.assert_close(second.norm(dim=0), r)
+        u, v = first[:, 0] / r[0], second[:, 0] / r[0]
+        assert abs(float(u @ v)) < 1e-6  # orthogonal, like phi and phi + pi/2 in 2-D
+        torch.testing.assert_close(first / r, u[:, None].expand(4, q4))  # one direction per head
+    dirs = w[:, :, 0] / r[0]
+    assert float((dirs[0] - dirs[1]).abs().max()) > 0.1  # drawn apart per head
+
+
+@pytest.mark.parametrize("variant", ["axial", "mixed"])
+def test_four_axes_keep_the_relative_property_and_capes_augmentation(variant: str) -> None:
+    torch.manual_seed(0)
+    extra = {"heads": 2} if variant == "mixed" else {}
+    enc = cape.build(f"rope-{variant}", 16, pos_dim=4, max_global_shift=0.2, **extra)
+    q, k = torch.randn(2, 2, 6, 16), torch.randn(2, 2, 6, 16)
+    pos = torch.rand(2, 6, 4)
+    enc.eval()
+    a = enc(q, k, positions=pos)
+    b = enc(q, k, positions=pos + torch.tensor([0.3, -0.2, 0.1, 0.5]))
+    torch.testing.assert_close(
+        a[0] @ a[1].transpose(-1, -2), b[0] @ b[1].transpose(-1, -2), rtol=1e-4, atol=1e-4
+    )
+    enc.train()  # a global shift per sample and axis cancels in every logit
+    c = enc(q, k, positions=pos)
+    torch.testing.assert_close(
+        c[0] @ c[1].transpose(-1, -2), a[0] @ a[1].transpose(-1, -2), rtol=1e-4, atol=1e-4
+    )
+    assert enc.frequencies.shape[0] == 4
+
+
+def test_four_axes_refusals_name_the_argument() -> None:
+    with pytest.raises(ValueError, match="divisible by 2 x pos_dim = 8"):
+        cape.RoPE2d(12, pos_dim=4)  # axial: 2 x 4 axes
+    cape.RoPE2d(12, variant="mixed", heads=2, pos_dim=4)  # mixed: planes span every axis
+    with pytest.raises(ValueError, match="fit_grid applies to pos_dim=2"):
+        cape.RoPE2d(16, pos_dim=4, fit_grid=(4, 4))
+    with pytest.raises(ValueError, match="pos_dim"):
+        cape.RoPE2d(16, pos_dim=1)
+    enc = cape.RoPE2d(16, pos_dim=4)
+    with pytest.raises(ValueError, match="grid_positions applies to pos_dim=2"):
+        enc.grid_positions(2, 2)
+    with pytest.raises(ValueError, match="positions must have 4 coordinate"):
+        enc(torch.zeros(1, 1, 3, 16), torch.zeros(1, 1, 3, 16), positions=torch.zeros(1, 3, 2))
+    with pytest.raises(ValueError, match="share M"):
+        mixed_angles(torch.zeros(1, 3, 2), torch.zeros(2, 4, 8))

@@ -3,7 +3,8 @@
 Axial and mixed frequencies (`cape.functional.rope2d`) in a `Rotary` that reads cape's (x, y)
 patch coordinates, so CAPE's augmentation and any grid size apply as to `rotary2d` (whose
 frequencies are CAPE's rotated 2-D ones). RoPE-ViT counts positions in patches: `fit_grid`
-(the training grid) makes one patch of it the unit of the paper's frequencies.
+(the training grid) makes one patch of it the unit of the paper's frequencies. `pos_dim` > 2
+takes the same rotations to M-D positions (ours: a box's 4 edges; `cape.functional.rope2d`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .._checks import check_choice, check_float, check_int
+from .._checks import check_choice, check_float, check_int, check_phases
 from ..augment import Augmentation
 from ..functional.rope2d import axial_frequencies, mixed_angles, mixed_frequencies
 from .grids import fit_grid_pair, sampling_of
@@ -31,10 +32,12 @@ class RoPE2d(Rotary):
     theta: the frequencies' base (None: RoPE-ViT's, 100 axial, 10 mixed). fit_grid: (H, W)
     of the training grid: its patch spacing on cape's [-1, 1] coordinates is the unit of the
     per-patch frequencies (without it, frequencies are per unit of the positions given).
-    augmentation: CAPE's `Augmentation` of the (x, y) positions, in train mode.
+    augmentation: CAPE's `Augmentation` of the (x, y) positions, in train mode. pos_dim: M,
+    the coordinates per position (2: x, y; more: e.g. a box's 4 edges, axial then needs hd
+    divisible by 2M; no fit_grid).
 
-    forward(q, k, positions=[B, T, 2]) as `Rotary`; `angles()` is [B, H, T, hd/2] when mixed.
-    `frequencies` is [2, n]: every frequency per axis (mixed: n = H hd/2, heads in turn).
+    forward(q, k, positions=[B, T, M]) as `Rotary`; `angles()` is [B, H, T, hd/2] when mixed.
+    `frequencies` is [M, n]: every frequency per axis (mixed: n = H hd/2, heads in turn).
     """
 
     per_head = False  # cape.build's dim is the head size; mixed also takes heads=
@@ -48,9 +51,21 @@ class RoPE2d(Rotary):
         theta: float | None = None,
         fit_grid: tuple[int, int] | None = None,
         augmentation: Augmentation | None = None,
+        pos_dim: int = 2,
     ) -> None:
         super().__init__(head_dim, pos_dim=2, augmentation=augmentation)
+        check_int("pos_dim", pos_dim, minimum=2)
+        if fit_grid is not None and pos_dim != 2:
+            raise ValueError(f"fit_grid applies to pos_dim=2 (a grid), got pos_dim={pos_dim}")
+        # Rotary's own frequencies are 1-D or 2-D; ours come from `cape.functional.rope2d` for
+        # any M, and every position check reads pos_dim
+        self.pos_dim = pos_dim
         check_choice("variant", variant, tuple(THETA))
+        if variant == "axial" and pos_dim > 2 and head_dim % (2 * pos_dim):
+            raise ValueError(
+                f"head_dim must be divisible by 2 x pos_dim = {2 * pos_dim} for variant='axial' "
+                f"(hd/2 planes shared by the axes), got {head_dim}"
+            )
         self.variant = variant
         self.theta = (
             THETA[variant]
@@ -66,7 +81,7 @@ class RoPE2d(Rotary):
         else:
             self.heads = None
         self.fit_grid = fit_grid_pair(fit_grid)
-        spacing = (1.0, 1.0) if fit_grid is None else sampling_of(self, fit_grid)[0]
+        spacing = (1.0,) * pos_dim if fit_grid is None else sampling_of(self, fit_grid)[0]
         if variant == "axial":
             self._fitted = axial_frequencies(head_dim, theta=self.theta, spacing=spacing)
             self.register_buffer("fitted_freqs", self._fitted.clone(), persistent=False)
@@ -77,16 +92,33 @@ class RoPE2d(Rotary):
 
     @property
     def frequencies(self) -> torch.Tensor:
-        """[2, n] radians per unit of x and of y, float32 on the CPU (mixed: [2, H hd/2])."""
+        """[M, n] radians per unit of each axis, float32 on the CPU (mixed: [M, H hd/2])."""
         if self.variant == "axial":
             return super().frequencies
         w = self.head_freqs.detach().to(device="cpu", dtype=torch.float32)
-        return w.permute(1, 0, 2).reshape(2, -1)
+        return w.permute(1, 0, 2).reshape(self.pos_dim, -1)
+
+    def grid_positions(
+        self,
+        height: int,
+        width: int,
+        *,
+        extent: float | None = None,
+        batch: int = 1,
+        device: torch.device | str | None = None,
+    ) -> torch.Tensor:
+        """(x, y) of an H x W patch grid (`Rotary.grid_positions`); pos_dim 2 only."""
+        if self.pos_dim != 2:
+            raise ValueError(f"grid_positions applies to pos_dim=2 (x, y), got {self.pos_dim}")
+        return super().grid_positions(height, width, extent=extent, batch=batch, device=device)
 
     def _angles(self, pos: torch.Tensor) -> torch.Tensor:
-        if self.variant == "axial":
+        if self.variant == "mixed":
+            return mixed_angles(pos, self.head_freqs)  # [B, H, T, hd/2]
+        if self.pos_dim == 2:
             return super()._angles(pos)
-        return mixed_angles(pos, self.head_freqs)  # [B, H, T, hd/2]
+        check_phases("positions", pos, lambda: self._fitted.abs().amax(dim=1))  # type: ignore[union-attr]
+        return pos @ self.fitted_freqs  # [B, T, M] x [M, hd/2]
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, **kwargs: object) -> tuple:
         """q: [B, H, Tq, hd], k: [B, H, Tk, hd] -> rotated (q, k): `Rotary.forward`."""
@@ -101,6 +133,7 @@ class RoPE2d(Rotary):
 
     def extra_repr(self) -> str:
         heads = "" if self.heads is None else f", heads={self.heads}"
+        heads += "" if self.pos_dim == 2 else f", pos_dim={self.pos_dim}"
         fit = "" if self.fit_grid is None else f", fit_grid={self.fit_grid}"
         aug = "" if self.augmentation is None else f", augmentation={self.augmentation}"
         return (
