@@ -71,6 +71,7 @@ OPTIONS: dict[str, tuple[tuple, tuple]] = {
     "yarn_beta": ((32.0, 8.0), (0.5, INF, NAN)),
     "xpos": ((False, True), (1, "yes")),
     "xpos_scale_base": ((512.0, 8.0), (0.0, -1.0, NAN)),
+    "xpos_center": ((None, 0.0, -30.0), (NAN, INF, "0", 1e39)),
     # ALiBi
     "causal": ((False, True), (1, "yes")),
     "slopes": ((None,), ("ab", [0.0] * 9, [NAN], [[0.5]])),  # 9: no drawn head count

@@ -216,3 +216,26 @@ def test_fixed_factor_rotary_caches() -> None:
         full = model.decode(tgt, memory, src_mask)
         steps = _steps(model, model.start_decoding(memory, src_mask), tgt)
     torch.testing.assert_close(steps, full, rtol=0, atol=ATOL)
+
+
+def test_xpos_with_a_fixed_center_caches_and_keeps_the_logits() -> None:
+    """xpos_center fixes xPos's common offset: the cache then holds valid keys, and the logits
+    equal those of the per-call midpoint (the offset cancels in q.k)."""
+    torch.manual_seed(0)
+    options = {"augmentation": None, "xpos": True, "xpos_scale_base": 64.0, "xpos_center": 0.0}
+    model = Seq2Seq(VOCAB, position="rotary", position_options=options, **TINY).eval()
+    assert can_cache(model)
+    src, src_mask = _tokens(2, 6, 1), _mask([6, 3], 6)
+    tgt = _tokens(2, 9, 2)
+    with torch.inference_mode():
+        memory = model.encode(src, src_mask)
+        full = model.decode(tgt, memory, src_mask)
+        steps = _steps(model, model.start_decoding(memory, src_mask), tgt)
+    torch.testing.assert_close(steps, full, rtol=0, atol=ATOL)
+    rot = Rotary(8, xpos=True, xpos_scale_base=16.0, xpos_center=5.0)
+    mid = Rotary(8, xpos=True, xpos_scale_base=16.0)
+    q, k = torch.randn(1, 2, 7, 8), torch.randn(1, 2, 7, 8)
+    pos = torch.arange(7.0)[None] * 3
+    a, b = rot(q, k, positions=pos), mid(q, k, positions=pos)
+    assert not torch.allclose(a[0], b[0])  # other scales on q ...
+    torch.testing.assert_close(a[0] @ a[1].transpose(-1, -2), b[0] @ b[1].transpose(-1, -2))

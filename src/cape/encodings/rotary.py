@@ -12,13 +12,11 @@ import torch
 from torch import nn
 
 from .._checks import (
-    check_bool,
     check_choice,
     check_even,
     check_float,
     check_generator,
     check_int,
-    check_limit,
     check_phases,
     check_tensor,
 )
@@ -36,6 +34,7 @@ from ..functional.rotary import apply_rotary, rotary_angles
 from ..functional.sinusoidal import cape2d_frequencies, sinusoid_frequencies
 from ..positions import as_positions, token_positions
 from .base import float32_region
+from .extension import init_extension
 from .grids import fit_grid_pair, layout_grid, max_scaling_of, sampling_of
 
 __all__ = ["Rotary"]
@@ -58,11 +57,11 @@ class Rotary(nn.Module):
     + 1 over the valid positions of q and k together (augmented in training): L = T for token
     indices 0..T-1, whatever the padding. train_length is in the positions' units (tokens,
     seconds); YaRN needs it for its ramp (yarn_alpha < yarn_beta, in turns over train_length).
-    A per-call factor changes as a cache grows: give `factor` for cached decoding.
     xpos: xPos (causal / relative use: logits scale by zeta^((n - m) / xpos_scale_base), which
     decays for n > m and blows up for n < m): q * zeta^((n - n0)/B), k * zeta^(-(m - n0)/B),
-    n0 = floor((min + max + 1)/2) of the valid positions (a common offset, it cancels in logits).
-    With "pi", xPos reads the interpolated positions (as rotary-embedding-torch does).
+    n0 = floor((min + max + 1)/2) of the valid positions, or `xpos_center` if given (a common
+    offset, it cancels in logits). With "pi", xPos reads the interpolated positions (as
+    rotary-embedding-torch does). A key/value cache needs `factor` and `xpos_center` (`cacheable`).
 
     It acts inside attention (`kind = "attention"`): one module per layer, `dim` of `cape.build`
     is the head size. `grid_positions(H, W)` are the continuous (x, y) a 2-D rotary reads.
@@ -87,6 +86,7 @@ class Rotary(nn.Module):
         yarn_beta: float = 32.0,
         xpos: bool = False,
         xpos_scale_base: float = 512.0,
+        xpos_center: float | None = None,
     ) -> None:
         super().__init__()
         self.head_dim = check_even("head_dim", head_dim)
@@ -116,46 +116,10 @@ class Rotary(nn.Module):
                 head_dim, spacing, span, max_scaling=max_scaling_of(augmentation)
             )
             self.register_buffer("fitted_freqs", self._fitted.clone(), persistent=False)
-        self._init_extension(scaling, train_length, factor, yarn_alpha, yarn_beta)
-        self.xpos = check_bool("xpos", xpos)
-        self.xpos_scale_base = check_limit(
-            "xpos_scale_base", check_float("xpos_scale_base", xpos_scale_base, strict=True)
-        )
-        if xpos and pos_dim != 1:
-            raise ValueError(f"xpos applies to pos_dim=1 (1-D positions), got pos_dim={pos_dim}")
-
-    def _init_extension(self, scaling, train_length, factor, yarn_alpha, yarn_beta) -> None:
-        check_choice("scaling", scaling, (None, "pi", "ntk", "yarn"))
-        self.scaling = scaling
-        self.train_length = (
-            None
-            if train_length is None
-            else check_limit("train_length", check_float("train_length", train_length, strict=True))
-        )
-        self.factor = (
-            None
-            if factor is None
-            else check_limit("factor", check_float("factor", factor, minimum=1.0))
-        )
-        self.yarn_alpha = check_float("yarn_alpha", yarn_alpha)
-        self.yarn_beta = check_limit("yarn_beta", check_float("yarn_beta", yarn_beta))
-        if not self.yarn_alpha < self.yarn_beta:
-            raise ValueError(f"yarn_alpha must be < yarn_beta, got {yarn_alpha} and {yarn_beta}")
-        if scaling is None:
-            for name, value in (("train_length", train_length), ("factor", factor)):
-                if value is not None:
-                    raise ValueError(f"{name} applies with scaling ('pi', 'ntk', 'yarn'), got None")
-            return
-        if self.pos_dim != 1:
-            raise ValueError("scaling applies to pos_dim=1 (1-D positions), got pos_dim=2")
-        if scaling == "ntk" and self.head_dim < 4:
-            raise ValueError(f"scaling='ntk' needs head_dim >= 4 (hd - 2 > 0), got {self.head_dim}")
-        if scaling == "yarn" and train_length is None:
-            raise ValueError("train_length is required for scaling='yarn' (its ramp reads it)")
-        if train_length is None and factor is None:
-            raise ValueError(
-                f"scaling={scaling!r} needs train_length (a factor per call) or factor"
-            )
+        init_extension(
+            self, scaling, train_length, factor, yarn_alpha, yarn_beta,
+            xpos, xpos_scale_base, xpos_center,
+        )  # fmt: skip
 
     def _apply(self, fn, recurse=True):  # type: ignore[override]
         super()._apply(fn, recurse)
@@ -263,7 +227,9 @@ class Rotary(nn.Module):
         if self.xpos:
             if self.scaling == "pi":  # xPos on the interpolated positions
                 q, k, both = (p / s[:, None, None] for p in (q, k, both))
-            n0 = position_midpoint(both, both_mask)
+            n0 = (
+                position_midpoint(both, both_mask) if self.xpos_center is None else self.xpos_center
+            )
             qs = xpos_scale(q, self.head_dim, scale_base=self.xpos_scale_base, center=n0)
             ks = 1 / xpos_scale(k, self.head_dim, scale_base=self.xpos_scale_base, center=n0)
             q_mag = qs[:, None] if q_mag is None else q_mag * qs[:, None]
@@ -359,8 +325,8 @@ class Rotary(nn.Module):
 
     cacheable_rule = (
         "a rotary whose key rotation reads the key's own position only: no active augmentation, "
-        "no xPos (its scales are centred on each call's positions), no scaling without a fixed "
-        "factor (its factor is each call's span)"
+        "no xPos without xpos_center (else centred on each call's positions), no scaling "
+        "without a fixed factor (else each call's span)"
     )
 
     @property
@@ -370,7 +336,8 @@ class Rotary(nn.Module):
         aug = self.augmentation
         if aug is not None and (aug.normalize or (self.training and aug.random)):
             return False
-        return not self.xpos and (self.scaling is None or self.factor is not None)
+        per_call_xpos = self.xpos and self.xpos_center is None
+        return not per_call_xpos and (self.scaling is None or self.factor is not None)
 
     def extra_repr(self) -> str:
         aug = "" if self.augmentation is None else f", augmentation={self.augmentation}"
@@ -381,6 +348,7 @@ class Rotary(nn.Module):
                 aug += f", yarn_alpha={self.yarn_alpha}, yarn_beta={self.yarn_beta}"
         if self.xpos:
             aug += f", xpos=True, xpos_scale_base={self.xpos_scale_base}"
+            aug += "" if self.xpos_center is None else f", xpos_center={self.xpos_center}"
         fit = "" if self.fit_grid is None else f", fit_grid={self.fit_grid}"
         return (
             f"head_dim={self.head_dim}, pos_dim={self.pos_dim}, base={self.base}, "
