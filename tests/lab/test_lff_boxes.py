@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+import cape
 from cape import Augmentation
 from cape.lab.data.boxes import NONE, BoxDataset, answer_questions, generate
 from cape.lab.experiments import resolve_config
@@ -296,3 +297,32 @@ def test_redraw_reproduces_the_report(tiny_run):
     assert (out / "report.md").read_text() == text and (out / "seen_vs_unseen.png").is_file()
     with pytest.raises(ValueError, match="results.json"):
         exp.redraw(out / "nothing")
+
+
+@pytest.mark.parametrize("name", ["RoPE-Axial-4D", "RoPE-Mixed-4D+CAPE"])
+def test_rotary_rows_read_the_boxes_relations_only(name):
+    """RoPE-ViT's rotations of the 4 edges in every layer, the question token at the query
+    box: moving the whole screen leaves the answer unchanged, rescaling it does not."""
+    cfg, _ = resolve_config(LffBoxesConfig, PRESETS, "peers", [], SMALL)
+    row = next(r for r in cfg.rows if r.name == name)
+    torch.manual_seed(0)
+    model = exp.make_model(cfg, row).train()
+    _, batch = _batch()
+    loss, _ = exp.answer_loss(model, batch)
+    loss.backward()
+    rotations = [m for m in model.modules() if isinstance(m, cape.RoPE2d)]
+    assert len(rotations) == cfg.model.depth and all(r.pos_dim == 4 for r in rotations)
+    hd = cfg.model.dim // cfg.model.heads
+    learned = cfg.model.depth * cfg.model.heads * 4 * hd // 2 if "Mixed" in name else 0
+    assert exp._parameters(model)["position"] == learned  # RoPE-Mixed's frequencies per layer
+    if learned:
+        assert all(r.head_freqs.grad is not None for r in rotations)
+    model.eval()
+    out = model(batch)
+    step = torch.tensor([0.1, -0.2, 0.1, -0.2])  # (top, left, bottom, right): dy, dx, dy, dx
+    moved = dict(batch, positions=batch["positions"] + step)
+    torch.testing.assert_close(model(moved), out, rtol=1e-4, atol=1e-4)
+    assert not torch.allclose(model(dict(batch, positions=batch["positions"] * 0.5)), out)
+    query = torch.zeros_like(batch["positions"])
+    query[torch.arange(16), batch["query"]] = step  # only the query box moves
+    assert not torch.allclose(model(dict(batch, positions=batch["positions"] + query)), out)

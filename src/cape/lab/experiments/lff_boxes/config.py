@@ -4,7 +4,10 @@ The paper's widget-captioning screen encoder (6 layers, 8 heads, hidden 128, 100
 replaced by a question answering task over procedural screens (`cape.lab.data.boxes`) that needs
 the boxes' spatial relations; "seen" / "unseen" are test screens whose coordinates do / do not
 occur in training (Table 4). Every encoding gets the box edges (top, left, bottom, right)
-divided by canvas - 1, in [0, 1], and is added to the box tokens' content embedding.
+divided by canvas - 1, in [0, 1], and is added to the box tokens' content embedding; the
+rotary peers (issue 32: RoPE-ViT's axial and mixed rotations, over the 4 edges) instead rotate
+queries and keys in every layer by the edges counted in cells (one cell = one of RoPE-ViT's
+patches), the question token taking the query box's edges.
 """
 
 from __future__ import annotations
@@ -27,10 +30,12 @@ __all__ = [
     "PRESETS",
     "POSITIONS",
     "position_options",
+    "encoding_size",
 ]
 
 # the encodings a row may name (`cape.build` names); "nopos" is the content-only model
-POSITIONS = ("nopos", "embed-4d", "sine-4d", "lff")
+POSITIONS = ("nopos", "embed-4d", "sine-4d", "lff", "rope-axial", "rope-mixed")
+ROTARY = ("rope-axial", "rope-mixed")  # in attention: built at the head size
 
 
 @dataclass
@@ -164,7 +169,9 @@ def position_options(row: RowConfig, model: ModelConfig, canvas: int) -> dict[st
     embed-4d: one bin per coordinate value (sizes canvas, bin centres at v / (canvas - 1)),
     init_std from `model`.
     sine-4d: freq_scale canvas - 1 (phases as on integer coordinates). lff: groups (default 1)
-    of 4 / groups coordinates, fourier_dim, hidden_dim and gamma from `model`."""
+    of 4 / groups coordinates, fourier_dim, hidden_dim and gamma from `model`. rope-axial,
+    rope-mixed: the 4 edges (pos_dim 4), mixed with the model's heads; built at the head size
+    (`encoding_size`) and fed positions in cells by the model."""
     unit = 1.0 / (canvas - 1)
     if row.position == "embed-4d":
         base: dict[str, Any] = {
@@ -185,9 +192,16 @@ def position_options(row: RowConfig, model: ModelConfig, canvas: int) -> dict[st
             "fourier_dim": model.fourier_dim if mlp else model.dim // groups,
             "gamma": model.gamma_cells * unit,
         }
+    elif row.position in ROTARY:
+        base = {"pos_dim": 4, **({"heads": model.heads} if row.position == "rope-mixed" else {})}
     else:
         base = {}
     return {**base, **row.options}
+
+
+def encoding_size(row: RowConfig, model: ModelConfig) -> int:
+    """The `dim` of `cape.build` for the row: the model width, or the head size in attention."""
+    return model.dim // model.heads if row.position in ROTARY else model.dim
 
 
 @dataclass
@@ -213,7 +227,7 @@ class LffBoxesConfig:
             try:
                 build(
                     row.position,
-                    self.model.dim,
+                    encoding_size(row, self.model),
                     **position_options(row, self.model, self.data.canvas),
                 )
             except (TypeError, ValueError) as e:
@@ -256,6 +270,16 @@ _ROWS = [
     {"name": "No position", "position": "nopos"},
 ]
 _QUICK_NAMES = ("Embed-4D", "Sine-4D", "Learnable-Fourier+MLP-4/1", "CAPE Sine-4D")
+# the encodings people pick instead (issue 32): RoPE-ViT's rotations over the 4 edges, alone and
+# with CAPE's augmentation of the corners, next to the rows they are read against
+_PEERS = [
+    *[r for r in _ROWS if r["name"] in (*_QUICK_NAMES, "No position")],
+    *[
+        {"name": f"{label}{suffix}", "position": name, **extra}
+        for label, name in (("RoPE-Axial-4D", "rope-axial"), ("RoPE-Mixed-4D", "rope-mixed"))
+        for suffix, extra in (("", {}), ("+CAPE", {"augment": _CAPE_AUGMENT}))
+    ],
+]
 
 # name -> config mapping (apply `--config` files and `--set` overrides on top)
 PRESETS: dict[str, dict[str, Any]] = {
@@ -275,6 +299,14 @@ PRESETS: dict[str, dict[str, Any]] = {
         "data": {"train": 50000, "val": 1000, "test": 5000},
         "train": _TRAIN_QUICK,
         "rows": _ROWS,
+    },
+    # the peers of issue 32 next to Table 4's rows, cpu-full's settings: 27 runs
+    "peers": {
+        "name": "lff-boxes-peers",
+        "seeds": [0, 1, 2],
+        "data": {"train": 50000, "val": 1000, "test": 5000},
+        "train": _TRAIN_QUICK,
+        "rows": _PEERS,
     },
     # the paper's screen encoder: 6 layers, 8 heads, hidden 128, on a GPU
     "paper": {

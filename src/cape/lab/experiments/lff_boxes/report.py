@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from cape.lab.data.boxes import QUESTIONS
+from cape.lab.experiments.lff_boxes.verdict import verdict
 from cape.lab.experiments.template import plot_ok, read_results, train_cost_table
 from cape.lab.report import Report, mean_std, pivot, summarize, write_json
 from cape.lab.stats import welch_t_test
@@ -18,6 +19,11 @@ from cape.lab.stats import welch_t_test
 __all__ = ["write_report", "redraw", "main_table"]
 
 SETS = {"test_seen": "seen", "test_unseen": "unseen"}
+_ROTARY = (
+    "RoPE rows: RoPE-ViT's rotations (axial: theta 100, planes split among the 4 edges; mixed: "
+    "theta 10, learned frequencies over all 4) of every layer's queries and keys by the edges "
+    "in cells, the question token at the query box's edges; nothing is added to the tokens. "
+)
 
 
 def write_report(out: str | Path, results: dict[str, Any]) -> Path:
@@ -104,6 +110,7 @@ def _render(out: Path, results: dict[str, Any]) -> Path:
         f"two-sided, needs >= 2 seeds). Positions: box edges / (canvas - 1) in [0, 1]; LFF "
         f"|F|={m['fourier_dim']}, |H|={m['hidden_dim']}, gamma = {m['gamma_cells']} cells, "
         f"Embed-4D init std {m.get('embed_init_std', 0.02)} unless a row says otherwise. "
+        f"{_ROTARY if any(r['position'].startswith('rope-') for r in cfg['rows']) else ''}"
         f"Produced by `cape experiment lff-boxes`; `cape plot` "
         f"redraws this page from results.json."
     )
@@ -131,6 +138,11 @@ def _render(out: Path, results: dict[str, Any]) -> Path:
         "coordinate values (Tables 3-4 analog); encoding params: trainable parameters of "
         "the position encoding.",
     )
+    said = verdict(results)
+    if said:
+        rep.heading("Verdict")
+        for sentence in said:
+            rep.paragraph(sentence)
     for split, label in SETS.items():
         recs = [r for r in results["records"] if r["set"] == split]
         if recs:

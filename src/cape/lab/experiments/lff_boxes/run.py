@@ -17,6 +17,7 @@ evaluate (`eval_records`, cached in the run folder's `eval.json`), then write `r
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,13 @@ from cape.lab.data.boxes import (
     majority_accuracy,
     make_splits,
 )
-from cape.lab.experiments.lff_boxes.config import LffBoxesConfig, RowConfig, position_options
+from cape.lab.experiments.lff_boxes.config import (
+    ROTARY,
+    LffBoxesConfig,
+    RowConfig,
+    encoding_size,
+    position_options,
+)
 from cape.lab.experiments.lff_boxes.report import redraw, write_report
 from cape.lab.experiments.runs import begin, collect, finish
 from cape.lab.experiments.template import run_dir, summed_accuracy
@@ -82,8 +89,10 @@ def augment_boxes(
 class BoxQA(nn.Module):
     """Question answering over a screen of boxes.
 
-    position: an absolute encoding of 4-D positions (None: content only). augmentation:
-    applied to the box corners in training (`augment_boxes`). forward(batch) with batch
+    position: an absolute encoding of 4-D positions (None: content only). attention: instead,
+    a factory of one in-attention encoding per layer (RoPE-ViT's 4-D rotations), fed the edges
+    times `unit` (cells), the question token taking the query box's. augmentation: applied to
+    the box corners in training (`augment_boxes`). forward(batch) with batch
     {"positions": [B, N, 4], "types": [B, N], "mask": [B, N] bool, "query": [B],
     "question": [B]} -> answer logits [B, len(WIDGETS) + 1].
     """
@@ -98,13 +107,20 @@ class BoxQA(nn.Module):
         ffn_dim: int,
         dropout: float = 0.0,
         augmentation: Augmentation | None = None,
+        attention: Callable[[], nn.Module] | None = None,
+        unit: float = 1.0,
     ) -> None:
         super().__init__()
+        if position is not None and attention is not None:
+            raise ValueError("give position (added to the tokens) or attention, not both")
         self.position, self.augmentation = position, augmentation
+        self.in_attention, self.unit = attention is not None, unit
         self.content = nn.Embedding(len(WIDGETS), dim)
         self.flag = nn.Embedding(2, dim)  # 1 at the query box
         self.question = nn.Embedding(len(QUESTIONS), dim)
-        self.encoder = TransformerEncoder(depth, dim, heads, ffn_dim, dropout=dropout)
+        self.encoder = TransformerEncoder(
+            depth, dim, heads, ffn_dim, dropout=dropout, relative_factory=attention
+        )
         self.head = nn.Linear(dim, NONE + 1)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -112,20 +128,28 @@ class BoxQA(nn.Module):
         n = pos.shape[1]
         is_query = (torch.arange(n, device=pos.device)[None] == query[:, None]).long()
         x = self.content(batch["types"]) + self.flag(is_query)  # [B, N, D]
+        if self.training and self.augmentation is not None:
+            pos = augment_boxes(pos, mask, self.augmentation)
         if self.position is not None:
-            if self.training and self.augmentation is not None:
-                pos = augment_boxes(pos, mask, self.augmentation)
             x = x + self.position(x, positions=pos, mask=mask)
         tokens = torch.cat([self.question(batch["question"])[:, None], x], 1)  # [B, 1 + N, D]
         full = torch.cat([torch.ones_like(mask[:, :1]), mask], 1)
-        return self.head(self.encoder(tokens, mask=full)[:, 0])
+        if not self.in_attention:
+            return self.head(self.encoder(tokens, mask=full)[:, 0])
+        asked = pos.gather(1, query[:, None, None].expand(-1, 1, pos.shape[-1]))  # [B, 1, 4]
+        where = torch.cat([asked, pos], 1) * self.unit  # [B, 1 + N, 4] in cells
+        return self.head(self.encoder(tokens, mask=full, positions=where)[:, 0])
 
 
 def make_model(cfg: LffBoxesConfig, row: RowConfig) -> BoxQA:
     m = cfg.model
-    position = None
-    if row.position != "nopos":
-        position = build(row.position, m.dim, **position_options(row, m, cfg.data.canvas))
+    options = position_options(row, m, cfg.data.canvas)
+    size = encoding_size(row, m)
+    position, attention = None, None
+    if row.position in ROTARY:
+        attention = lambda: build(row.position, size, **options)  # noqa: E731
+    elif row.position != "nopos":
+        position = build(row.position, size, **options)
     return BoxQA(
         position,
         dim=m.dim,
@@ -134,6 +158,8 @@ def make_model(cfg: LffBoxesConfig, row: RowConfig) -> BoxQA:
         ffn_dim=m.ffn_dim,
         dropout=m.dropout,
         augmentation=row.augmentation(),
+        attention=attention,
+        unit=float(cfg.data.canvas - 1),
     )
 
 
@@ -274,10 +300,10 @@ def _parameters(model: BoxQA) -> dict[str, int]:
     def count(m: nn.Module) -> int:
         return sum(p.numel() for p in m.parameters() if p.requires_grad)
 
-    return {
-        "total": count(model),
-        "position": 0 if model.position is None else count(model.position),
-    }
+    encodings = [
+        m for m in model.modules() if getattr(m, "kind", None) in ("absolute", "attention")
+    ]
+    return {"total": count(model), "position": sum(count(m) for m in encodings)}
 
 
 def _baselines(data: dict[str, Screens]) -> dict[str, dict[str, float]]:
