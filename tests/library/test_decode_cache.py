@@ -204,9 +204,9 @@ def test_per_call_rotary_decodes_without_the_cache(kind: str) -> None:
     assert beams == ref
 
 
-def test_fixed_factor_rotary_caches() -> None:
+def _cached_steps_match(options: dict) -> None:
+    """A rotary decoder with `options` can cache, and its steps equal the teacher-forced pass."""
     torch.manual_seed(0)
-    options = {"augmentation": None, "scaling": "yarn", "train_length": 4.0, "factor": 3.0}
     model = Seq2Seq(VOCAB, position="rotary", position_options=options, **TINY).eval()
     assert can_cache(model)
     src, src_mask = _tokens(2, 6, 1), _mask([6, 3], 6)
@@ -216,22 +216,20 @@ def test_fixed_factor_rotary_caches() -> None:
         full = model.decode(tgt, memory, src_mask)
         steps = _steps(model, model.start_decoding(memory, src_mask), tgt)
     torch.testing.assert_close(steps, full, rtol=0, atol=ATOL)
+
+
+def test_fixed_factor_rotary_caches() -> None:
+    _cached_steps_match(
+        {"augmentation": None, "scaling": "yarn", "train_length": 4.0, "factor": 3.0}
+    )
 
 
 def test_xpos_with_a_fixed_center_caches_and_keeps_the_logits() -> None:
     """xpos_center fixes xPos's common offset: the cache then holds valid keys, and the logits
     equal those of the per-call midpoint (the offset cancels in q.k)."""
-    torch.manual_seed(0)
-    options = {"augmentation": None, "xpos": True, "xpos_scale_base": 64.0, "xpos_center": 0.0}
-    model = Seq2Seq(VOCAB, position="rotary", position_options=options, **TINY).eval()
-    assert can_cache(model)
-    src, src_mask = _tokens(2, 6, 1), _mask([6, 3], 6)
-    tgt = _tokens(2, 9, 2)
-    with torch.inference_mode():
-        memory = model.encode(src, src_mask)
-        full = model.decode(tgt, memory, src_mask)
-        steps = _steps(model, model.start_decoding(memory, src_mask), tgt)
-    torch.testing.assert_close(steps, full, rtol=0, atol=ATOL)
+    _cached_steps_match(
+        {"augmentation": None, "xpos": True, "xpos_scale_base": 64.0, "xpos_center": 0.0}
+    )
     rot = Rotary(8, xpos=True, xpos_scale_base=16.0, xpos_center=5.0)
     mid = Rotary(8, xpos=True, xpos_scale_base=16.0)
     q, k = torch.randn(1, 2, 7, 8), torch.randn(1, 2, 7, 8)

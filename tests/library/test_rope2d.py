@@ -237,7 +237,7 @@ def test_four_axes_refusals_name_the_argument() -> None:
     with pytest.raises(ValueError, match="pos_dim"):
         cape.RoPE2d(16, pos_dim=1)
     enc = cape.RoPE2d(16, pos_dim=4)
-    with pytest.raises(ValueError, match="grid_positions applies to pos_dim=2"):
+    with pytest.raises(ValueError, match="a grid needs 2"):
         enc.grid_positions(2, 2)
     with pytest.raises(ValueError, match="positions must have 4 coordinate"):
         enc(torch.zeros(1, 1, 3, 16), torch.zeros(1, 1, 3, 16), positions=torch.zeros(1, 3, 2))

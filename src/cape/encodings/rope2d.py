@@ -98,20 +98,6 @@ class RoPE2d(Rotary):
         w = self.head_freqs.detach().to(device="cpu", dtype=torch.float32)
         return w.permute(1, 0, 2).reshape(self.pos_dim, -1)
 
-    def grid_positions(
-        self,
-        height: int,
-        width: int,
-        *,
-        extent: float | None = None,
-        batch: int = 1,
-        device: torch.device | str | None = None,
-    ) -> torch.Tensor:
-        """(x, y) of an H x W patch grid (`Rotary.grid_positions`); pos_dim 2 only."""
-        if self.pos_dim != 2:
-            raise ValueError(f"grid_positions applies to pos_dim=2 (x, y), got {self.pos_dim}")
-        return super().grid_positions(height, width, extent=extent, batch=batch, device=device)
-
     def _angles(self, pos: torch.Tensor) -> torch.Tensor:
         if self.variant == "mixed":
             return mixed_angles(pos, self.head_freqs)  # [B, H, T, hd/2]

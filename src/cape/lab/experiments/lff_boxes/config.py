@@ -281,6 +281,13 @@ _PEERS = [
     ],
 ]
 
+_CPU_FULL: dict[str, Any] = {
+    "name": "lff-boxes-cpu-full",
+    "seeds": [0, 1, 2],
+    "data": {"train": 50000, "val": 1000, "test": 5000},
+    "train": _TRAIN_QUICK,
+}
+
 # name -> config mapping (apply `--config` files and `--set` overrides on top)
 PRESETS: dict[str, dict[str, Any]] = {
     # Table 4's rows + CAPE, 1 seed: 4 x 1500 steps, about 5 minutes on 2 CPU cores
@@ -293,21 +300,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
     # every row of Table 3 (+ CAPE, + content only), 3 seeds, quick's training and screens
     # (shared data cache) with larger test sets: 36 runs, about 45 minutes on 2 CPU cores
-    "cpu-full": {
-        "name": "lff-boxes-cpu-full",
-        "seeds": [0, 1, 2],
-        "data": {"train": 50000, "val": 1000, "test": 5000},
-        "train": _TRAIN_QUICK,
-        "rows": _ROWS,
-    },
+    "cpu-full": {**_CPU_FULL, "rows": _ROWS},
     # the peers of issue 32 next to Table 4's rows, cpu-full's settings: 27 runs
-    "peers": {
-        "name": "lff-boxes-peers",
-        "seeds": [0, 1, 2],
-        "data": {"train": 50000, "val": 1000, "test": 5000},
-        "train": _TRAIN_QUICK,
-        "rows": _PEERS,
-    },
+    "peers": {**_CPU_FULL, "name": "lff-boxes-peers", "rows": _PEERS},
     # the paper's screen encoder: 6 layers, 8 heads, hidden 128, on a GPU
     "paper": {
         "name": "lff-boxes-paper",

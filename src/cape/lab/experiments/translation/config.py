@@ -200,39 +200,29 @@ _TRAIN = {
     "log_every": 20,
 }
 
+_QUICK: dict[str, Any] = {
+    "name": "translation-quick",
+    "data": {"val": 300},
+    "model": {
+        "dim": 128,
+        "encoder_layers": 2,
+        "decoder_layers": 2,
+        "heads": 4,
+        "ffn_dim": 512,
+        "dropout": 0.0,
+    },
+    "train": {**_TRAIN, "steps": 1500},
+    "eval": {"test": 500, "long_per_bucket": 200, "stacked": 100},
+}
+
 PRESETS: dict[str, dict[str, Any]] = {
     # minutes: the four main encodings, one seed, a 2+2-layer d128 model
-    "quick": {
-        "name": "translation-quick",
-        "data": {"val": 300},
-        "model": {
-            "dim": 128,
-            "encoder_layers": 2,
-            "decoder_layers": 2,
-            "heads": 4,
-            "ffn_dim": 512,
-            "dropout": 0.0,
-        },
-        "train": {**_TRAIN, "steps": 1500},
-        "eval": {"test": 500, "long_per_bucket": 200, "stacked": 100},
-        "rows": copy.deepcopy(_MAIN),
-        "seeds": [0],
-    },
+    "quick": {**copy.deepcopy(_QUICK), "rows": copy.deepcopy(_MAIN), "seeds": [0]},
     # the peers of issue 32 on the quick model, two seeds (sinpos, relpos and CAPE are the
     # quick archive's runs)
     "quick-peers": {
+        **copy.deepcopy(_QUICK),
         "name": "translation-quick-peers",
-        "data": {"val": 300},
-        "model": {
-            "dim": 128,
-            "encoder_layers": 2,
-            "decoder_layers": 2,
-            "heads": 4,
-            "ffn_dim": 512,
-            "dropout": 0.0,
-        },
-        "train": {**_TRAIN, "steps": 1500},
-        "eval": {"test": 500, "long_per_bucket": 200, "stacked": 100},
         "rows": copy.deepcopy(_PEERS),
         "seeds": [0, 1],
     },

@@ -44,6 +44,11 @@ def _cell(c: dict[str, Any], unit: str = "") -> str:
     return f"{c['mean']:.1f} ± {c['std']:.1f}{unit}"
 
 
+def _level_with(names: list[str], intro: str) -> str:
+    """ "; level with it ...: `a`, `b`." or "." when no row is level with the best."""
+    return f"{intro}{', '.join(names)}." if names else "."
+
+
 def verdict(results: dict[str, Any]) -> list[str]:
     """The verdict's sentences (markdown) from the results' records."""
     rows = [r["name"] for r in results["config"]["rows"]]
@@ -51,11 +56,11 @@ def verdict(results: dict[str, Any]) -> list[str]:
     said = []
     best = _best(cells, rows, LONGEST, high=True)
     if best:
-        others = ", ".join(f"`{r}` ({_cell(cells[(r, LONGEST)])})" for r in best[1:])
+        others = [f"`{r}` ({_cell(cells[(r, LONGEST)])})" for r in best[1:]]
         said.append(
             f"**Longest bucket ({LONGEST})**: `{best[0]}` translates best "
             f"({_cell(cells[(best[0], LONGEST)], ' BLEU')})"
-            + (f"; level with it within the seeds' spread: {others}." if others else ".")
+            + _level_with(others, "; level with it within the seeds' spread: ")
         )
     kept = {
         r: 100 * cells[(r, LONGEST)]["mean"] / cells[(r, "test")]["mean"]
@@ -75,12 +80,11 @@ def verdict(results: dict[str, Any]) -> list[str]:
         nll = {(c["row"], c["bin"]): c for c in summarize(stacked, ["row", "bin"], "nll")}
         low = _best(nll, rows, band, high=False)
         if low:
-            others = ", ".join(f"`{r}`" for r in low[1:])
             said.append(
                 f"**Stacked sentences, output positions {band}** (far past the training "
                 f"targets' {results.get('train_length', '?')} tokens): `{low[0]}` has the "
                 f"lowest NLL ({nll[(low[0], band)]['mean']:.2f} nats per token)"
-                + (f", level with {others}." if others else ".")
+                + _level_with([f"`{r}`" for r in low[1:]], ", level with ")
             )
     columns = list(BUCKETS.values())
     said += verdict_pairs(
