@@ -58,8 +58,9 @@ def test_verdict_reads_the_numbers() -> None:
     )
     # kept: YaRN 9/30 = 30%, ALiBi 8/20 = 40%, rotary 7/31 = 23%, rotary+CAPE 3/31 = 10%
     assert said[1] == (
-        "**Share of the test BLEU kept at 41+ words** (means over seeds): `ALiBi` 40%, "
-        "`rotary+YaRN` 30%, `rotary` 23%, `rotary+CAPE` 10%."
+        "**Share of the test BLEU kept at 41+ words** (means over seeds; rows with a test BLEU "
+        "of at least half the best's, 15.5): `ALiBi` 40%, `rotary+YaRN` 30%, `rotary` 23%, "
+        "`rotary+CAPE` 10%."
     )
     # far out: YaRN 5.00 lowest, rotary+CAPE 5.10 ± 0.14 level with it, rotary 6.1 not
     assert said[2] == (
@@ -72,6 +73,15 @@ def test_verdict_reads_the_numbers() -> None:
     assert said[4].startswith("**Extended at inference**: `rotary+YaRN` against `rotary`")
     assert "+2.0 at 41+ words" in said[4]
     assert len(said) == 5
+
+
+def test_rows_that_do_not_translate_are_not_ranked_by_their_share() -> None:
+    results = _results()
+    for r in results["records"]:
+        if r["row"] == "ALiBi" and r["split"] == "test":
+            r["bleu"] = 2.0  # 8 / 2 = 400% would top the ranking
+    said = verdict(results)[1]
+    assert "`ALiBi`" not in said.split(";")[1] and said.endswith("below that floor: `ALiBi`.")
 
 
 def test_a_level_row_is_named_with_the_best() -> None:

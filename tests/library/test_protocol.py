@@ -58,6 +58,7 @@ EXAMPLES: dict[str, dict] = {
     "yarn_beta": {"scaling": "yarn", "train_length": 16, "yarn_beta": 16.0},
     "xpos": {"xpos": True},
     "xpos_scale_base": {"xpos": True, "xpos_scale_base": 256.0},
+    "xpos_center": {"xpos": True, "xpos_center": 0.0},
     "hidden": {"hidden": 8},  # fire: the MLP's width
     "c": {"c": 2.0},  # fire: psi's initial scale
     "threshold": {"threshold": 4.0},  # fire: the initial threshold L

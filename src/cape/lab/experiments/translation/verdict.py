@@ -62,17 +62,23 @@ def verdict(results: dict[str, Any]) -> list[str]:
             f"({_cell(cells[(best[0], LONGEST)], ' BLEU')})"
             + _level_with(others, "; level with it within the seeds' spread: ")
         )
+    # a share of a BLEU near 0 says nothing: only rows that translate (test BLEU at least
+    # half the best row's) are ranked
+    tested = {r: cells[(r, "test")]["mean"] for r in rows if (r, "test") in cells}
+    floor = max(tested.values(), default=0.0) / 2
     kept = {
-        r: 100 * cells[(r, LONGEST)]["mean"] / cells[(r, "test")]["mean"]
-        for r in rows
-        if (r, LONGEST) in cells and (r, "test") in cells and cells[(r, "test")]["mean"] > 0
+        r: 100 * cells[(r, LONGEST)]["mean"] / tested[r]
+        for r in tested
+        if (r, LONGEST) in cells and tested[r] > 0 and tested[r] >= floor
     }
     if kept:
         order = sorted(kept, key=kept.get, reverse=True)  # type: ignore[arg-type]
+        left = [f"`{r}`" for r in tested if r not in kept]
         said.append(
-            f"**Share of the test BLEU kept at {LONGEST}** (means over seeds): "
+            f"**Share of the test BLEU kept at {LONGEST}** (means over seeds; rows with a test "
+            f"BLEU of at least half the best's, {floor:.1f}): "
             + ", ".join(f"`{r}` {kept[r]:.0f}%" for r in order)
-            + "."
+            + (f"; below that floor: {', '.join(left)}." if left else ".")
         )
     stacked = [r for r in results["records"] if r["split"] == "stacked"]
     if stacked:
