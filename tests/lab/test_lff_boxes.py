@@ -14,6 +14,7 @@ from cape.lab.data.boxes import NONE, BoxDataset, answer_questions, generate
 from cape.lab.experiments import resolve_config
 from cape.lab.experiments.lff_boxes import run as exp
 from cape.lab.experiments.lff_boxes.config import PRESETS, LffBoxesConfig
+from cape.lab.experiments.runs import parameter_counts
 
 SMALL = [
     "model.dim=16",
@@ -314,7 +315,7 @@ def test_rotary_rows_read_the_boxes_relations_only(name):
     assert len(rotations) == cfg.model.depth and all(r.pos_dim == 4 for r in rotations)
     hd = cfg.model.dim // cfg.model.heads
     learned = cfg.model.depth * cfg.model.heads * 4 * hd // 2 if "Mixed" in name else 0
-    assert exp._parameters(model)["position"] == learned  # RoPE-Mixed's frequencies per layer
+    assert parameter_counts(model)["position"] == learned  # RoPE-Mixed's frequencies per layer
     if learned:
         assert all(r.head_freqs.grad is not None for r in rotations)
     model.eval()

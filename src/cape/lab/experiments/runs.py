@@ -7,10 +7,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from torch import nn
+
 from cape.lab.experiments.template import cached_runs, save_config
 from cape.lab.train import distributed as D
 
-__all__ = ["begin", "collect", "finish"]
+__all__ = ["begin", "collect", "finish", "parameter_counts"]
 
 
 def begin(cfg: Any, mapping: dict[str, Any], out: str | Path) -> tuple[Path, Any]:
@@ -48,3 +50,16 @@ def finish(dist: Any, write: Callable[[], object]) -> None:
     if dist.rank == 0:
         write()
     D.barrier()
+
+
+def parameter_counts(model: nn.Module) -> dict[str, int]:
+    """Trainable parameters of the whole model ("total") and of its position encodings, every
+    layer's ("position": the modules whose `kind` is "absolute" or "attention")."""
+
+    def count(m: nn.Module) -> int:
+        return sum(p.numel() for p in m.parameters() if p.requires_grad)
+
+    encodings = [
+        m for m in model.modules() if getattr(m, "kind", None) in ("absolute", "attention")
+    ]
+    return {"total": count(model), "position": sum(count(m) for m in encodings)}

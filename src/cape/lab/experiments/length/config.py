@@ -16,7 +16,7 @@ from cape._checks import check_int, check_rate
 from cape.build import build, encoding_class
 from cape.lab.experiments.pairs import preset_augmentation
 from cape.lab.experiments.template import check_best_metric, check_position, check_runs
-from cape.lab.experiments.train_as import check_reuse_fields, check_train_as
+from cape.lab.experiments.train_as import check_reuse_fields, check_train_as, trained_row
 from cape.lab.train.config import TrainConfig
 from cape.models.options import attention_size, resolve_options
 
@@ -133,7 +133,7 @@ def position_options(
         "abspos": {"num_positions": cfg.data.max_len, "init_std": 1.0},
         "cape1d": {"preset": "text"},
     }
-    trained = cfg.row(row.train_as) if row.train_as else row
+    trained = trained_row(cfg.rows, row)
     options = resolve_options(row.position, trained.options, defaults)
     return {**options, **row.eval_options} if evaluation else options
 

@@ -42,8 +42,9 @@ from cape.lab.experiments.length.config import (
     position_options,
 )
 from cape.lab.experiments.length.report import redraw, write_report
-from cape.lab.experiments.runs import begin, collect, finish
+from cape.lab.experiments.runs import begin, collect, finish, parameter_counts
 from cape.lab.experiments.template import run_dir, summed_accuracy
+from cape.lab.experiments.train_as import evaluation_model, trained_row
 from cape.lab.train import Trainer, seed_everything
 from cape.lab.train import distributed as D
 from cape.lab.train.checkpoint import latest_checkpoint, load_checkpoint
@@ -195,7 +196,7 @@ def train_run(
     """Train one (row, seed), resuming from its checkpoints; returns (final model, summary).
     A `train_as` row trains (or resumes) the row it names."""
     if row.train_as is not None:
-        return train_run(cfg, cfg.row(row.train_as), seed, out, data)
+        return train_run(cfg, trained_row(cfg.rows, row), seed, out, data)
     seed_everything(seed)
     model = make_model(cfg, row)
     train_set = LookupDataset(data.train)
@@ -224,7 +225,7 @@ def load_run(
 ) -> LookupModel:
     """The final weights of a trained run, those of the row named by `train_as` if any (`data`
     is not needed: the interface's slot). `eval_records` evaluates them with `eval_options`."""
-    source = cfg.row(row.train_as) if row.train_as is not None else row
+    source = trained_row(cfg.rows, row)
     folder = run_dir(out, source, seed)
     path = latest_checkpoint(folder / "checkpoints")
     if path is None:
@@ -247,9 +248,9 @@ def eval_records(
     """Accuracy (%) at every test length of `model`'s weights in the row's evaluation model
     (its `eval_options`; strict loading: the encodings must hold the same parameters):
     records {"row", "seed", "length", "acc", "n" (scored positions)}."""
-    evaluator = make_model(cfg, row, evaluation=True)
-    evaluator.load_state_dict(model.state_dict(), strict=True)
-    evaluator.to(device)
+    evaluator = evaluation_model(
+        row, model.to(device), lambda: make_model(cfg, row, evaluation=True)
+    )
     out = []
     for length, test in data.test.items():
         acc, n = accuracy(evaluator, test, cfg.eval.batch_size, device)
@@ -262,17 +263,6 @@ def format_records(records: list[dict[str, Any]]) -> str:
     lines = ["| length | acc % | scored tokens |", "|---|---|---|"]
     lines += [f"| {r['length']} | {r['acc']:.2f} | {r['n']} |" for r in records]
     return "\n".join(lines)
-
-
-def _parameters(model: nn.Module) -> dict[str, int]:
-    """Trainable parameters of the whole model and of its encodings (every layer's)."""
-    encodings = [
-        m for m in model.modules() if getattr(m, "kind", None) in ("absolute", "attention")
-    ]
-    return {
-        "total": sum(p.numel() for p in model.parameters() if p.requires_grad),
-        "position": sum(p.numel() for m in encodings for p in m.parameters() if p.requires_grad),
-    }
 
 
 def _baselines(cfg: LengthConfig, data: Splits) -> dict[str, Any]:
@@ -307,7 +297,7 @@ def run_experiment(
         return {
             "records": eval_records(cfg, row, seed, model, data, dist.device),
             "summary": summary,
-            "params": _parameters(model),
+            "params": parameter_counts(model),
         }
 
     records, summaries, params = collect(cfg, out, compute, train=train)

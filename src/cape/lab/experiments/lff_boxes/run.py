@@ -45,7 +45,7 @@ from cape.lab.experiments.lff_boxes.config import (
     position_options,
 )
 from cape.lab.experiments.lff_boxes.report import redraw, write_report
-from cape.lab.experiments.runs import begin, collect, finish
+from cape.lab.experiments.runs import begin, collect, finish, parameter_counts
 from cape.lab.experiments.template import run_dir, summed_accuracy
 from cape.lab.train import Trainer, seed_everything
 from cape.lab.train import distributed as D
@@ -294,18 +294,6 @@ def format_records(records: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _parameters(model: BoxQA) -> dict[str, int]:
-    """Trainable parameters of the whole model and of its position encoding."""
-
-    def count(m: nn.Module) -> int:
-        return sum(p.numel() for p in m.parameters() if p.requires_grad)
-
-    encodings = [
-        m for m in model.modules() if getattr(m, "kind", None) in ("absolute", "attention")
-    ]
-    return {"total": count(model), "position": sum(count(m) for m in encodings)}
-
-
 def _baselines(data: dict[str, Screens]) -> dict[str, dict[str, float]]:
     """Accuracy without training: majority answer per question, Bayes content-only."""
     return {
@@ -329,7 +317,7 @@ def run_experiment(
         return {
             "records": eval_records(cfg, row, seed, model, data, dist.device),
             "summary": summary,
-            "params": _parameters(model),
+            "params": parameter_counts(model),
         }
 
     records, summaries, params = collect(cfg, out, compute, train=train)

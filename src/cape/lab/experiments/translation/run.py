@@ -364,7 +364,9 @@ def run_experiment(
         terciles = done["terciles"]
         if row.name not in params:  # the same for every seed
             tok = data.tokenizer
-            model = make_model(cfg, trained_row(cfg.rows, row), data.alpha, tok.vocab_size)
+            model = make_model(
+                cfg, trained_row(cfg.rows, row), data.alpha, tok.vocab_size, tok.pad_id
+            )
             params[row.name] = sum(p.numel() for p in model.parameters())
     results = {
         "experiment": "translation",
