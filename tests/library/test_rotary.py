@@ -54,6 +54,33 @@ def test_angles_2d_match_appendix_formula():
     np.testing.assert_allclose(got.numpy(), expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("m", [1, 2, 3, 4])
+def test_angles_from_freqs_of_any_number_of_axes(m):
+    """freqs [M, hd/2]: angle_c = sum_m p_m w_m,c, in float64 numpy; M sets the positions'
+    last size whatever the mode."""
+    rng = np.random.default_rng(m)
+    pos = rng.uniform(-20, 20, size=(2, 5, m))
+    w = rng.uniform(-3, 3, size=(m, 6))
+    got = rotary_angles(
+        torch.tensor(pos, dtype=torch.float32), 12, freqs=torch.tensor(w, dtype=torch.float32)
+    )
+    np.testing.assert_allclose(got.numpy(), pos @ w, rtol=1e-5, atol=1e-4)
+    with pytest.raises(ValueError, match=rf"end with {m} coordinate\(s\) for freqs"):
+        rotary_angles(torch.zeros(1, 4, m + 1), 12, freqs=torch.tensor(w, dtype=torch.float32))
+    with pytest.raises(ValueError, match=r"freqs must have shape \[M, 6\]"):
+        rotary_angles(torch.zeros(1, 4, m), 12, freqs=torch.zeros(m, 5))
+    with pytest.raises(TypeError, match="freqs must be a floating"):
+        rotary_angles(torch.zeros(1, 4, m), 12, freqs=torch.zeros(m, 6, dtype=torch.long))
+
+
+def test_angles_from_freqs_refuse_phases_beyond_float32():
+    """the phase check reads the given frequencies, not freq_scale (unused with freqs)."""
+    w = torch.full((3, 4), 1e3)
+    rotary_angles(torch.full((1, 2, 3), 1e33), 8, freqs=w)  # 3e36: within float32
+    with pytest.raises(ValueError, match="phases"):
+        rotary_angles(torch.full((1, 2, 3), 1e36), 8, freqs=w)
+
+
 def test_apply_rotary_is_complex_multiplication():
     x = rand(2, 3, 4, 8)
     ang = rand(2, 4, 4, seed=1) * 10

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .._checks import check_choice, check_float, check_int, check_phases
+from .._checks import check_choice, check_float, check_int
 from ..augment import Augmentation
 from ..functional.rope2d import axial_frequencies, mixed_angles, mixed_frequencies
 from .grids import fit_grid_pair, sampling_of
@@ -101,10 +101,7 @@ class RoPE2d(Rotary):
     def _angles(self, pos: torch.Tensor) -> torch.Tensor:
         if self.variant == "mixed":
             return mixed_angles(pos, self.head_freqs)  # [B, H, T, hd/2]
-        if self.pos_dim == 2:
-            return super()._angles(pos)
-        check_phases("positions", pos, lambda: self._fitted.abs().amax(dim=1))  # type: ignore[union-attr]
-        return pos @ self.fitted_freqs  # [B, T, M] x [M, hd/2]
+        return super()._angles(pos)  # rotary_angles over the fitted [M, hd/2] frequencies
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, **kwargs: object) -> tuple:
         """q: [B, H, Tq, hd], k: [B, H, Tk, hd] -> rotated (q, k): `Rotary.forward`."""

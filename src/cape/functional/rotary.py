@@ -42,29 +42,37 @@ def rotary_angles(
     mode "2d" (M = 2, (x, y)): angle_c = freq_scale * pi * (w_x,c x + w_y,c y), CAPE's rotated
     2D frequencies (`cape2d_frequencies`), so that every rotation plane mixes both axes;
     `base` is unused. The angle is linear in the position, hence the relative property in 2D.
-    freqs: [M, head_dim/2] frequencies (radians per unit) instead, e.g. fitted to a grid
-    (`cape.functional.frequencies.grid_frequencies_2d`); base and freq_scale are then unused.
+    freqs: [M, head_dim/2] frequencies (radians per unit) instead, for M >= 1 coordinates of
+    any number (e.g. fitted to a grid, `cape.functional.frequencies.grid_frequencies_2d`, or
+    a box's 4 edges); mode's frequencies, base and freq_scale are then unused.
     """
     check_even("head_dim", head_dim)
     check_choice("mode", mode, ("1d", "2d"))
     check_real("positions", positions, ndims=range(2, 8))
-    axes = 1 if mode == "1d" else 2
+    if freqs is not None:  # M axes of any number: mode's default frequencies are not used
+        if freqs.dim() != 2 or freqs.shape[0] < 1 or freqs.shape[1] != head_dim // 2:
+            raise ValueError(
+                f"freqs must have shape [M, {head_dim // 2}] (M >= 1 coordinates), "
+                f"got {tuple(freqs.shape)}"
+            )
+        if not freqs.is_floating_point():
+            raise TypeError(f"freqs must be a floating tensor, got {freqs.dtype}")
+    axes = (1 if mode == "1d" else 2) if freqs is None else freqs.shape[0]
     if positions.shape[-1] != axes:
+        how = f"mode={mode!r}" if freqs is None else f"freqs of shape {tuple(freqs.shape)}"
         raise ValueError(
-            f"positions must end with {axes} coordinate(s) for mode={mode!r}, "
+            f"positions must end with {axes} coordinate(s) for {how}, "
             f"got {tuple(positions.shape)}"
         )
     freq_scale = check_float("freq_scale", freq_scale, strict=True)
-    # the highest frequency: freq_scale in 1D (k = 0), at most 10 pi freq_scale in 2D (rho <= 10)
-    check_phases("positions", positions, freq_scale * (1.0 if mode == "1d" else 10 * math.pi))
     pos = positions.to(torch.float32)
     if freqs is not None:
-        if tuple(freqs.shape) != (axes, head_dim // 2):
-            raise ValueError(
-                f"freqs must have shape [{axes}, {head_dim // 2}], got {tuple(freqs.shape)}"
-            )
         w = freqs.to(device=pos.device, dtype=torch.float32)
+        check_phases("positions", positions, lambda: w.detach().abs().amax(dim=1))
+        # a sum over axes rather than pos @ w: the same float32 result as before for M = 2
         return sum(pos[..., m : m + 1] * w[m] for m in range(axes))
+    # the highest frequency: freq_scale in 1D (k = 0), at most 10 pi freq_scale in 2D (rho <= 10)
+    check_phases("positions", positions, freq_scale * (1.0 if mode == "1d" else 10 * math.pi))
     if mode == "1d":
         omega = sinusoid_frequencies(head_dim, base=base, freq_scale=freq_scale, device=pos.device)
         return pos * omega  # [..., 1] * [hd/2]
