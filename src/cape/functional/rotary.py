@@ -61,8 +61,7 @@ def rotary_angles(
     if positions.shape[-1] != axes:
         how = f"mode={mode!r}" if freqs is None else f"freqs of shape {tuple(freqs.shape)}"
         raise ValueError(
-            f"positions must end with {axes} coordinate(s) for {how}, "
-            f"got {tuple(positions.shape)}"
+            f"positions must end with {axes} coordinate(s) for {how}, got {tuple(positions.shape)}"
         )
     freq_scale = check_float("freq_scale", freq_scale, strict=True)
     pos = positions.to(torch.float32)
