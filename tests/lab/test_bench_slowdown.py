@@ -217,9 +217,12 @@ def test_attention_biases_sit_in_every_layer_and_are_timed_on_request(
         x = torch.randn(TINY.batch, 5, TINY.dim)
         memory = torch.randn(TINY.batch, 5, TINY.dim) if kind == "decoder" else None
         update_fn(model, x, memory, torch.float32, "cpu")()  # one forward + backward runs
+    xpos = [m for m in build_model(kind, "xpos", TINY).modules() if isinstance(m, Rotary)]
+    assert len(xpos) == (1 if kind == "layer" else TINY.layers)
+    assert all(m.xpos and m.head_dim == TINY.head_dim for m in xpos)
     assert "alibi" not in slowdown.ENCODINGS  # not in the default table: on request
-    args = [*TINY_ARGS, "--models", kind, "--encodings", "alibi,fire", "--dtypes", "fp32"]
+    args = [*TINY_ARGS, "--models", kind, "--encodings", "alibi,fire,xpos", "--dtypes", "fp32"]
     assert slowdown.main([*args, "--out", str(tmp_path)]) == 0
     rows = _csv(tmp_path / "slowdown.csv")
-    assert [r["encoding"] for r in rows] == ["nopos", "alibi", "fire"] * 2
+    assert [r["encoding"] for r in rows] == ["nopos", "alibi", "fire", "xpos"] * 2
     assert all(float(r["ratio"]) > 0 for r in rows)

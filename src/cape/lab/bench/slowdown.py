@@ -61,8 +61,9 @@ __all__ = [
 ]
 
 ENCODINGS = ("nopos", "relpos-100", "relpos-1000", "cape1d", "sinpos", "abspos", "lff", "rotary")
-# the attention biases timed on request (`--encodings nopos,sinpos,alibi,fire`)
-PEERS = ("alibi", "fire")
+# the peers of the 2021 rows, timed on request (`--encodings nopos,sinpos,alibi,fire,xpos`):
+# two attention biases and xPos (rotary with its per-position scale, trained as such)
+PEERS = ("alibi", "fire", "xpos")
 MODELS = ("layer", "encoder", "decoder")
 DTYPES: dict[str, torch.dtype] = {
     "fp32": torch.float32,
@@ -122,13 +123,15 @@ def _position(encoding: str, kind: str, dim: int, max_length: int) -> nn.Module 
 
 
 def _relative(encoding: str, cfg: SlowdownConfig) -> Callable[[], nn.Module] | None:
-    """Factory of the per-layer in-attention encoding (relpos-<context>, rotary, alibi, fire),
-    else None."""
+    """Factory of the per-layer in-attention encoding (relpos-<context>, rotary, xpos, alibi,
+    fire), else None."""
     if encoding.startswith("relpos-"):
         context = int(encoding.split("-", 1)[1])
         return lambda: build("relpos", cfg.head_dim, max_distance=context)
     if encoding == "rotary":
         return lambda: build("rotary", cfg.head_dim)
+    if encoding == "xpos":
+        return lambda: build("rotary", cfg.head_dim, xpos=True)
     if encoding in PEERS:  # attention biases: cape.build's dim is the number of heads
         return lambda: build(encoding, cfg.heads)
     return None
