@@ -28,7 +28,7 @@ from cape.lab.experiments.asr.evaluate import (
     without_positions,
 )
 from cape.lab.experiments.asr.report import NO_POSITIONS, redraw, write_report
-from cape.lab.experiments.runs import begin, finish
+from cape.lab.experiments.runs import begin, finish, parameter_counts
 from cape.lab.experiments.template import cached_runs, fit_best, run_dir
 from cape.lab.experiments.train_as import evaluation_model, trained_row
 from cape.lab.io import write_json
@@ -242,7 +242,7 @@ def run_experiment(
         "config": mapping,
         "records": records,
         "train": summaries,
-        "params": {name: sum(p.numel() for p in m.parameters()) for name, m in shapes.items()},
+        "params": {name: parameter_counts(m)["total"] for name, m in shapes.items()},
         "data": data.summary(),
     }
     finish(dist, lambda: write_report(out, results))

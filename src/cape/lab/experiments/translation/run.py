@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from cape.lab.apps.translate import translate_ids
-from cape.lab.experiments.runs import begin, finish
+from cape.lab.experiments.runs import begin, finish, parameter_counts
 from cape.lab.experiments.template import cached_runs, fit_best, run_dir
 from cape.lab.experiments.train_as import evaluation_model, trained_row
 from cape.lab.experiments.translation.config import RowConfig, TranslationConfig
@@ -367,7 +367,7 @@ def run_experiment(
             model = make_model(
                 cfg, trained_row(cfg.rows, row), data.alpha, tok.vocab_size, tok.pad_id
             )
-            params[row.name] = sum(p.numel() for p in model.parameters())
+            params[row.name] = parameter_counts(model)["total"]
     results = {
         "experiment": "translation",
         "name": cfg.name,
