@@ -5,7 +5,7 @@ the experiment configs, the command line and the reports all use them. `dim` is 
 size D of an absolute encoding, or the attention head size of the encodings that act inside
 attention (`relpos`, `rotary`, `rotary2d`: their class says `kind = "attention"`), except
 `alibi` and `fire`, whose `dim` is the number of heads (one slope / MLP output each;
-`attention_size` in `cape.models.options` picks the right one for a model).
+`attention_size` in `cape.models.plan` picks the right one for a model).
 
 Every encoding that can be augmented takes CAPE's augmentation the same two ways: the four
 fields as keywords (`max_global_shift`, `max_local_shift`, `max_global_scaling`, `normalize`)

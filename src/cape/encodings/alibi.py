@@ -35,7 +35,7 @@ class ALiBi(nn.Module):
     kind = "attention"
     units = "continuous"
     pos_dim = 1
-    per_head = True  # cape.build's dim is H, not the head size (models.options.attention_size)
+    per_head = True  # cape.build's dim is H, not the head size (models.plan.attention_size)
 
     def __init__(
         self,

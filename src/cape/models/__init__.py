@@ -3,6 +3,7 @@ recogniser and the encoder-decoder translator (with its greedy and beam search).
 
 from .asr import CTCModel
 from .attention import MultiheadAttention, attention_mask
+from .plan import PositionPlan, position_plan
 from .search import beam_search, greedy_decode, max_lengths, sequence_nll
 from .seq2seq import Seq2Seq
 from .transformer import (
@@ -16,6 +17,8 @@ from .vit import ViT
 __all__ = [
     "MultiheadAttention",
     "attention_mask",
+    "PositionPlan",
+    "position_plan",
     "TransformerEncoderLayer",
     "TransformerDecoderLayer",
     "TransformerEncoder",

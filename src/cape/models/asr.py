@@ -13,7 +13,9 @@ spans `stride * hop` seconds, so frame i sits at `(i + 0.5) * stride * hop`
 (`cape.positions.timestamps`). `hop` (the STFT hop) may differ per sample ([B] tensor), for
 batches that mix hops. Any 1-D encoding of `cape.build`, fed as it declares (`units`): a time
 encoding gets `hop=` (or the frames' times), a table (`units = "index"`) counts frames, an
-in-attention encoding (`kind = "attention"`) is built per layer over the seconds. The paper's
+in-attention encoding (`kind = "attention"`) is built per layer over the seconds, its CAPE
+augmentation drawn once per forward for all layers (`cape.models.plan`; `position_options=
+{"draw": "per_layer"}` draws it in each layer instead). The paper's
 defaults per name (`position_options` override them):
 
 - "nopos": nothing.
@@ -40,7 +42,6 @@ defaults per name (`position_options` override them):
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -55,10 +56,10 @@ from .._checks import (
     check_rate,
     check_tensor,
 )
-from ..build import build, encoding_class
+from ..build import encoding_class
 from ..functional.alibi import alibi_slopes
 from ..positions import lengths_to_mask, timestamps
-from .options import attention_size, check_pos_dim, resolve_options
+from .plan import PositionPlan, position_plan, resolve_options
 from .transformer import TransformerEncoder
 
 __all__ = ["CTCModel", "output_times"]
@@ -81,58 +82,38 @@ def _defaults(frame_step: float) -> dict[str, dict[str, Any]]:
     }
 
 
-def _feed(name: str, encoding: nn.Module) -> str:
-    """How an encoding is fed: "none", "index" (frame indices, a table) or "hop" (seconds)."""
-    if encoding.kind == "none":
+def _feed(plan: PositionPlan) -> str:
+    """How the plan's positions are fed: "none", "index" (frame indices: a table), "hop"
+    (`hop=` seconds per frame, or the frames' times as `positions=`, to the input encoding) or
+    "seconds" (the frames' times, to the layers)."""
+    if plan.in_attention:
+        return "seconds"
+    if plan.absolute is None:
         return "none"
-    check_pos_dim(name, encoding, 1, _TIME)
-    return "index" if encoding.units == "index" else "hop"
+    return "index" if plan.units == "index" else "hop"
 
 
-def _resolve_position(
+def _plan(
     position: str | nn.Module, options: dict[str, Any], dim: int, heads: int, frame_step: float
-) -> tuple[str, nn.Module | None, Callable[[], nn.Module] | None]:
-    """-> (how positions are fed, absolute module or None, per-layer factory or None).
-
-    The first item is "none", "hop" (`hop=` seconds per frame, or the frames' times as
-    `positions=`), "index" (frame indices: a table's default) or "seconds" (in attention).
-    """
-    if isinstance(position, nn.Module):
-        if options:
-            raise ValueError("position_options apply to a position name, not to a module")
-        if getattr(position, "kind", None) == "attention":
-            raise TypeError(
-                "position must be a name or an absolute encoding module; relpos/rotary need one "
-                "module per layer: pass position='relpos' or 'rotary' with position_options"
-            )
-        if getattr(position, "kind", None) not in ("absolute", "none"):
-            raise TypeError(
-                f"position must be a cape encoding module, got {type(position).__name__}"
-            )
-        feed = _feed(type(position).__name__, position)
-        return feed, (None if feed == "none" else position), None
-    if not isinstance(position, str):
+) -> PositionPlan:
+    """The speech model's position plan: the paper's defaults per name, counted in frames."""
+    if isinstance(position, nn.Module) and getattr(position, "kind", None) == "attention":
+        raise TypeError(
+            "position must be a name or an absolute encoding module; relpos/rotary need one "
+            "module per layer: pass position='relpos' or 'rotary' with position_options"
+        )
+    if isinstance(position, str):
+        name = position.lower()
+        if encoding_class(name, key="position").kind == "none" and options:
+            raise ValueError(f"{name} takes no position_options, got {sorted(options)}")
+        options = resolve_options(name, options, _defaults(frame_step))
+        if name == "alibi" and "slopes" not in options:  # per output frame, as per token
+            options["slopes"] = (alibi_slopes(heads) / frame_step).tolist()
+        if name == "rotary" and options.get("xpos") and "xpos_scale_base" not in options:
+            options["xpos_scale_base"] = 512.0 * frame_step  # xPos's 512 tokens, as frames
+    elif not isinstance(position, nn.Module):
         raise TypeError(f"position must be a str or nn.Module, got {type(position).__name__}")
-    name = position.lower()
-    kind = encoding_class(name, key="position").kind
-    if kind == "none" and options:
-        raise ValueError(f"{name} takes no position_options, got {sorted(options)}")
-    options = resolve_options(name, options, _defaults(frame_step))
-    if name == "alibi" and "slopes" not in options:  # per output frame, as the paper's per token
-        options["slopes"] = (alibi_slopes(heads) / frame_step).tolist()
-    if name == "rotary" and options.get("xpos") and "xpos_scale_base" not in options:
-        options["xpos_scale_base"] = 512.0 * frame_step  # xPos's 512 tokens, as output frames
-    if kind != "attention":
-        encoding = build(name, dim, **options)
-        feed = _feed(name, encoding)
-        return feed, (None if feed == "none" else encoding), None
-    head_dim = attention_size(name, dim, heads)  # the number of heads for alibi/fire
-    check_pos_dim(name, build(name, head_dim, **options), 1, _TIME)  # validated once, eagerly
-
-    def factory() -> nn.Module:
-        return build(name, head_dim, **options)
-
-    return "seconds", None, factory
+    return position_plan(position, dim=dim, heads=heads, options=options, pos_dim=1, what=_TIME)
 
 
 def output_times(
@@ -233,9 +214,8 @@ class CTCModel(nn.Module):
             layer_drop=layer_drop,
             relative_layers=relative_layers,
         )
-        self.feed, absolute, relative_factory = _resolve_position(
-            position, dict(position_options or {}), dim, heads, stride * _DEFAULT_HOP
-        )
+        self.plan = _plan(position, dict(position_options or {}), dim, heads, stride * _DEFAULT_HOP)
+        self.feed = _feed(self.plan)
         self.position_name = (
             position.lower() if isinstance(position, str) else type(position).__name__
         )
@@ -248,8 +228,7 @@ class CTCModel(nn.Module):
             dim,
             heads,
             ffn_dim,
-            position=absolute,
-            relative_factory=relative_factory,
+            position=self.plan,
             dropout=dropout,
             layer_drop=layer_drop,
             norm_first=True,

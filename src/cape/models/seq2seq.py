@@ -47,10 +47,10 @@ from torch import nn
 
 from .._checks import _may_inspect_values, check_float, check_int, check_rate, check_tensor
 from ..augment import augment_pair
-from ..build import build, encoding_class
+from ..build import encoding_class
 from ..positions import token_positions
 from .decode_cache import DecoderCache
-from .options import attention_size, check_pos_dim, resolve_options, take_augmentation
+from .plan import position_plan, resolve_options
 from .transformer import TransformerDecoder, TransformerEncoder
 
 __all__ = ["Seq2Seq"]
@@ -132,11 +132,10 @@ class Seq2Seq(nn.Module):
             raise ValueError(f"pad_id must lie in [0, vocab_size={vocab_size}), got {pad_id}")
         if not isinstance(tie_embeddings, bool):
             raise TypeError(f"tie_embeddings must be a bool, got {tie_embeddings!r}")
-        kind = encoding_class(position, key="position").kind  # a `cape.build` name, or a ValueError
+        encoding_class(position, key="position")  # a `cape.build` name, or a ValueError
         self.position = position.lower()
         self.position_options = resolve_options(self.position, position_options, _DEFAULTS)
         self.alpha = check_float("alpha", alpha, strict=True)
-        head_dim = attention_size(self.position, dim, heads)  # the number of heads for alibi/fire
         self._spec: dict[str, Any] = dict(
             vocab_size=vocab_size,
             dim=dim,
@@ -160,33 +159,24 @@ class Seq2Seq(nn.Module):
             nn.init.normal_(self.out_proj.weight, std=dim**-0.5)
         self.drop = nn.Dropout(dropout)
 
-        # absolute encodings (added here, before the embedding dropout) or per-layer factories
-        o = self.position_options
-        self.src_position: nn.Module | None = None
-        self.tgt_position: nn.Module | None = None
-        factory = None
-        if kind == "absolute":
-            self.src_position = build(self.position, dim, **o)
-            check_pos_dim(self.position, self.src_position, 1, _TOKENS)
-            self.augmentation = take_augmentation(self.src_position)
-            shared = not any(True for _ in self.src_position.parameters())
-            self.tgt_position = self.src_position if shared else build(self.position, dim, **o)
-            take_augmentation(self.tgt_position)
-        elif kind == "attention":
-            layer = build(self.position, head_dim, **o)  # validate the options once, eagerly
-            check_pos_dim(self.position, layer, 1, _TOKENS)
-            self.augmentation = take_augmentation(layer)
-
-            def factory() -> nn.Module:
-                made = build(self.position, head_dim, **o)
-                take_augmentation(made)  # positions arrive augmented (positions())
-                return made
-        else:
-            build(self.position, dim, **o)  # nopos: nothing to add, but its options are checked
-            self.augmentation = None
-        self._in_attention = factory is not None
+        # the model draws the augmentation (synchronised source and target, `positions`);
+        # absolute encodings are added here, before the embedding dropout
+        self.plan = position_plan(
+            self.position,
+            dim=dim,
+            heads=heads,
+            options=self.position_options,
+            sync=True,
+            causal=True,
+            pos_dim=1,
+            what=_TOKENS,
+        )
+        self.augmentation = self.plan.augmentation
+        self.src_position = self.plan.absolute
+        self.tgt_position = self.plan.another_absolute()
+        self._in_attention = self.plan.in_attention
         stack = dict(
-            relative_factory=factory,
+            position=self.plan.without_absolute(),
             dropout=dropout,
             norm_first=True,
             activation="relu",

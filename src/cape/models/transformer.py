@@ -1,9 +1,11 @@
 """Transformer encoder/decoder stacks with any `cape` encoding: the "combination" step.
 
-Absolute encodings (`position`) are added once, to the input of the stack. Relative ones
-(`RelPos`, `Rotary`, `ALiBi`, `FIRE`) live inside every layer's self-attention, or only the first
-(`relative_layers="first"`: CAPE appendix C.4, *relpos first layer*). The layers themselves
-(and layer drop) are in `cape.models.layers`.
+The stack asks its position plan (`cape.models.plan`) where the encoding goes. Absolute
+encodings are added once, to the input of the stack. Relative ones (`RelPos`, `Rotary`,
+`ALiBi`, `FIRE`) live inside every layer's self-attention, or only the first
+(`relative_layers="first"`: CAPE appendix C.4, *relpos first layer*); their positions, with
+CAPE's augmentation drawn once per forward, are computed here and handed to every layer. The
+layers themselves (and layer drop) are in `cape.models.layers`.
 """
 
 from __future__ import annotations
@@ -15,13 +17,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._checks import check_choice, check_int
+from .._checks import check_choice, check_content, check_int
 from ..encodings.relative import RelPos
 from ..encodings.rotary import Rotary
 from ..positions import token_positions
 from .attention_bias import BIAS_ENCODINGS
 from .decode_cache import DecoderCache
 from .layers import TransformerDecoderLayer, TransformerEncoderLayer, _Block
+from .plan import PositionPlan, plan_of_modules, position_plan
 
 __all__ = [
     "TransformerEncoderLayer",
@@ -32,7 +35,7 @@ __all__ = [
 
 
 class _Stack(nn.Module):
-    """Absolute encoding at the input, a list of layers, an optional final norm."""
+    """The position plan's input encoding, a list of layers, an optional final norm."""
 
     def __init__(
         self,
@@ -41,35 +44,42 @@ class _Stack(nn.Module):
         dim: int,
         heads: int,
         ffn_dim: int,
-        position: nn.Module | None,
+        position: str | nn.Module | PositionPlan | None,
+        position_options: dict[str, Any] | None,
         relative_factory: Callable[[], nn.Module] | None,
         relative_layers: str,
         final_norm: bool | None,
+        decoder: bool = False,
         **options: Any,
     ) -> None:
         super().__init__()
         check_int("layers", layers)
         check_choice("relative_layers", relative_layers, ("all", "first"))
-        if position is not None and not isinstance(position, nn.Module):
-            raise TypeError(f"position must be an nn.Module or None, got {type(position).__name__}")
-        if getattr(position, "kind", None) == "attention":
-            raise TypeError(
-                f"position must be an absolute encoding; {type(position).__name__} acts inside "
-                "attention: pass relative_factory=lambda: a new one per layer"
+        if isinstance(position, (str, PositionPlan)):
+            if relative_factory is not None:
+                raise ValueError(
+                    "give position (a name or a plan) or relative_factory, not both: the plan "
+                    "builds the layers' encodings"
+                )
+            causal = decoder or bool(options.get("causal", False))
+            plan = position_plan(
+                position, dim=dim, heads=heads, options=position_options, causal=causal
             )
-        if position is not None and getattr(position, "dim", dim) != dim:
-            raise ValueError(f"position.dim must equal dim ({dim}), got {position.dim}")
-        # an encoding that reads no positions (NoPos) adds nothing: skip it
-        self.position = None if getattr(position, "kind", None) == "none" else position
+        else:
+            if position_options:
+                raise ValueError("position_options apply to a position name, not to a module")
+            plan = plan_of_modules(position, relative_factory)
+        if plan.absolute is not None and getattr(plan.absolute, "dim", dim) != dim:
+            raise ValueError(f"position.dim must equal dim ({dim}), got {plan.absolute.dim}")
+        self.plan = plan
+        self.position = plan.absolute
         # inspect once which keywords the encoding's forward takes (they differ per class)
-        params = inspect.signature(position.forward).parameters if self.position is not None else {}
+        params = inspect.signature(plan.absolute.forward).parameters if plan.absolute else {}
         any_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
         self._pos_kw = {k for k in ("mask", "generator") if any_kw or k in params}
         blocks = []
         for i in range(layers):
-            rel = None
-            if relative_factory is not None and (relative_layers == "all" or i == 0):
-                rel = relative_factory()
+            rel = plan.layer() if relative_layers == "all" or i == 0 else None
             key = "relative" if isinstance(rel, RelPos) else "rotary"
             kinds = {"position_bias" if isinstance(rel, BIAS_ENCODINGS) else key: rel}
             if rel is not None and not isinstance(rel, (RelPos, Rotary, *BIAS_ENCODINGS)):
@@ -81,6 +91,19 @@ class _Stack(nn.Module):
         self.layers = nn.ModuleList(blocks)
         final_norm = options.get("norm_first", True) if final_norm is None else final_norm
         self.norm = nn.LayerNorm(dim) if final_norm else None
+
+    def _layer_positions(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None,
+        positions: torch.Tensor | None,
+        generator: torch.Generator | None,
+    ) -> torch.Tensor | None:
+        """The positions every layer reads: the plan's shared draw, once per forward."""
+        layer = self.layers[0]
+        check_content("x", x, layer.self_attn.dim, layer.self_attn.q_proj.weight.dtype)
+        shape = (x.shape[0], x.shape[1])
+        return self.plan.layer_positions(positions, mask, shape, x.device, self.training, generator)
 
     def _add_position(
         self,
@@ -110,12 +133,14 @@ class _Stack(nn.Module):
 class TransformerEncoder(_Stack):
     """A stack of `TransformerEncoderLayer`s.
 
-    layers: number of layers. position: an absolute encoding (e.g. `cape.build("cape1d", D)`)
-    added to the input; NoPos/None = nothing added. relative_factory: makes one `RelPos` or
-    `Rotary` (head_dim = D / heads) or `ALiBi(heads)` / `FIRE(heads)` per layer that has one.
-    relative_layers: "all" or "first" (CAPE C.4 *relpos first layer*). final_norm: LayerNorm
-    after the stack; None = only for pre-norm. options: dropout, layer_drop, norm_first,
-    activation, causal (see the layer).
+    layers: number of layers. position: where the positions go (`cape.models.plan`): a
+    `cape.build` name with `position_options` (e.g. "rotary": one module per layer, CAPE's
+    augmentation drawn once per forward for all of them), a `PositionPlan`, or an absolute
+    encoding module (e.g. `cape.build("cape1d", D)`) added to the input; NoPos/None = nothing.
+    relative_factory: (modules made by the caller) one `RelPos`, `Rotary`, `ALiBi` or `FIRE`
+    per layer that has one, each drawing its own augmentation. relative_layers: "all" or
+    "first" (CAPE C.4 *relpos first layer*). final_norm: LayerNorm after the stack; None = only
+    for pre-norm. options: dropout, layer_drop, norm_first, activation, causal (see the layer).
     """
 
     def __init__(
@@ -125,7 +150,8 @@ class TransformerEncoder(_Stack):
         heads: int,
         ffn_dim: int,
         *,
-        position: nn.Module | None = None,
+        position: str | nn.Module | PositionPlan | None = None,
+        position_options: dict[str, Any] | None = None,
         relative_factory: Callable[[], nn.Module] | None = None,
         relative_layers: str = "all",
         final_norm: bool | None = None,
@@ -142,6 +168,7 @@ class TransformerEncoder(_Stack):
             heads,
             ffn_dim,
             position,
+            position_options,
             relative_factory,
             relative_layers,
             final_norm,
@@ -169,6 +196,7 @@ class TransformerEncoder(_Stack):
         but never influence real ones.
         """
         x = self._add_position(x, mask, positions, position_kwargs, generator)
+        positions = self._layer_positions(x, mask, positions, generator)
         for layer in self.layers:
             x = layer(x, mask=mask, positions=positions, generator=generator)
         return self._finish(x)
@@ -189,7 +217,8 @@ class TransformerDecoder(_Stack):
         heads: int,
         ffn_dim: int,
         *,
-        position: nn.Module | None = None,
+        position: str | nn.Module | PositionPlan | None = None,
+        position_options: dict[str, Any] | None = None,
         relative_factory: Callable[[], nn.Module] | None = None,
         relative_layers: str = "all",
         final_norm: bool | None = None,
@@ -205,9 +234,11 @@ class TransformerDecoder(_Stack):
             heads,
             ffn_dim,
             position,
+            position_options,
             relative_factory,
             relative_layers,
             final_norm,
+            True,
             dropout=dropout,
             layer_drop=layer_drop,
             norm_first=norm_first,
@@ -253,6 +284,7 @@ class TransformerDecoder(_Stack):
                 if mask is not None:
                     positions = torch.where(mask[..., None], positions, 0.0)
         x = self._add_position(x, mask, positions, position_kwargs, generator)
+        positions = self._layer_positions(x, mask, positions, generator)
         for i, layer in enumerate(self.layers):
             x = layer(
                 x,

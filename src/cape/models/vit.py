@@ -16,7 +16,9 @@ Any 2-D encoding of `cape.build` by name, asked for the positions of the patch g
 - "sine-2d", "embed-2d": LFF paper baselines over integer (column, row) indices of the patch
   grid; embed-2d's tables cover the training grid, larger grids clamp to its last bins.
 - "rotary2d" (or "rotary"): no additive position; every layer rotates queries and keys by the
-  2D grid positions (`Rotary(head_dim, pos_dim=2)`); the class token sits at (0, 0).
+  2D grid positions (`Rotary(head_dim, pos_dim=2)`); the class token sits at (0, 0). CAPE's
+  augmentation of those positions is drawn once per forward for every layer (the position
+  plan, `cape.models.plan`); `position_options={"draw": "per_layer"}` draws it in each layer.
 
 Options that depend on the training grid are filled in when the encoding takes them and the
 caller did not: `grid` (abspos2d's table), `sizes` (embed-2d's bins, (W, H)), `pos_dim` (2);
@@ -38,8 +40,8 @@ import torch
 from torch import nn
 
 from .._checks import check_content, check_float, check_int
-from ..build import build, encoding_class, encoding_options
-from .options import attention_size, check_pos_dim
+from ..build import encoding_class, encoding_options
+from .plan import position_plan
 from .transformer import TransformerEncoder
 from .vit_packed import check_packed, pack_patches, packed_positions
 
@@ -136,19 +138,10 @@ class ViT(nn.Module):
         for key, value in training_grid.items():
             if key in encoding_options(name):
                 options.setdefault(key, value)
-        kind = encoding_class(name).kind
-        relative_factory = None
-        self.position: nn.Module | None = None
-        if kind == "attention":
-            head_dim = attention_size(name, dim, heads)  # the number of heads for alibi/fire
-            layer_position = build(name, head_dim, **options)  # validate the options once, eagerly
-            check_pos_dim(name, layer_position, 2, _PATCHES)
-
-            def relative_factory() -> nn.Module:
-                return build(name, head_dim, **options)
-        elif kind == "absolute":
-            self.position = build(name, dim, **options)
-            check_pos_dim(name, self.position, 2, _PATCHES)
+        self.plan = position_plan(
+            name, dim=dim, heads=heads, options=options, pos_dim=2, what=_PATCHES
+        )
+        self.position: nn.Module | None = self.plan.absolute
 
         self.dropout = nn.Dropout(dropout)
         self.encoder = TransformerEncoder(
@@ -156,7 +149,7 @@ class ViT(nn.Module):
             dim,
             heads,
             int(mlp_ratio * dim),
-            relative_factory=relative_factory,
+            position=self.plan.without_absolute(),
             dropout=dropout,
             norm_first=True,
             final_norm=True,
@@ -185,8 +178,8 @@ class ViT(nn.Module):
 
     @property
     def layer_position(self) -> nn.Module | None:
-        """The first layer's in-attention encoding (rotary2d), or None."""
-        return getattr(self.encoder.layers[0].self_attn, "rotary", None)
+        """The in-attention encoding's probe (rotary2d: what grid positions it reads), or None."""
+        return self.plan.probe if self.plan.in_attention else None
 
     @property
     def takes_extent(self) -> bool:

@@ -18,7 +18,7 @@ from cape.lab.experiments.pairs import preset_augmentation
 from cape.lab.experiments.template import check_best_metric, check_position, check_runs
 from cape.lab.experiments.train_as import check_reuse_fields, check_train_as, trained_row
 from cape.lab.train.config import TrainConfig
-from cape.models.options import attention_size, resolve_options
+from cape.models.plan import attention_size, resolve_options
 
 __all__ = [
     "DataConfig",

@@ -25,7 +25,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cape.build import build, encoding_class
 from cape.lab.data.text.lookup import (
     IGNORE,
     LookupDataset,
@@ -38,7 +37,6 @@ from cape.lab.data.text.lookup import (
 from cape.lab.experiments.length.config import (
     LengthConfig,
     RowConfig,
-    encoding_size,
     position_options,
 )
 from cape.lab.experiments.length.report import redraw, write_report
@@ -49,7 +47,7 @@ from cape.lab.train import Trainer, seed_everything
 from cape.lab.train import distributed as D
 from cape.lab.train.checkpoint import latest_checkpoint, load_checkpoint
 from cape.lab.train.lock import holds_out
-from cape.models.options import take_augmentation
+from cape.models.plan import position_plan
 from cape.models.transformer import TransformerEncoder
 from cape.positions import token_positions
 
@@ -73,9 +71,9 @@ class LookupModel(nn.Module):
     """Token embeddings (+ an absolute encoding) -> bidirectional Transformer encoder (+ an
     in-attention encoding per layer) -> linear head to the V symbols at every position.
 
-    position, options: a 1-D `cape.build` name and its options. The positions are the token
-    indices [B, T, 1], augmented in training once per sample (CAPE; mean-normalised in eval
-    too when the augmentation asks) and given to the encoding of every layer alike.
+    position, options: a 1-D `cape.build` name and its options (`cape.models.plan`). The
+    positions are the token indices [B, T, 1], augmented in training once per sample (CAPE;
+    mean-normalised in eval too when the augmentation asks) and given to every layer alike.
     forward(batch {"tokens": [B, T] int64, "mask": [B, T] bool}) -> logits [B, T, V].
     """
 
@@ -92,37 +90,17 @@ class LookupModel(nn.Module):
         dropout: float = 0.0,
     ) -> None:
         super().__init__()
-        kind = encoding_class(position, key="position").kind
-        size = encoding_size(position, dim, heads)
-        absolute, factory, self.augmentation = None, None, None
-        if kind == "absolute":
-            absolute = build(position, size, **options)
-            self.augmentation = take_augmentation(absolute, causal=False)
-        elif kind == "attention":
-            self.augmentation = take_augmentation(build(position, size, **options), causal=False)
-
-            def factory() -> nn.Module:
-                made = build(position, size, **options)
-                take_augmentation(made, causal=False)  # its positions arrive augmented
-                return made
-
+        # the plan first: its modules are initialised before the embedding, as the seeds expect
+        plan = position_plan(position, dim=dim, heads=heads, options=options)
         self.embed = nn.Embedding(vocab, dim)
         self.encoder = TransformerEncoder(
-            layers,
-            dim,
-            heads,
-            ffn_dim,
-            position=absolute,
-            relative_factory=factory,
-            dropout=dropout,
+            layers, dim, heads, ffn_dim, position=plan, dropout=dropout
         )
         self.head = nn.Linear(dim, vocab)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         tokens, mask = batch["tokens"], batch["mask"]
         pos = token_positions(*tokens.shape, mask=mask)  # [B, T, 1], 0 at padding
-        if self.augmentation is not None:
-            pos = self.augmentation(pos, mask, training=self.training)
         return self.head(self.encoder(self.embed(tokens), mask=mask, positions=pos))
 
 

@@ -17,7 +17,7 @@ evaluate (`eval_records`, cached in the run folder's `eval.json`), then write `r
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from cape.augment import Augmentation
-from cape.build import build
 from cape.lab.data.boxes import (
     NONE,
     QUESTIONS,
@@ -41,7 +40,6 @@ from cape.lab.experiments.lff_boxes.config import (
     ROTARY,
     LffBoxesConfig,
     RowConfig,
-    encoding_size,
     position_options,
 )
 from cape.lab.experiments.lff_boxes.report import redraw, write_report
@@ -51,6 +49,7 @@ from cape.lab.train import Trainer, seed_everything
 from cape.lab.train import distributed as D
 from cape.lab.train.checkpoint import latest_checkpoint, load_checkpoint
 from cape.lab.train.lock import holds_out
+from cape.models.plan import PositionPlan, position_plan
 from cape.models.transformer import TransformerEncoder
 
 __all__ = [
@@ -89,17 +88,18 @@ def augment_boxes(
 class BoxQA(nn.Module):
     """Question answering over a screen of boxes.
 
-    position: an absolute encoding of 4-D positions (None: content only). attention: instead,
-    a factory of one in-attention encoding per layer (RoPE-ViT's 4-D rotations), fed the edges
-    times `unit` (cells), the question token taking the query box's. augmentation: applied to
-    the box corners in training (`augment_boxes`). forward(batch) with batch
+    plan: the position plan (`cape.models.plan`) of 4-D positions: an absolute encoding added
+    to the box tokens, or one in-attention encoding per layer (RoPE-ViT's 4-D rotations) fed the
+    edges times `unit` (cells), the question token taking the query box's; "nopos": content
+    only. augmentation: applied to the box corners in training (`augment_boxes`), the model's
+    own draw. forward(batch) with batch
     {"positions": [B, N, 4], "types": [B, N], "mask": [B, N] bool, "query": [B],
     "question": [B]} -> answer logits [B, len(WIDGETS) + 1].
     """
 
     def __init__(
         self,
-        position: nn.Module | None,
+        plan: PositionPlan,
         *,
         dim: int,
         depth: int,
@@ -107,19 +107,16 @@ class BoxQA(nn.Module):
         ffn_dim: int,
         dropout: float = 0.0,
         augmentation: Augmentation | None = None,
-        attention: Callable[[], nn.Module] | None = None,
         unit: float = 1.0,
     ) -> None:
         super().__init__()
-        if position is not None and attention is not None:
-            raise ValueError("give position (added to the tokens) or attention, not both")
-        self.position, self.augmentation = position, augmentation
-        self.in_attention, self.unit = attention is not None, unit
+        self.position, self.augmentation = plan.absolute, augmentation
+        self.in_attention, self.unit = plan.in_attention, unit
         self.content = nn.Embedding(len(WIDGETS), dim)
         self.flag = nn.Embedding(2, dim)  # 1 at the query box
         self.question = nn.Embedding(len(QUESTIONS), dim)
         self.encoder = TransformerEncoder(
-            depth, dim, heads, ffn_dim, dropout=dropout, relative_factory=attention
+            depth, dim, heads, ffn_dim, dropout=dropout, position=plan.without_absolute()
         )
         self.head = nn.Linear(dim, NONE + 1)
 
@@ -144,21 +141,19 @@ class BoxQA(nn.Module):
 def make_model(cfg: LffBoxesConfig, row: RowConfig) -> BoxQA:
     m = cfg.model
     options = position_options(row, m, cfg.data.canvas)
-    size = encoding_size(row, m)
-    position, attention = None, None
-    if row.position in ROTARY:
-        attention = lambda: build(row.position, size, **options)  # noqa: E731
-    elif row.position != "nopos":
-        position = build(row.position, size, **options)
+    # the archived rows drew no probe of the in-attention encodings (RoPE-Mixed's frequencies
+    # are random): the plan's probe must not move their seeds
+    fork = torch.random.fork_rng(devices=[]) if row.position in ROTARY else nullcontext()
+    with fork:
+        plan = position_plan(row.position, dim=m.dim, heads=m.heads, options=options)
     return BoxQA(
-        position,
+        plan,
         dim=m.dim,
         depth=m.depth,
         heads=m.heads,
         ffn_dim=m.ffn_dim,
         dropout=m.dropout,
         augmentation=row.augmentation(),
-        attention=attention,
         unit=float(cfg.data.canvas - 1),
     )
 
