@@ -195,6 +195,13 @@ _MAIN = [
     _row("sinpos", "sinpos"),
     _row(_CAPE, "cape1d"),
 ]
+# CAPE's audio augmentation over rotary's seconds (the paper's audio preset)
+_ROTARY_AUG = {
+    "max_global_shift": 60.0,
+    "max_local_shift": 0.015,
+    "max_global_scaling": 1.1,
+    "normalize": True,
+}
 _ALL = _MAIN + [
     _row("CAPE λ=2", "cape1d", options={"max_global_scaling": 2.0}),
     _row("CAPE Δ=15s", "cape1d", options={"max_global_shift": 15.0}),
@@ -205,18 +212,7 @@ _ALL = _MAIN + [
     _row("relpos", "relpos"),
     _row("relpos 6s", "relpos", options={"max_distance": 6.0}),
     _row("relpos first layer", "relpos", relative_layers="first"),
-    _row(
-        "rotary+CAPE",
-        "rotary",
-        options={
-            "augmentation": {
-                "max_global_shift": 60.0,
-                "max_local_shift": 0.015,
-                "max_global_scaling": 1.1,
-                "normalize": True,
-            }
-        },
-    ),
+    _row("rotary+CAPE", "rotary", options={"augmentation": _ROTARY_AUG}),
     # augmentation study (Figure 7): the main sinpos/CAPE rows have SpecAugment
     _row("sinpos no SpecAugment", "sinpos", specaugment=False),
     _row("CAPE no SpecAugment", "cape1d", specaugment=False),
@@ -246,6 +242,12 @@ _PEERS = [
     ],
     _row("xPos", "rotary", options={"xpos": True}),
     _row("FIRE", "fire"),
+    # the ablation of the position plan's shared draw: every layer draws its own augmentation
+    _row(
+        "rotary+CAPE per layer",
+        "rotary",
+        options={"augmentation": _ROTARY_AUG, "draw": "per_layer"},
+    ),
 ]
 _TRAIN = {
     "batch_size": 16,

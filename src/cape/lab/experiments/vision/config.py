@@ -289,6 +289,12 @@ _PEER_ROWS = [
         "position": "rope-mixed",
         "options": {"augmentation": _ROTARY_AUG, "fit_grid": True},
     },
+    # the ablation of the position plan's shared draw: every layer draws its own augmentation
+    {
+        "name": "rotary+CAPE grid per layer",
+        "position": "rotary2d",
+        "options": {"augmentation": _ROTARY_AUG, "fit_grid": True, "draw": "per_layer"},
+    },
 ]
 
 # name -> config mapping (apply `--config` files and `--set` overrides on top)
