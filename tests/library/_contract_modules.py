@@ -3,6 +3,7 @@ models (constructors, then forward). Each takes a `Draw` and returns a `Call` (_
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import math
@@ -26,6 +27,7 @@ from cape.models import (
     beam_search,
     greedy_decode,
     max_lengths,
+    position_plan,
     sequence_nll,
 )
 
@@ -343,15 +345,13 @@ def attention(d: Draw) -> Call:
     dim, heads = d.choice((4, 8)), d.choice((1, 2))
     hd = dim // heads
     if d.coin(0.2):
-        tkw = {"relative": d.bad("relative", cape.RelPos(hd, 4), ("relpos", cape.RelPos(hd + 2)))}
+        tkw = {"biases": d.bad("biases", [cape.RelPos(hd, 4)], (["relpos"], [cape.RelPos(hd + 2)]))}
     elif d.coin(0.25):
         tkw = {"rotary": d.bad("rotary", cape.Rotary(hd), (cape.RelPos(hd),))}
     elif d.coin(0.25):
         bias_cls = d.choice((cape.ALiBi, cape.FIRE))
         bias = bias_cls(heads, causal=d.coin(0.2))
-        tkw = {
-            "position_bias": d.bad("position_bias", bias, (bias_cls(heads + 1), cape.Rotary(hd)))
-        }
+        tkw = {"biases": d.bad("biases", [bias], ([bias_cls(heads + 1)], [cape.Rotary(hd)]))}
     else:
         tkw = {}
     heads_arg = d.bad("heads", heads, (0, 3, "2"))
@@ -365,7 +365,7 @@ def attention(d: Draw) -> Call:
         kw["key_mask"] = d.mask("key_mask", (b, tk if cross else tq))
     if d.coin(0.2):
         kw["causal"] = d.coin()
-    if d.coin(0.3) and "rotary" in tkw or "relative" in tkw or "position_bias" in tkw:
+    if d.coin(0.3) and "rotary" in tkw or "biases" in tkw:
         kw["q_positions"] = d.tensor("q_positions", (b, tq, 1), bad_dtypes=(torch.bool,))
         if cross:
             kw["k_positions"] = d.tensor("k_positions", (b, tk, 1), bad_dtypes=(torch.bool,))
@@ -601,11 +601,39 @@ def seq2seq(d: Draw, which: str | None = None) -> Call:
     )
 
 
+def plan(d: Draw) -> Call:
+    """`position_plan` by name (draw, sizes, options), then a `PositionPlan`'s shared draw of
+    the positions every layer reads."""
+    heads = d.choice((1, 2))
+    dim = d.bad("dim", 4 * heads, (0, "8"))
+    name = d.bad("position", d.choice(NAMES_1D[:6] + ("rotary", "alibi", "fire")), ("nope", 3))
+    options: dict = {"num_positions": 8} if name == "abspos" else {}
+    if d.coin(0.5):
+        aug = {"max_global_shift": 2.0, "max_global_scaling": 1.2}
+        options["augmentation"] = d.bad("augmentation", aug, (3, "big"))
+    if d.coin(0.3):
+        options["draw"] = d.bad("draw", d.choice(("shared", "per_layer")), ("both", 1))
+    b, t = d.int(1, 3), d.int(1, 4)
+    mask = d.mask("mask", (b, t))
+    train = d.coin()
+
+    def fn() -> object:
+        made = position_plan(name, dim=dim, heads=heads, options=options)
+        made.layer()
+        return made.layer_positions(None, mask, (b, t), torch.device("cpu"), train, None)
+
+    def check(out: object) -> str | None:
+        return None if out is None else expect(out, (b, t, 1), torch.float32)
+
+    call = d.finish("models.position_plan", fn, ("dim", "position", *options, "mask"), check)
+    return call if d.coin() else dataclasses.replace(call, label="models.PositionPlan")
+
+
 STACKS = ("encoder", "decoder", "encoder-layer", "decoder-layer")
 GENERATORS = {
     "encodings": [functools.partial(encoding_forward, name=n) for n in sorted(cape.ENCODINGS)]
     + each(encoding_classes, CLASSES),
-    "models": [attention, attention, vit, vit, ctc, ctc]
+    "models": [attention, attention, vit, vit, ctc, ctc, plan]
     + each(stacks, STACKS)
     + each(seq2seq, ("forward", "greedy", "beam", "nll", "max_lengths")),
 }

@@ -135,7 +135,7 @@ def manual_attention(mha, x, kv, bias, allowed):
 @pytest.mark.parametrize("causal", [False, True])
 def test_attention_equals_manual_softmax_with_bias_and_masks(causal: bool) -> None:
     torch.manual_seed(0)
-    mha = MultiheadAttention(16, 4, position_bias=cape.ALiBi(4)).eval()
+    mha = MultiheadAttention(16, 4, biases=[cape.ALiBi(4)]).eval()
     x = rand(2, 5, 16, seed=4)
     key_mask = torch.tensor([[True] * 5, [True, True, True, False, False]])
     pos = torch.tensor([[0.0, 0.5, 1.0, 2.5, 3.0], [0.0, 1.0, 2.0, 3.0, 4.0]])
@@ -163,7 +163,7 @@ def test_attention_equals_manual_softmax_with_bias_and_masks(causal: bool) -> No
 
 def test_attention_gradients_flow_and_bf16_autocast_stays_close() -> None:
     torch.manual_seed(1)
-    mha = MultiheadAttention(16, 2, position_bias=cape.ALiBi(2))
+    mha = MultiheadAttention(16, 2, biases=[cape.ALiBi(2)])
     x = rand(2, 7, 16, seed=6).requires_grad_()
     mha(x, causal=True).square().sum().backward()
     assert x.grad is not None and bool(torch.isfinite(x.grad).all()) and x.grad.abs().sum() > 0
@@ -171,7 +171,7 @@ def test_attention_gradients_flow_and_bf16_autocast_stays_close() -> None:
     mha.eval()
     ref = mha(x.detach())
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert mha.position_bias(torch.arange(7.0)[None]).dtype == torch.float32
+        assert mha.biases[0](torch.arange(7.0)[None]).dtype == torch.float32
         low = mha(x.detach())
     assert low.dtype == torch.bfloat16
     torch.testing.assert_close(low.float(), ref, atol=0.05, rtol=0.05)
@@ -181,7 +181,7 @@ def test_incremental_decoding_matches_the_full_prefix() -> None:
     from cape.models.decode_cache import AttentionCache
 
     torch.manual_seed(2)
-    mha = MultiheadAttention(8, 2, position_bias=cape.ALiBi(2)).eval()
+    mha = MultiheadAttention(8, 2, biases=[cape.ALiBi(2)]).eval()
     x = rand(1, 6, 8, seed=7)
     full = mha(x, causal=True)
     cache = AttentionCache()
@@ -192,7 +192,7 @@ def test_incremental_decoding_matches_the_full_prefix() -> None:
 def test_models_train_a_step_with_alibi() -> None:
     torch.manual_seed(3)
     enc = TransformerEncoder(2, 16, 4, 32, relative_factory=lambda: cape.ALiBi(4))
-    assert enc.layers[0].self_attn.position_bias.heads == 4
+    assert enc.layers[0].self_attn.biases[0].heads == 4
     models = [
         (enc, lambda m: m(rand(2, 5, 16, seed=8)).square().mean()),
         (
@@ -216,7 +216,7 @@ def test_models_train_a_step_with_alibi() -> None:
         opt.step()
         assert math.isfinite(float(loss.detach()))
         assert any(not torch.equal(a, p) for a, p in zip(before, model.parameters(), strict=True))
-    assert isinstance(models[1][0].encoder.layers[0].self_attn.position_bias, cape.ALiBi)
+    assert isinstance(models[1][0].encoder.layers[0].self_attn.biases[0], cape.ALiBi)
     with pytest.raises(ValueError, match="position 'alibi' reads 1-D positions"):
         ViT(3, position="alibi", image_size=8, patch=4, dim=16, depth=1, heads=2)
 
@@ -262,11 +262,12 @@ def test_bad_arguments_name_the_argument() -> None:
         (lambda: alibi_bias(t * 1e37, t, alibi_slopes(2) * 100), ValueError, "positions"),
         (lambda: cape.ALiBi(2)(t, k_mask=torch.ones(1, 4, dtype=torch.bool)), ValueError, "k_mask"),
         (lambda: cape.ALiBi(2)(t, generator="g"), TypeError, "generator"),
-        (lambda: MultiheadAttention(8, 2, position_bias=cape.ALiBi(4)), ValueError, "bias.heads"),
-        (lambda: MultiheadAttention(8, 2, position_bias=cape.Rotary(4)), TypeError, "bias"),
-        (lambda: MultiheadAttention(8, 2, position_bias=cape.ALiBi(2, causal=True))(
+        (lambda: MultiheadAttention(8, 2, biases=[cape.ALiBi(4)]), ValueError,
+         r"biases\[0\]\.heads"),
+        (lambda: MultiheadAttention(8, 2, biases=[cape.Rotary(4)]), TypeError, "bias"),
+        (lambda: MultiheadAttention(8, 2, biases=[cape.ALiBi(2, causal=True)])(
             torch.zeros(1, 4, 8)),
-         ValueError, "position_bias.causal"),
+         ValueError, "bias.causal"),
     ]  # fmt: skip
     for fn, error, name in cases:
         with pytest.raises(error, match=name):
@@ -279,9 +280,9 @@ def test_ctc_model_counts_the_papers_slopes_per_output_frame() -> None:
     for stride, heads in ((3, 4), (2, 2)):
         model = CTCModel(12, position="alibi", n_mels=8, dim=16, depth=1, heads=heads, ffn_dim=32,
                          stride=stride, kernel=stride)  # fmt: skip
-        got = model.encoder.layers[0].self_attn.position_bias.slopes
+        got = model.encoder.layers[0].self_attn.biases[0].slopes
         want = [2.0 ** (-8 * (h + 1) / heads) / (stride * 0.01) for h in range(heads)]
         assert got.tolist() == pytest.approx(want, rel=1e-6)
     given = CTCModel(12, position="alibi", position_options={"slopes": [1.0, 2.0]}, n_mels=8,
                      dim=16, depth=1, heads=2, ffn_dim=32)  # fmt: skip
-    assert given.encoder.layers[0].self_attn.position_bias.slopes.tolist() == [1.0, 2.0]
+    assert given.encoder.layers[0].self_attn.biases[0].slopes.tolist() == [1.0, 2.0]

@@ -110,7 +110,7 @@ def test_relative_encodings_get_seconds(position: str) -> None:
     torch.testing.assert_close(got, timestamps(2, 10, 3 * hop, mask=mask))
     assert got[0, 0, 0] == pytest.approx(0.5 * 0.03)
     if position == "relpos":
-        assert model.encoder.layers[0].self_attn.relative.step == pytest.approx(0.03)
+        assert model.encoder.layers[0].self_attn.biases[0].step == pytest.approx(0.03)
 
 
 def test_abspos_gets_frame_indices() -> None:
@@ -165,7 +165,7 @@ def test_position_defaults() -> None:
     assert _model("rotary").encoder.layers[1].self_attn.rotary.freq_scale == 30.0
     assert _model("abspos").encoder.position.num_positions == 1024
     custom = _model("relpos", position_options=dict(max_distance=0.3))
-    assert custom.encoder.layers[0].self_attn.relative.num_buckets == 21
+    assert custom.encoder.layers[0].self_attn.biases[0].num_buckets == 21
     assert _model("nopos").encoder.position is None
 
 
@@ -302,7 +302,7 @@ def test_spec_rebuilds_the_model() -> None:
 
 def test_relpos_in_the_first_layer_only() -> None:
     model = _model("relpos", relative_layers="first")
-    kinds = [layer.self_attn.relative is not None for layer in model.encoder.layers]
+    kinds = [len(layer.self_attn.biases) > 0 for layer in model.encoder.layers]
     assert kinds == [True, False]
     with pytest.raises(ValueError, match="relative_layers"):
         _model("relpos", relative_layers="last")

@@ -170,7 +170,7 @@ def manual_attention(mha, x, kv, bias, allowed):
 def test_attention_equals_manual_softmax_with_bias_and_masks(causal: bool) -> None:
     torch.manual_seed(0)
     fire = cape.FIRE(4, hidden=8, c=0.5, threshold=1.0)
-    mha = MultiheadAttention(16, 4, position_bias=fire).eval()
+    mha = MultiheadAttention(16, 4, biases=[fire]).eval()
     x = rand(2, 5, 16, seed=6)
     key_mask = torch.tensor([[True] * 5, [True, True, True, False, False]])
     pos = torch.tensor([[0.0, 0.5, 1.0, 2.5, 3.0], [0.0, 1.0, 2.0, 3.0, 4.0]])
@@ -196,10 +196,10 @@ def test_attention_equals_manual_softmax_with_bias_and_masks(causal: bool) -> No
 
 def test_cross_attention_incremental_decoding_and_bf16_autocast() -> None:
     torch.manual_seed(2)
-    mha = MultiheadAttention(8, 2, position_bias=cape.FIRE(2, c=0.5, threshold=2.0)).eval()
+    mha = MultiheadAttention(8, 2, biases=[cape.FIRE(2, c=0.5, threshold=2.0)]).eval()
     x, kv = rand(2, 6, 8, seed=7), rand(2, 3, 8, seed=8)
     idx = torch.arange(6.0)[None].expand(2, 6)
-    bias = loop_mlp(mha.position_bias, loop_distance(idx, idx[:, :3], 0.5, 2.0))
+    bias = loop_mlp(mha.biases[0], loop_distance(idx, idx[:, :3], 0.5, 2.0))
     want = manual_attention(mha, x, kv, bias, torch.ones(2, 1, 6, 3, dtype=torch.bool))
     torch.testing.assert_close(mha(x, kv).double(), want, atol=1e-5, rtol=0)
     full = mha(x, causal=True)
@@ -207,7 +207,7 @@ def test_cross_attention_incremental_decoding_and_bf16_autocast() -> None:
     steps = [mha(x[:, i : i + 1], causal=True, cache=cache) for i in range(6)]
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=0)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert mha.position_bias(idx).dtype == torch.float32
+        assert mha.biases[0](idx).dtype == torch.float32
         low = mha(x)
     assert low.dtype == torch.bfloat16
     torch.testing.assert_close(low.float(), mha(x), atol=0.05, rtol=0.05)
@@ -216,7 +216,7 @@ def test_cross_attention_incremental_decoding_and_bf16_autocast() -> None:
 def test_models_train_a_step_with_fire() -> None:
     torch.manual_seed(3)
     enc = TransformerEncoder(2, 16, 4, 32, relative_factory=lambda: cape.FIRE(4))
-    assert isinstance(enc.layers[0].self_attn.position_bias, cape.FIRE)
+    assert isinstance(enc.layers[0].self_attn.biases[0], cape.FIRE)
     models = [
         (enc, lambda m: m(rand(2, 5, 16, seed=9)).square().mean()),
         (
@@ -283,10 +283,11 @@ def test_bad_arguments_name_the_argument() -> None:
         (lambda: f2(t, k_mask=torch.ones(1, 4, dtype=torch.bool)), ValueError, "k_mask"),
         (lambda: f2(t, attn_mask=torch.ones(4, dtype=torch.bool)), ValueError, "attn_mask"),
         (lambda: f2(t, generator="g"), TypeError, "generator"),
-        (lambda: MultiheadAttention(8, 2, position_bias=cape.FIRE(4)), ValueError, "bias.heads"),
-        (lambda: MultiheadAttention(8, 2, position_bias=cape.FIRE(2, causal=True))(
+        (lambda: MultiheadAttention(8, 2, biases=[cape.FIRE(4)]), ValueError,
+         r"biases\[0\]\.heads"),
+        (lambda: MultiheadAttention(8, 2, biases=[cape.FIRE(2, causal=True)])(
             torch.zeros(1, 4, 8)),
-         ValueError, "position_bias.causal"),
+         ValueError, "bias.causal"),
     ]  # fmt: skip
     for fn, error, name in cases:
         with pytest.raises(error, match=name):

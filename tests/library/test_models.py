@@ -81,7 +81,7 @@ def test_attention_matches_naive_softmax(causal, masked):
 def test_rows_without_keys_give_zero(kind):
     torch.manual_seed(0)
     rel = _factory(kind)
-    opts = {"relative": rel()} if kind == "relpos" else {"rotary": rel()} if rel else {}
+    opts = {"biases": [rel()]} if kind == "relpos" else {"rotary": rel()} if rel else {}
     att = MultiheadAttention(D, H, bias=False, **opts)
     x = torch.randn(B, T, D, requires_grad=True)
     key_mask = _mask([8, 0, 3])
@@ -150,7 +150,7 @@ def test_padding_does_not_influence_real_tokens(kind, layers, train):
     if kind == "relpos":
         n_rel = sum(isinstance(m, cape.RelPos) for m in enc.modules())
         assert n_rel == (1 if layers == "first" else 2)
-        assert enc.layers[0].self_attn.relative is not None
+        assert isinstance(enc.layers[0].self_attn.biases[0], cape.RelPos)
     mask = _mask([8, 5, 3])
     x = torch.randn(B, T, D)
     noisy = torch.where(mask[..., None], x, 100 * torch.randn(B, T, D))
@@ -268,6 +268,6 @@ def test_bad_arguments_name_the_argument():
     with pytest.raises(ValueError, match="relative_layers"):
         TransformerEncoder(2, D, H, 64, relative_layers="last")
     with pytest.raises(ValueError, match="head_dim"):
-        MultiheadAttention(D, H, relative=cape.RelPos(HD * 2))
+        MultiheadAttention(D, H, biases=[cape.RelPos(HD * 2)])
     with pytest.raises(TypeError, match="relative_factory"):
         TransformerEncoder(2, D, H, 64, relative_factory=lambda: nn.Identity())

@@ -49,7 +49,7 @@ def test_shared_draw_is_one_draw_for_every_layer(name: str) -> None:
     torch.testing.assert_close(seen[0], want, rtol=0, atol=0)
     assert not torch.equal(want, index)  # something was drawn
     for layer in enc.layers:  # the layers' own modules draw nothing
-        module = layer.self_attn.rotary or layer.self_attn.position_bias
+        module = layer.self_attn.rotary or layer.self_attn.biases[0]
         assert module.augmentation is None
 
 
@@ -135,8 +135,9 @@ def test_plan_refuses_bad_options() -> None:
 
 def test_vit_rotary_layers_share_one_draw() -> None:
     torch.manual_seed(0)
+    aug = {"max_global_shift": 0.5, "max_global_scaling": 1.4}
     vit = ViT(4, image_size=16, patch=4, dim=32, depth=3, heads=2, position="rotary2d",
-              position_options={"augmentation": {"max_global_shift": 0.5, "max_global_scaling": 1.4}})  # fmt: skip
+              position_options={"augmentation": aug})  # fmt: skip
     seen, _ = _positions_seen(vit)
     vit.train()(torch.randn(2, 3, 16, 16), generator=torch.Generator().manual_seed(0))
     assert len(seen) == 3 and all(torch.equal(p, seen[0]) for p in seen)

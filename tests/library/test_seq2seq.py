@@ -217,14 +217,14 @@ def test_in_attention_rows_live_in_every_self_attention_only(position: str) -> N
     kind = RelPos if position == "relpos" else Rotary
     layers = list(model.encoder.layers) + list(model.decoder.layers)
     for layer in layers:
-        mod = layer.self_attn.relative if position == "relpos" else layer.self_attn.rotary
+        mod = layer.self_attn.biases[0] if position == "relpos" else layer.self_attn.rotary
         assert isinstance(mod, kind) and mod.head_dim == 16
         if position == "relpos":
             assert mod.k_max == 5
         else:
             assert mod.augmentation is None  # positions arrive augmented from positions()
     for layer in model.decoder.layers:
-        assert layer.cross_attn.relative is None and layer.cross_attn.rotary is None
+        assert not layer.cross_attn.positional
     assert model.src_position is None and model.tgt_position is None
 
 

@@ -8,18 +8,18 @@ mean-normalisation) leave it unchanged; global scaling and local shifts do chang
 from __future__ import annotations
 
 import torch
-from torch import nn
 
-from .._checks import check_bool, check_generator, check_int, check_tensor
+from .._checks import check_bool, check_generator, check_tensor
 from ..augment import Augmentation, augment_pair
 from ..functional.alibi import alibi_bias, alibi_slopes, check_slopes
 from ..positions import as_positions
 from .base import float32_region
+from .in_attention import AttentionBias
 
 __all__ = ["ALiBi", "bias_positions"]
 
 
-class ALiBi(nn.Module):
+class ALiBi(AttentionBias):
     """Attention with linear biases: `ALiBi(heads)(q_positions, k_positions)` -> bias.
 
     heads: H, one slope per head (`cape.functional.alibi_slopes`, the paper's) unless `slopes`
@@ -27,14 +27,11 @@ class ALiBi(nn.Module):
     `alibi_bias`; keys ahead get 0, for attention that masks them). augmentation: CAPE's
     `Augmentation` of the positions, applied in train mode.
 
-    It acts inside attention (`kind = "attention"`, `MultiheadAttention(position_bias=...)`):
-    one module per layer; `dim` of `cape.build("alibi", dim)` is the number of heads H (not a
-    width).
+    It acts inside attention (the bias protocol, `cape.encodings.in_attention`:
+    `MultiheadAttention(biases=[...])`): one module per layer; `dim` of `cape.build("alibi",
+    dim)` is the number of heads H (not a width).
     """
 
-    kind = "attention"
-    units = "continuous"
-    pos_dim = 1
     per_head = True  # cape.build's dim is H, not the head size (models.plan.attention_size)
 
     def __init__(
@@ -45,14 +42,8 @@ class ALiBi(nn.Module):
         augmentation: Augmentation | None = None,
         slopes: torch.Tensor | list[float] | tuple[float, ...] | None = None,
     ) -> None:
-        super().__init__()
-        self.heads = check_int("heads", heads)
+        super().__init__(heads, augmentation)
         self.causal = check_bool("causal", causal)
-        if augmentation is not None and not isinstance(augmentation, Augmentation):
-            raise TypeError(
-                f"augmentation must be a cape.Augmentation or None, got {augmentation!r}"
-            )
-        self.augmentation = augmentation
         given = alibi_slopes(heads) if slopes is None else check_slopes(slopes, heads)
         self._slopes = given.detach().cpu().clone()
         self.register_buffer("slopes", self._slopes.clone(), persistent=False)
@@ -86,9 +77,11 @@ class ALiBi(nn.Module):
         with float32_region(q.device):
             return alibi_bias(q, k, self.slopes, self.causal)
 
+    def bias_of(self, q_positions, k_positions, mask, k_mask, allowed, generator):
+        return self(q_positions, k_positions, mask=mask, k_mask=k_mask, generator=generator)
+
     def extra_repr(self) -> str:
-        aug = "" if self.augmentation is None else f", augmentation={self.augmentation}"
-        return f"heads={self.heads}, causal={self.causal}{aug}"
+        return self._bias_repr(heads=self.heads, causal=self.causal)
 
 
 def bias_positions(

@@ -16,11 +16,12 @@ from ..augment import Augmentation
 from ..functional.fire import fire_bias
 from .alibi import bias_positions
 from .base import float32_region
+from .in_attention import AttentionBias
 
 __all__ = ["FIRE"]
 
 
-class FIRE(nn.Module):
+class FIRE(AttentionBias):
     """Functional interpolation for relative positions: `FIRE(heads)(q_positions)` -> bias.
 
     heads: H, the MLP's outputs (one bias per head). hidden: the MLP's width (the paper: 32).
@@ -29,14 +30,13 @@ class FIRE(nn.Module):
     c = 0.1, L = 512 in position units; seconds want a smaller L). augmentation: CAPE's
     `Augmentation` of the positions, applied in train mode.
 
-    It acts inside attention (`kind = "attention"`, `MultiheadAttention(position_bias=...)`,
-    the slot of the bias encodings): one module per layer; `dim` of `cape.build("fire", dim)` is H.
+    It acts inside attention (the bias protocol, `cape.encodings.in_attention`:
+    `MultiheadAttention(biases=[...])`): one module per layer; `dim` of `cape.build("fire",
+    dim)` is H.
     """
 
-    kind = "attention"
-    units = "continuous"
-    pos_dim = 1
     per_head = True  # cape.build's dim is H, not the head size (models.plan.attention_size)
+    reads_mask = True  # its normaliser counts the keys each query sees
 
     def __init__(
         self,
@@ -48,17 +48,11 @@ class FIRE(nn.Module):
         threshold: float = 512.0,
         augmentation: Augmentation | None = None,
     ) -> None:
-        super().__init__()
-        self.heads = check_int("heads", heads)
+        super().__init__(heads, augmentation)
         self.hidden = check_int("hidden", hidden)
         self.causal = check_bool("causal", causal)
         check_float("c", c, strict=True)
         check_float("threshold", threshold, strict=True)
-        if augmentation is not None and not isinstance(augmentation, Augmentation):
-            raise TypeError(
-                f"augmentation must be a cape.Augmentation or None, got {augmentation!r}"
-            )
-        self.augmentation = augmentation
         self.c = nn.Parameter(torch.tensor(float(c), dtype=torch.float32))
         # L = |scale| x threshold0: the learned factor starts at 1 (the authors' parametrisation)
         self.threshold0 = float(threshold)
@@ -125,6 +119,11 @@ class FIRE(nn.Module):
             )
         return m
 
+    def bias_of(self, q_positions, k_positions, mask, k_mask, allowed, generator):
+        return self(
+            q_positions, k_positions, mask=mask, k_mask=k_mask, attn_mask=allowed,
+            generator=generator,
+        )  # fmt: skip
+
     def extra_repr(self) -> str:
-        aug = "" if self.augmentation is None else f", augmentation={self.augmentation}"
-        return f"heads={self.heads}, hidden={self.hidden}, causal={self.causal}{aug}"
+        return self._bias_repr(heads=self.heads, hidden=self.hidden, causal=self.causal)

@@ -12,13 +12,20 @@ import torch
 from torch import nn
 
 from .._checks import check_float, check_int, check_tensor
-from ..functional.relative import num_buckets, relative_index, relpos_attention
+from ..functional.relative import (
+    num_buckets,
+    relative_index,
+    relative_logits,
+    relative_values,
+    relpos_attention,
+)
 from ..positions import as_positions
+from .in_attention import AttentionBias
 
 __all__ = ["RelPos"]
 
 
-class RelPos(nn.Module):
+class RelPos(AttentionBias):
     """Attention with learned relative position embeddings.
 
     head_dim: d, channels per head. max_distance: K * step, the farthest distinguished offset
@@ -27,18 +34,17 @@ class RelPos(nn.Module):
     values: also learn value embeddings (Shaw's a^V); False = keys only (faster, fused SDPA).
 
     Parameters: rel_key [2K+1, d] (and rel_value [2K+1, d]), initialised N(0, 0.02^2) truncated.
-    It acts inside attention (`kind = "attention"`): one module per layer, `dim` of `cape.build`
-    is the head size; positions are 1-D in any units (`step` is one bucket in those units).
+    It acts inside attention: one module per layer, `dim` of `cape.build` is the head size;
+    positions are 1-D in any units (`step` is one bucket in those units). Called directly,
+    `forward(q, k, v)` is the whole attention; inside `MultiheadAttention(biases=[...])` it
+    is the bias protocol (`cape.encodings.in_attention`): its key term q_i . a_ij is a bias on
+    the logits (and, with `values`, `value_term` adds Shaw's value term to the output).
     """
-
-    kind = "attention"
-    units = "continuous"
-    pos_dim = 1
 
     def __init__(
         self, head_dim: int, max_distance: float = 100, *, step: float = 1.0, values: bool = False
     ) -> None:
-        super().__init__()
+        super().__init__(None)
         self.head_dim = check_int("head_dim", head_dim)
         self.max_distance = check_float("max_distance", max_distance, strict=True)
         self.step = check_float("step", step, strict=True)
@@ -92,6 +98,75 @@ class RelPos(nn.Module):
         query positions) -> LongTensor [B, Tq, Tk] in [0, 2K]."""
         k_positions = q_positions if k_positions is None else k_positions
         return relative_index(q_positions, k_positions, self.max_distance, self.step)
+
+    @property
+    def adds_values(self) -> bool:  # type: ignore[override]
+        return self.rel_value is not None
+
+    def _table(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        q_positions: torch.Tensor | None,
+        k_positions: torch.Tensor | None,
+        self_attention: bool,
+        mask: torch.Tensor | None,
+        k_mask: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """(bucket index [B or 1, Tq, Tk], the key rows, the value rows) of one call: with
+        token indices, only the buckets a pair can use (known from the shape: no host sync)."""
+        tq, tk = q.shape[2], k.shape[2]
+        if self_attention:
+            k_positions, k_mask = q_positions, mask
+        qp = self._positions("q_positions", q_positions, tq, q.device, mask)
+        kp = self._positions("k_positions", k_positions, tk, k.device, k_mask)
+        index, rel_key, rel_value = self.index(qp, kp), self.rel_key, self.rel_value
+        if q_positions is None and k_positions is None:  # token indices 0..T-1
+            used = min(self.k_max, round((max(tq, tk) - 1) / self.step))
+            if used < self.k_max:
+                lo, hi = self.k_max - used, self.k_max + used + 1
+                index, rel_key = index - lo, rel_key[lo:hi]
+                rel_value = None if rel_value is None else rel_value[lo:hi]
+        return index, rel_key, rel_value
+
+    def attention_bias(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        q_positions: torch.Tensor | None,
+        k_positions: torch.Tensor | None,
+        *,
+        self_attention: bool,
+        mask: torch.Tensor | None = None,
+        k_mask: torch.Tensor | None = None,
+        allowed: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """Shaw's key term q_i . a_ij / sqrt(d) -> [B, H, Tq, Tk] in q's dtype (the bias
+        protocol; arguments as `AttentionBias.attention_bias`)."""
+        index, rel_key, _ = self._table(
+            q, k, q_positions, k_positions, self_attention, mask, k_mask
+        )
+        return relative_logits(q, rel_key, index)
+
+    def value_term(
+        self,
+        probs: torch.Tensor,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        q_positions: torch.Tensor | None,
+        k_positions: torch.Tensor | None,
+        *,
+        self_attention: bool,
+        mask: torch.Tensor | None = None,
+        k_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Shaw's value term sum_j p_ij a^V_ij: probabilities [B, H, Tq, Tk] -> [B, H, Tq, d]."""
+        index, _, rel_value = self._table(
+            q, k, q_positions, k_positions, self_attention, mask, k_mask
+        )
+        assert rel_value is not None
+        return relative_values(probs, rel_value, index, q.dtype)
 
     def forward(
         self,

@@ -9,7 +9,6 @@ it only matters through float32 precision.
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from .._checks import (
     check_choice,
@@ -36,11 +35,12 @@ from ..positions import as_positions, token_positions
 from .base import float32_region
 from .extension import init_extension
 from .grids import fit_grid_pair, layout_grid, max_scaling_of, sampling_of
+from .in_attention import QKTransform
 
 __all__ = ["Rotary"]
 
 
-class Rotary(nn.Module):
+class Rotary(QKTransform):
     """Rotates queries and keys by angles of (augmented) positions; no parameters.
 
     head_dim: hd, channels per head (even). pos_dim: 1 (tokens, seconds) or 2 (x, y: CAPE's
@@ -63,12 +63,10 @@ class Rotary(nn.Module):
     offset, it cancels in logits). With "pi", xPos reads the interpolated positions (as
     rotary-embedding-torch does). A key/value cache needs `factor` and `xpos_center` (`cacheable`).
 
-    It acts inside attention (`kind = "attention"`): one module per layer, `dim` of `cape.build`
-    is the head size. `grid_positions(H, W)` are the continuous (x, y) a 2-D rotary reads.
+    It acts inside attention (the q/k protocol, `cape.encodings.in_attention`:
+    `MultiheadAttention(rotary=...)`): one module per layer, `dim` of `cape.build` is the head
+    size. `grid_positions(H, W)` are the continuous (x, y) a 2-D rotary reads.
     """
-
-    kind = "attention"
-    units = "continuous"
 
     def __init__(
         self,
@@ -88,18 +86,13 @@ class Rotary(nn.Module):
         xpos_scale_base: float = 512.0,
         xpos_center: float | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(augmentation)
         self.head_dim = check_even("head_dim", head_dim)
         check_int("pos_dim", pos_dim)
         check_choice("pos_dim", pos_dim, (1, 2))
         self.pos_dim = pos_dim
         self.base = check_float("base", base, minimum=1.0, strict=True)
         self.freq_scale = check_float("freq_scale", freq_scale, strict=True)
-        if augmentation is not None and not isinstance(augmentation, Augmentation):
-            raise TypeError(
-                f"augmentation must be a cape.Augmentation or None, got {augmentation!r}"
-            )
-        self.augmentation = augmentation
         if pos_dim == 1:  # made once here: base and freq_scale must give float32 frequencies
             sinusoid_frequencies(head_dim, base=base, freq_scale=freq_scale)
         else:
@@ -333,11 +326,9 @@ class Rotary(nn.Module):
     def cacheable(self) -> bool:
         """Whether keys rotated in one call stay valid in later ones (a decoder's key/value
         cache): `cacheable_rule`."""
-        aug = self.augmentation
-        if aug is not None and (aug.normalize or (self.training and aug.random)):
-            return False
         per_call_xpos = self.xpos and self.xpos_center is None
-        return not per_call_xpos and (self.scaling is None or self.factor is not None)
+        fixed_scaling = self.scaling is None or self.factor is not None
+        return super().cacheable and not per_call_xpos and fixed_scaling
 
     def extra_repr(self) -> str:
         aug = "" if self.augmentation is None else f", augmentation={self.augmentation}"

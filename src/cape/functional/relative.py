@@ -210,6 +210,32 @@ def _check_attn_mask(attn_mask: object, shape: tuple[int, ...]) -> None:
         )
 
 
+def relative_logits(
+    q: torch.Tensor, rel_key: torch.Tensor, index: torch.Tensor, scale: float | None = None
+) -> torch.Tensor:
+    """Shaw's key term: q [B, H, Tq, d], rel_key [2K+1, d], index [B or 1, Tq, Tk] ->
+    scale * q_i . rel_key[index_ij], [B, H, Tq, Tk] in q's dtype (scale: 1/sqrt(d) if None)."""
+    b, h, tq, d = q.shape
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    # stride-0 expansion over heads (and batch): no copy of the [Tq, Tk] index
+    idx = index[:, None].expand(b, h, tq, index.shape[-1])
+    # key term without a [.., Tq, Tk, d] table: project q on every bucket, then pick per pair
+    qr = torch.matmul(q * scale, rel_key.to(q.dtype).transpose(0, 1))  # [B, H, Tq, 2K+1]
+    return torch.gather(qr, -1, idx)
+
+
+def relative_values(
+    probs: torch.Tensor, rel_value: torch.Tensor, index: torch.Tensor, dtype: torch.dtype
+) -> torch.Tensor:
+    """Shaw's value term: probabilities [B, H, Tq, Tk], rel_value [2K+1, dv], index [B or 1,
+    Tq, Tk] -> sum_j p_ij rel_value[index_ij], [B, H, Tq, dv] in `dtype`."""
+    b, h, tq, tk = probs.shape
+    idx = index[:, None].expand(b, h, tq, tk)
+    # bucket the probabilities by relative distance: P[.., i, r] = sum_j p_ij [index_ij == r]
+    per_bucket = probs.new_zeros(b, h, tq, rel_value.shape[0]).scatter_add(-1, idx, probs)
+    return torch.matmul(per_bucket.to(dtype), rel_value.to(dtype))
+
+
 def relpos_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -241,13 +267,8 @@ def relpos_attention(
     b, h, tq, d = q.shape
     if attn_mask is not None:
         _check_attn_mask(attn_mask, (b, h, tq, k.shape[2]))
-    buckets = rel_key.shape[0]
     scale = 1.0 / math.sqrt(d) if scale is None else check_float("scale", scale, strict=True)
-    # stride-0 expansion over heads (and batch): no copy of the [Tq, Tk] index
-    idx = index[:, None].expand(b, h, tq, index.shape[-1])
-    # key term without a [.., Tq, Tk, d] table: project q on every bucket, then pick per pair
-    qr = torch.matmul(q * scale, rel_key.to(q.dtype).transpose(0, 1))  # [B, H, Tq, 2K+1]
-    bias = torch.gather(qr, -1, idx)  # [B, H, Tq, Tk]
+    bias = relative_logits(q, rel_key, index, scale)  # [B, H, Tq, Tk]
     p_drop = dropout_p if training else 0.0
 
     if rel_value is None:
@@ -264,7 +285,5 @@ def relpos_attention(
     if dead is not None:
         probs = probs.masked_fill(dead, 0.0)
     probs = F.dropout(probs, p_drop, training=p_drop > 0.0)
-    # bucket the probabilities by relative distance: P[.., i, r] = sum_j p_ij [index_ij == r]
-    per_bucket = probs.new_zeros(b, h, tq, buckets).scatter_add(-1, idx, probs)
     out = torch.matmul(probs.to(v.dtype), v)
-    return out + torch.matmul(per_bucket.to(v.dtype), rel_value.to(v.dtype))
+    return out + relative_values(probs, rel_value, index, v.dtype)

@@ -1,35 +1,32 @@
-"""Multi-head attention hosting the in-attention encodings: *relpos*, `Rotary`, `ALiBi`, `FIRE`.
+"""Multi-head attention hosting the in-attention encodings through their two protocols.
 
 Absolute encodings are added to the input of the stack (see `cape.models.transformer`); the
-relative families act on the heads: rotary rotates queries and keys before the dot products,
-relpos replaces the attention itself (learned per-distance terms on the logits), the bias
-encodings ALiBi and FIRE add a per-head bias to the logits (`cape.models.attention_bias`).
+relative families act on the heads (`cape.encodings.in_attention`):
+
+- one q/k slot, `rotary=`: a `QKTransform` (`Rotary`, `RoPE2d`) rotates queries and keys before
+  the dot products;
+- a list of biases, `biases=`: each `AttentionBias` (`ALiBi`, `FIRE`, `RelPos`) adds a bias to
+  the logits; the biases add up, so rotary and ALiBi, say, combine.
+
+One path: a call without a cache is a call on an empty cache (`AttentionCache`) that is thrown
+away afterwards; a decoder's incremental call is the same computation on the cache it keeps.
+Inputs are checked once at this boundary (`validate=False` from a caller that checked them).
 """
 
 from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._checks import (
-    check_bool,
-    check_content,
-    check_finite,
-    check_int,
-    check_mask,
-    check_phases,
-    check_rate,
-    check_tensor,
-    max_abs,
-)
-from ..encodings.alibi import ALiBi
-from ..encodings.fire import FIRE
-from ..encodings.relative import RelPos
-from ..encodings.rotary import Rotary
+from .._checks import check_bool, check_int, check_rate
+from ..encodings.in_attention import AttentionBias, QKTransform
 from ..functional.relative import allowed_keys
 from ..positions import token_positions
-from .attention_bias import bias_for_call, biased_attention, cached_bias, check_position_bias
+from .attend import attend, check_call, check_modules
 from .decode_cache import AttentionCache
 
 __all__ = ["MultiheadAttention", "attention_mask"]
@@ -45,6 +42,8 @@ def attention_mask(
     [B or 1, 1, Tq or 1, 1]); dead rows are opened in the mask (a finite softmax, also in the
     backward) and must be zeroed in the output. (None, None) when nothing is masked.
     """
+    from .._checks import check_mask, check_tensor
+
     check_int("tq", tq, minimum=0)
     check_int("tk", tk, minimum=0)
     check_bool("causal", causal)
@@ -58,19 +57,27 @@ def attention_mask(
     return mask | dead, dead
 
 
-def _ones(batch: int, length: int, device: torch.device) -> torch.Tensor:
-    return torch.ones(batch, length, dtype=torch.bool, device=device)
+def _visible(
+    key_mask: torch.Tensor | None, causal: bool, tq: int, tk: int, past: int, device: torch.device
+) -> torch.Tensor | None:
+    """Keys each new query sees, [B or 1, 1, Tq or 1, Tk] bool (None = all): real keys, and
+    with `causal` the `past` cached ones and the new ones up to itself."""
+    allowed = None if key_mask is None else key_mask[:, None, None, :]
+    if causal and tq > 1:
+        tri = torch.ones(tq, tk, dtype=torch.bool, device=device).tril(diagonal=past)
+        allowed = tri[None, None] if allowed is None else allowed & tri
+    return allowed
 
 
 class MultiheadAttention(nn.Module):
-    """Multi-head (self- or cross-) attention with optional relpos and/or rotary positions.
+    """Multi-head (self- or cross-) attention with in-attention positions.
 
     dim: D, model width (divisible by `heads`); head_dim d = D / heads. dropout: on the
     attention probabilities (train mode only). bias: in the four projections.
-    relative: a `RelPos(d, ...)` that computes the attention (learned relative terms).
-    rotary: a `Rotary(d, ...)` that rotates q and k first. Both may be given (rotary, then relpos).
-    position_bias: a bias encoding, `ALiBi(heads)` or `FIRE(heads)`, whose bias is added to
-    the logits.
+    rotary: the q/k slot, a `QKTransform` of head_dim d (`Rotary(d, ...)`, `RoPE2d`).
+    biases: `AttentionBias`es whose biases add to the logits (`ALiBi(heads)`, `FIRE(heads)`,
+    `RelPos(d, ...)`; at most one with `values=True`). relative / position_bias: the former
+    slots of relpos and ALiBi/FIRE, deprecated: they are appended to `biases`.
     """
 
     def __init__(
@@ -80,9 +87,10 @@ class MultiheadAttention(nn.Module):
         *,
         dropout: float = 0.0,
         bias: bool = True,
-        relative: RelPos | None = None,
-        rotary: Rotary | None = None,
-        position_bias: ALiBi | FIRE | None = None,
+        rotary: QKTransform | None = None,
+        biases: Sequence[AttentionBias] = (),
+        relative: AttentionBias | None = None,
+        position_bias: AttentionBias | None = None,
     ) -> None:
         super().__init__()
         check_int("dim", dim)
@@ -91,21 +99,18 @@ class MultiheadAttention(nn.Module):
             raise ValueError(f"dim must be divisible by heads ({heads}), got dim={dim}")
         self.dim, self.heads, self.head_dim = dim, heads, dim // heads
         self.dropout = check_rate("dropout", dropout)
-        for name, mod, cls in (("relative", relative, RelPos), ("rotary", rotary, Rotary)):
-            if mod is None:
-                continue
-            if not isinstance(mod, cls):
-                raise TypeError(
-                    f"{name} must be a cape.{cls.__name__} or None, got {type(mod).__name__}"
-                )
-            if mod.head_dim != self.head_dim:
-                raise ValueError(
-                    f"{name}.head_dim must equal dim / heads = {self.head_dim}, got {mod.head_dim}"
-                )
-        check_position_bias(position_bias, heads)
-        self.relative = relative
+        old = [m for m in (relative, position_bias) if m is not None]
+        if old:
+            warnings.warn(
+                "MultiheadAttention(relative=..., position_bias=...) is deprecated: pass "
+                "biases=[...] (every in-attention bias takes that one list)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+        biases = [*check_modules(rotary, biases, heads, self.head_dim), *old]
+        check_modules(None, old, heads, self.head_dim)
         self.rotary = rotary
-        self.position_bias = position_bias
+        self.biases = nn.ModuleList(biases)
         self.q_proj = nn.Linear(dim, dim, bias=bias)
         self.k_proj = nn.Linear(dim, dim, bias=bias)
         self.v_proj = nn.Linear(dim, dim, bias=bias)
@@ -118,6 +123,11 @@ class MultiheadAttention(nn.Module):
             nn.init.xavier_uniform_(lin.weight)
             if lin.bias is not None:
                 nn.init.zeros_(lin.bias)
+
+    @property
+    def positional(self) -> bool:
+        """Whether any encoding acts in this attention."""
+        return self.rotary is not None or len(self.biases) > 0
 
     def _split(self, x: torch.Tensor) -> torch.Tensor:
         """[B, T, D] -> [B, H, T, d]."""
@@ -136,113 +146,126 @@ class MultiheadAttention(nn.Module):
         query_mask: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
         cache: AttentionCache | None = None,
+        validate: bool = True,
     ) -> torch.Tensor:
         """query: [B, Tq, D], key_value: [B, Tk, D] (None = self-attention) -> [B, Tq, D].
 
         key_mask: [B, Tk] bool, True at real keys; queries with no visible key give 0.
         causal: key j visible from query i iff j <= i. q_positions / k_positions: [B, T(, M)]
-        for relpos/rotary/position_bias (None = token indices); in self-attention k_positions
+        for the in-attention encodings (None = token indices); in self-attention k_positions
         must be None (the keys are the queries). query_mask: [B, Tq], padding of the queries in
         cross-attention (their positions count as 0); in self-attention key_mask is used.
-        generator: for rotary's and position_bias's augmentation draws.
-        cache: incremental decoding (`AttentionCache`, see `_forward_cached`); None = off.
+        generator: for the encodings' augmentation draws.
+        cache: incremental decoding. Self-attention (`AttentionCache()`): query holds the new
+        tokens, whose keys/values (positions, mask) are appended; they attend to every cached
+        key (causal: new token i sees the cached ones and new j <= i); q_positions None =
+        indices from the cache length; the encodings must be `cacheable`. Cross-attention
+        (`AttentionCache(static=True)` or `memory_cache`): keys/values of the memory, filled
+        from key_value on first use, content-only. Same results as the full computation.
+        validate: False when the caller has checked these inputs (a stack's layers).
         """
-        weight = self.q_proj.weight
-        check_content("query", query, self.dim, weight.dtype)
+        if validate:
+            check_call(self, query, key_value, key_mask, causal, (q_positions, k_positions),
+                       query_mask, cache)  # fmt: skip
+        if cache is not None and cache.static:
+            return self._cross_cached(query, key_value, key_mask, cache)
         if key_value is not None:
-            check_content("key_value", key_value, self.dim, weight.dtype)
-        check_bool("causal", causal)
-        if cache is not None:
-            return self._forward_cached(
-                query, key_value, cache, key_mask, causal, q_positions, generator
-            )
-        self_attn = key_value is None
-        kv = query if self_attn else key_value
-        assert kv is not None
-        if kv.dim() != 3 or kv.shape[0] != query.shape[0] or kv.shape[-1] != self.dim:
-            raise ValueError(
-                f"key_value must have shape [{query.shape[0]}, Tk, {self.dim}], "
-                f"got {tuple(kv.shape)}"
-            )
-        b, tq, tk = query.shape[0], query.shape[1], kv.shape[1]
-        if key_mask is not None:
-            check_mask("key_mask", key_mask, (b, tk))  # True at real keys
-        if self_attn and (k_positions is not None or query_mask is not None):
-            raise ValueError("k_positions and query_mask are for cross-attention (key_value given)")
-        if query_mask is not None:
-            check_mask("query_mask", query_mask, (b, tq))
-        q_mask = key_mask if self_attn else query_mask
-        for name, pos, pmask in (
-            ("q_positions", q_positions, q_mask),
-            ("k_positions", k_positions, key_mask),
-        ):
-            if pos is not None:  # named here: the encodings call them positions / k_positions
-                check_tensor(name, pos, ndims=(2, 3))
-                same = pmask is not None and tuple(pos.shape[:2]) == tuple(pmask.shape)
-                check_finite(name, pos, pmask if same else None)
-                if self.rotary is not None:  # angles |p| x frequency x the largest scaling
-                    check_phases(name, pos, lambda: self._rotary_reach())
-        q = self._split(self.q_proj(query))
-        k = self._split(self.k_proj(kv))
-        v = self._split(self.v_proj(kv))
-        p_drop = self.dropout if self.training else 0.0
+            return self._cross(query, key_value, key_mask, causal, q_positions, k_positions,
+                               query_mask, generator)  # fmt: skip
+        return self._self(query, key_mask, causal, q_positions, generator, cache)
 
+    def _self(
+        self,
+        query: torch.Tensor,
+        key_mask: torch.Tensor | None,
+        causal: bool,
+        positions: torch.Tensor | None,
+        generator: torch.Generator | None,
+        cache: AttentionCache | None,
+    ) -> torch.Tensor:
+        """Self-attention of the new tokens over the cache's keys and their own (no cache: an
+        empty one). Without a kept cache, positions None stay the encodings' defaults."""
+        b, tq, device = query.shape[0], query.shape[1], query.device
+        q, k, v = (self._split(p(query)) for p in (self.q_proj, self.k_proj, self.v_proj))
+        past = 0 if cache is None else cache.length
+        if cache is not None and self.positional:  # kept with the keys: float32, 0 at padding
+            if positions is None:
+                positions = token_positions(b, tq, mask=key_mask, device=device) + past
+            positions = _as_column(positions)
+            if key_mask is not None:
+                positions = torch.where(key_mask[..., None], positions, 0.0)
         if self.rotary is not None:
-            if self_attn:  # one augmentation draw rotates both q and k
-                q, k = self.rotary(q, k, positions=q_positions, mask=key_mask, generator=generator)
-            else:  # cross-attention: Rotary needs both sides; default to token indices
-                if q_positions is None:
-                    q_positions = token_positions(b, tq, mask=query_mask, device=query.device)
-                if k_positions is None:
-                    k_positions = token_positions(b, tk, mask=key_mask, device=kv.device)
-                q, k = self.rotary(
-                    q,
-                    k,
-                    positions=q_positions,
-                    k_positions=k_positions,
-                    mask=query_mask,
-                    k_mask=key_mask,
-                    generator=generator,
-                )
+            q, k = self.rotary(q, k, positions=positions, mask=key_mask, generator=generator)
+        keys_mask, k_positions = key_mask, None
+        if cache is not None:
+            k, v, keys_mask, k_positions = cache.extend(k, v, key_mask, positions)
+        tk = k.shape[2]
+        allowed = _visible(keys_mask, causal, tq, tk, past, device)
+        if not self.biases and causal and past == 0 and keys_mask is None:
+            # nothing can leave a row without keys: let SDPA pick its fused causal kernels
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=self._p(), is_causal=True)
+            return self._merge(out)
+        own = past == 0  # the keys are the queries: one augmentation draw for both
+        ctx = dict(self_attention=own, mask=key_mask, k_mask=None if own else keys_mask)
+        out = attend(self, q, k, v, allowed, (positions, None if own else k_positions), ctx,
+                     generator, self._p())  # fmt: skip
+        return self._merge(out)
 
-        bias = None
-        if self.position_bias is not None:
-            masks, pos = (key_mask, query_mask), (q_positions, k_positions)
-            bias = bias_for_call(self.position_bias, q, k, self_attn, causal, pos, masks, generator)
-        if self.relative is not None:
-            out = self.relative(
-                q,
-                k,
-                v,
-                q_positions=q_positions,
-                k_positions=k_positions,
-                key_padding_mask=key_mask,
-                attn_mask=bias,
-                is_causal=causal,
-                dropout_p=p_drop,
-            )
-        elif bias is not None:
-            out = biased_attention(
-                q, k, v, bias, attention_mask(key_mask, causal, tq, tk, q.device)[0], p_drop
-            )
-        elif key_mask is None:
-            # nothing can leave a row without keys: let SDPA pick its fused kernels
-            out = F.scaled_dot_product_attention(q, k, v, dropout_p=p_drop, is_causal=causal)
-        else:
-            mask, dead = attention_mask(key_mask, causal, tq, tk, query.device)
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p_drop)
-            assert dead is not None
-            out = out.masked_fill(dead, 0.0)
-        out = out.transpose(1, 2).reshape(b, tq, self.dim)
-        return self.out_proj(out)
+    def _cross(
+        self,
+        query: torch.Tensor,
+        key_value: torch.Tensor,
+        key_mask: torch.Tensor | None,
+        causal: bool,
+        q_positions: torch.Tensor | None,
+        k_positions: torch.Tensor | None,
+        query_mask: torch.Tensor | None,
+        generator: torch.Generator | None,
+    ) -> torch.Tensor:
+        """Cross-attention of query over key_value, with in-attention encodings if any (their
+        positions default to token indices on each side)."""
+        b, tq, tk, device = query.shape[0], query.shape[1], key_value.shape[1], query.device
+        q = self._split(self.q_proj(query))
+        k, v = self._split(self.k_proj(key_value)), self._split(self.v_proj(key_value))
+        if self.rotary is not None:  # Rotary needs both sides; default to token indices
+            if q_positions is None:
+                q_positions = token_positions(b, tq, mask=query_mask, device=device)
+            if k_positions is None:
+                k_positions = token_positions(b, tk, mask=key_mask, device=device)
+            q, k = self.rotary(q, k, positions=q_positions, k_positions=k_positions,
+                               mask=query_mask, k_mask=key_mask, generator=generator)  # fmt: skip
+        allowed = _visible(key_mask, causal, tq, tk, 0, device)
+        ctx = dict(self_attention=False, mask=query_mask, k_mask=key_mask)
+        out = attend(self, q, k, v, allowed, (q_positions, k_positions), ctx, generator, self._p())
+        return self._merge(out)
 
-    def _rotary_reach(self) -> torch.Tensor:
-        """The rotary's largest |frequency| per axis, times its augmentation's largest scaling."""
-        assert self.rotary is not None
-        aug = self.rotary.augmentation
-        return max_abs(self.rotary.frequencies.t()) * (
-            1.0 if aug is None else aug.max_global_scaling
-        )
+    def _cross_cached(
+        self,
+        query: torch.Tensor,
+        key_value: torch.Tensor | None,
+        key_mask: torch.Tensor | None,
+        cache: AttentionCache,
+    ) -> torch.Tensor:
+        """Content-only cross-attention over a static cache (filled from key_value and key_mask
+        if empty; the cache's mask is used afterwards)."""
+        if cache.k is None:
+            assert key_value is not None
+            filled = self.memory_cache(key_value, key_mask)
+            cache.k, cache.v, cache.mask = filled.k, filled.v, filled.mask
+        assert cache.k is not None and cache.v is not None
+        q = self._split(self.q_proj(query))
+        allowed = None if cache.mask is None else cache.mask[:, None, None, :]
+        ctx = dict(self_attention=False, mask=None, k_mask=cache.mask)
+        out = attend(self, q, cache.k, cache.v, allowed, (None, None), ctx, None, self._p())
+        return self._merge(out)
+
+    def _p(self) -> float:
+        return self.dropout if self.training else 0.0
+
+    def _merge(self, out: torch.Tensor) -> torch.Tensor:
+        """[B, H, Tq, d] -> the output projection of [B, Tq, D]."""
+        b, _, tq, _ = out.shape
+        return self.out_proj(out.transpose(1, 2).reshape(b, tq, self.dim))
 
     def memory_cache(
         self, memory: torch.Tensor, memory_mask: torch.Tensor | None = None
@@ -263,135 +286,11 @@ class MultiheadAttention(nn.Module):
         k, v = self._split(self.k_proj(memory)), self._split(self.v_proj(memory))
         return AttentionCache(static=True, k=k, v=v, mask=memory_mask)
 
-    def _forward_cached(
-        self,
-        query: torch.Tensor,
-        key_value: torch.Tensor | None,
-        cache: AttentionCache,
-        key_mask: torch.Tensor | None,
-        causal: bool,
-        q_positions: torch.Tensor | None,
-        generator: torch.Generator | None,
-    ) -> torch.Tensor:
-        """Incremental attention. `cache.static` (cross-attention): keys/values come from the
-        cache, filled from key_value on first use (or by `memory_cache`); key_mask is taken
-        from the cache then. Otherwise (self-attention, key_value None): query holds the Tq
-        new tokens, whose keys/values (and positions, mask) are appended to the cache and who
-        attend to every cached key (causal: new token i sees cached ones and new j <= i).
-        q_positions: [B, Tq(, 1)] of the new tokens (None = indices from the cache length).
-        Same results as the full computation; rotary must not augment (eval, no normalize), nor
-        position_bias (eval: its bias only reads the cached positions).
-        """
-        b, tq = query.shape[:2]
-        q = self._split(self.q_proj(query))
-        p_drop = self.dropout if self.training else 0.0
-        if cache.static:
-            if (
-                self.rotary is not None
-                or self.relative is not None
-                or self.position_bias is not None
-            ):
-                raise ValueError(
-                    "a cached cross-attention must be content-only (no rotary/relpos/position_bias)"
-                )
-            if cache.k is None:
-                if key_value is None:
-                    raise ValueError("an empty cross-attention cache needs key_value (the memory)")
-                filled = self.memory_cache(key_value, key_mask)
-                cache.k, cache.v, cache.mask = filled.k, filled.v, filled.mask
-            assert cache.k is not None and cache.v is not None
-            if cache.k.shape[0] != b:
-                raise ValueError(f"cached keys have {cache.k.shape[0]} rows, the query {b}")
-            allowed = None if cache.mask is None else cache.mask[:, None, None, :]
-            return self._finish(q, cache.k, cache.v, allowed, None, None, p_drop)
-        if key_value is not None:
-            raise ValueError(
-                "a self-attention cache takes key_value=None (the keys are the queries)"
-            )
-        if key_mask is not None and (
-            key_mask.dtype != torch.bool or tuple(key_mask.shape) != (b, tq)
-        ):
-            raise ValueError(
-                f"key_mask must be bool [{b}, {tq}] (the new tokens), got "
-                f"{key_mask.dtype} {tuple(key_mask.shape)}"
-            )
-        if cache.k is not None and cache.k.shape[0] != b:
-            raise ValueError(f"cached keys have {cache.k.shape[0]} rows, the query {b}")
-        past = cache.length
-        k = self._split(self.k_proj(query))
-        v = self._split(self.v_proj(query))
-        positions = None
-        if self.position_bias is not None:
-            check_position_bias(self.position_bias, self.heads, causal, cached=True)
-        if self.rotary is not None or self.relative is not None or self.position_bias is not None:
-            if q_positions is None:
-                q_positions = token_positions(b, tq, mask=key_mask, device=query.device) + past
-            positions = q_positions if q_positions.dim() == 3 else q_positions[..., None]
-            positions = positions.to(torch.float32)
-            if key_mask is not None:
-                positions = torch.where(key_mask[..., None], positions, 0.0)
-        if self.rotary is not None:
-            if not self.rotary.cacheable:
-                raise ValueError(f"a self-attention cache needs {self.rotary.cacheable_rule}")
-            q, k = self.rotary(q, k, positions=positions, mask=key_mask, generator=generator)
-        mask = cache.mask
-        if key_mask is not None or mask is not None:
-            new = key_mask if key_mask is not None else _ones(b, tq, query.device)
-            old = mask if mask is not None else _ones(b, past, query.device)
-            mask = torch.cat([old, new], dim=1)
-
-        def grow(old: torch.Tensor | None, new: torch.Tensor, dim: int) -> torch.Tensor:
-            return new if old is None else torch.cat([old, new], dim=dim)
-
-        cache.k, cache.v, cache.mask = grow(cache.k, k, 2), grow(cache.v, v, 2), mask
-        if positions is not None:
-            cache.positions = grow(cache.positions, positions, 1)
-        tk = past + tq
-        allowed = None if mask is None else mask[:, None, None, :]
-        if causal and tq > 1:
-            tri = torch.ones(tq, tk, dtype=torch.bool, device=query.device).tril(diagonal=past)
-            allowed = tri[None, None] if allowed is None else allowed & tri
-        return self._finish(q, cache.k, cache.v, allowed, positions, cache.positions, p_drop)
-
-    def _finish(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        allowed: torch.Tensor | None,
-        q_positions: torch.Tensor | None,
-        k_positions: torch.Tensor | None,
-        p_drop: float,
-    ) -> torch.Tensor:
-        """Attention of q over k/v given a bool mask (True = may attend; None = all), then the
-        output projection. Rows with no visible key give 0 (before the projection)."""
-        b, _, tq, _ = q.shape
-        bias = None
-        if self.position_bias is not None:  # positions [B, T, 1] float32 (of the cache when cached)
-            bias = cached_bias(self.position_bias, q_positions, k_positions, allowed)
-        if self.relative is not None:
-            if bias is not None and allowed is not None:  # -inf: relpos finds the dead rows
-                bias = bias.masked_fill(~allowed, float("-inf"))
-            out = self.relative(
-                q,
-                k,
-                v,
-                q_positions=q_positions,
-                k_positions=k_positions,
-                attn_mask=allowed if bias is None else bias,
-                dropout_p=p_drop,
-            )
-        elif bias is not None:
-            out = biased_attention(q, k, v, bias, allowed, p_drop)
-        elif allowed is None:
-            out = F.scaled_dot_product_attention(q, k, v, dropout_p=p_drop)
-        else:
-            dead = ~allowed.any(dim=-1, keepdim=True)
-            out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=allowed | dead, dropout_p=p_drop
-            )
-            out = out.masked_fill(dead, 0.0)
-        return self.out_proj(out.transpose(1, 2).reshape(b, tq, self.dim))
-
     def extra_repr(self) -> str:
         return f"dim={self.dim}, heads={self.heads}, dropout={self.dropout}"
+
+
+def _as_column(positions: torch.Tensor) -> torch.Tensor:
+    """Positions [B, T] or [B, T, M] -> float32 [B, T, M] (what a cache keeps)."""
+    pos = positions if positions.dim() == 3 else positions[..., None]
+    return pos.to(torch.float32)

@@ -22,6 +22,10 @@ import torch
 __all__ = ["AttentionCache", "DecoderCache"]
 
 
+def _grow(old: torch.Tensor | None, new: torch.Tensor, dim: int) -> torch.Tensor:
+    return new if old is None else torch.cat([old, new], dim=dim)
+
+
 def _select(t: torch.Tensor | None, index: torch.Tensor) -> torch.Tensor | None:
     return None if t is None else t.index_select(0, index)
 
@@ -45,6 +49,25 @@ class AttentionCache:
     def length(self) -> int:
         """Cached keys per row (0 when empty)."""
         return 0 if self.k is None else self.k.shape[2]
+
+    def extend(
+        self,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        mask: torch.Tensor | None,
+        positions: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """Append the new tokens' keys, values [N, H, T, d], mask [N, T] (None = all real) and
+        positions [N, T, M] -> everything cached now (k, v, mask, positions)."""
+        past, (n, _, t, _) = self.length, k.shape
+        if mask is not None or self.mask is not None:
+            ones = torch.ones(n, max(past, t), dtype=torch.bool, device=k.device)
+            old = self.mask if self.mask is not None else ones[:, :past]
+            self.mask = torch.cat([old, mask if mask is not None else ones[:, :t]], dim=1)
+        self.k, self.v = _grow(self.k, k, 2), _grow(self.v, v, 2)
+        if positions is not None:
+            self.positions = _grow(self.positions, positions, 1)
+        return self.k, self.v, self.mask, self.positions
 
     def reorder(self, index: torch.Tensor) -> None:
         """Keep rows `index` ([N'] long, on the cache's device) in that order, in place."""

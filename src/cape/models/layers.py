@@ -12,7 +12,8 @@ host sync per layer.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -20,16 +21,13 @@ from torch import nn
 from .._checks import (
     check_choice,
     check_content,
-    check_finite,
     check_int,
     check_mask,
     check_rate,
     check_real,
 )
-from ..encodings.alibi import ALiBi
-from ..encodings.fire import FIRE
-from ..encodings.relative import RelPos
-from ..encodings.rotary import Rotary
+from ..encodings.in_attention import AttentionBias, QKTransform
+from .attend import check_call
 from .attention import MultiheadAttention
 from .decode_cache import AttentionCache
 
@@ -60,9 +58,7 @@ class _Block(nn.Module):
         layer_drop: float,
         norm_first: bool,
         activation: str,
-        relative: RelPos | None,
-        rotary: Rotary | None,
-        position_bias: ALiBi | FIRE | None = None,
+        positions: dict[str, Any],
     ) -> None:
         super().__init__()
         check_int("ffn_dim", ffn_dim)
@@ -72,14 +68,7 @@ class _Block(nn.Module):
         if not isinstance(norm_first, bool):
             raise TypeError(f"norm_first must be a bool, got {type(norm_first).__name__}")
         self.norm_first = norm_first
-        self.self_attn = MultiheadAttention(
-            dim,
-            heads,
-            dropout=dropout,
-            relative=relative,
-            rotary=rotary,
-            position_bias=position_bias,
-        )
+        self.self_attn = MultiheadAttention(dim, heads, dropout=dropout, **positions)
         self.self_norm = nn.LayerNorm(dim)
         self.ffn = nn.Sequential(
             nn.Linear(dim, ffn_dim),
@@ -102,17 +91,23 @@ class _Block(nn.Module):
         return norm(x if branch is None else x + self.dropout(branch(x)))
 
     def _check(
-        self, name: str, x: torch.Tensor, mask_name: str, mask: object, positions: object = None
+        self,
+        x: object,
+        mask: object,
+        positions: object,
+        causal: bool,
+        cache: AttentionCache | None = None,
     ) -> None:
         """x: [B, T, D] content in the parameters' dtype; mask: None or bool [B, T];
-        positions: None or [B, T(, M)]."""
-        check_content(name, x, self.self_attn.dim, self.self_attn.q_proj.weight.dtype)
+        positions: None or [B, T(, M)]: what the self-attention checks (`check_call`)."""
+        check_content("x", x, self.self_attn.dim, self.self_attn.q_proj.weight.dtype)
+        assert isinstance(x, torch.Tensor)
         if mask is not None:
-            check_mask(mask_name, mask, x.shape[:2])
+            check_mask("mask", mask, x.shape[:2])
         if positions is not None:
             check_real("positions", positions, ndims=(2, 3))
-            same = mask is not None and tuple(positions.shape[:2]) == tuple(mask.shape)
-            check_finite("positions", positions, mask if same else None)
+        names = ("positions", "k_positions")
+        check_call(self.self_attn, x, None, mask, causal, (positions, None), None, cache, names)
 
     def _ffn(self, x: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
         skip = _drop_layer(self.layer_drop, self.training, generator)
@@ -141,22 +136,16 @@ class TransformerEncoderLayer(_Block):
         layer_drop: float = 0.0,
         norm_first: bool = True,
         activation: str = "gelu",
-        relative: RelPos | None = None,
-        rotary: Rotary | None = None,
+        rotary: QKTransform | None = None,
+        biases: Sequence[AttentionBias] = (),
         causal: bool = False,
-        position_bias: ALiBi | FIRE | None = None,
+        relative: AttentionBias | None = None,
+        position_bias: AttentionBias | None = None,
     ) -> None:
+        positions = dict(rotary=rotary, biases=biases, relative=relative,
+                         position_bias=position_bias)  # fmt: skip
         super().__init__(
-            dim,
-            heads,
-            ffn_dim,
-            dropout,
-            layer_drop,
-            norm_first,
-            activation,
-            relative,
-            rotary,
-            position_bias,
+            dim, heads, ffn_dim, dropout, layer_drop, norm_first, activation, positions
         )
         if not isinstance(causal, bool):
             raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
@@ -169,13 +158,21 @@ class TransformerEncoderLayer(_Block):
         mask: torch.Tensor | None = None,
         positions: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
+        validate: bool = True,
     ) -> torch.Tensor:
-        """x: [B, T, D], mask: [B, T] bool (True = real), positions: [B, T(, M)] -> [B, T, D]."""
-        self._check("x", x, "mask", mask, positions)
+        """x: [B, T, D], mask: [B, T] bool (True = real), positions: [B, T(, M)] -> [B, T, D].
+        validate: False when the caller checked these inputs (the stack, once for all layers)."""
+        if validate:
+            self._check(x, mask, positions, self.causal)
 
         def attend(h: torch.Tensor) -> torch.Tensor:
             return self.self_attn(
-                h, key_mask=mask, causal=self.causal, q_positions=positions, generator=generator
+                h,
+                key_mask=mask,
+                causal=self.causal,
+                q_positions=positions,
+                generator=generator,
+                validate=False,
             )
 
         x = self._residual(x, self.self_norm, attend)
@@ -199,24 +196,43 @@ class TransformerDecoderLayer(_Block):
         layer_drop: float = 0.0,
         norm_first: bool = True,
         activation: str = "gelu",
-        relative: RelPos | None = None,
-        rotary: Rotary | None = None,
-        position_bias: ALiBi | FIRE | None = None,
+        rotary: QKTransform | None = None,
+        biases: Sequence[AttentionBias] = (),
+        relative: AttentionBias | None = None,
+        position_bias: AttentionBias | None = None,
     ) -> None:
+        positions = dict(rotary=rotary, biases=biases, relative=relative,
+                         position_bias=position_bias)  # fmt: skip
         super().__init__(
-            dim,
-            heads,
-            ffn_dim,
-            dropout,
-            layer_drop,
-            norm_first,
-            activation,
-            relative,
-            rotary,
-            position_bias,
+            dim, heads, ffn_dim, dropout, layer_drop, norm_first, activation, positions
         )
         self.cross_attn = MultiheadAttention(dim, heads, dropout=dropout)
         self.cross_norm = nn.LayerNorm(dim)
+
+    def _check_decoder(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor | None,
+        mask: torch.Tensor | None,
+        memory_mask: torch.Tensor | None,
+        positions: torch.Tensor | None,
+        self_cache: AttentionCache | None,
+        cross_cache: AttentionCache | None,
+    ) -> None:
+        """The decoder layer's inputs (`forward`), checked once."""
+        if memory is None and (cross_cache is None or cross_cache.k is None):
+            raise ValueError("memory is required unless a filled cross-attention cache is given")
+        self._check(x, mask, positions, True, self_cache)
+        if memory is not None:
+            check_content("memory", memory, self.self_attn.dim, self.self_attn.q_proj.weight.dtype)
+            if memory_mask is not None:
+                check_mask("memory_mask", memory_mask, memory.shape[:2])
+            if memory.shape[0] != x.shape[0]:
+                raise ValueError(
+                    f"memory must have shape [B={x.shape[0]}, S, D], got {tuple(memory.shape)}"
+                )
+            check_call(self.cross_attn, x, memory, memory_mask, False, (None, None), None,
+                       cross_cache)  # fmt: skip
 
     def forward(
         self,
@@ -228,23 +244,18 @@ class TransformerDecoderLayer(_Block):
         positions: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
         cache: tuple[AttentionCache, AttentionCache] | None = None,
+        validate: bool = True,
     ) -> torch.Tensor:
         """x: [B, T, D] targets, memory: [B, S, D]; mask [B, T], memory_mask [B, S] -> [B, T, D].
 
         cache: (self-attention, cross-attention) caches for incremental decoding: x holds the
         new tokens only (mask and positions theirs); memory may be None once the
-        cross-attention cache is filled (see `TransformerDecoder.start_cache`).
+        cross-attention cache is filled (see `TransformerDecoder.start_cache`). validate: False
+        when the caller checked these inputs.
         """
         self_cache, cross_cache = (None, None) if cache is None else cache
-        if memory is None and (cross_cache is None or cross_cache.k is None):
-            raise ValueError("memory is required unless a filled cross-attention cache is given")
-        self._check("x", x, "mask", mask, positions)
-        if memory is not None:
-            self._check("memory", memory, "memory_mask", memory_mask)
-            if memory.shape[0] != x.shape[0]:
-                raise ValueError(
-                    f"memory must have shape [B={x.shape[0]}, S, D], got {tuple(memory.shape)}"
-                )
+        if validate:
+            self._check_decoder(x, memory, mask, memory_mask, positions, self_cache, cross_cache)
 
         def attend(h: torch.Tensor) -> torch.Tensor:
             return self.self_attn(
@@ -254,10 +265,13 @@ class TransformerDecoderLayer(_Block):
                 q_positions=positions,
                 generator=generator,
                 cache=self_cache,
+                validate=False,
             )
 
         def cross(h: torch.Tensor) -> torch.Tensor:
-            return self.cross_attn(h, memory, key_mask=memory_mask, cache=cross_cache)
+            return self.cross_attn(
+                h, memory, key_mask=memory_mask, cache=cross_cache, validate=False
+            )
 
         x = self._residual(x, self.self_norm, attend)
         x = self._residual(x, self.cross_norm, cross)

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._checks import check_choice, check_int
+from .._checks import check_choice, check_int, check_mask
 from ..augment import Augmentation
 from ..build import build, encoding_class
 from ..positions import as_positions, token_positions
@@ -154,6 +154,8 @@ class PositionPlan:
     ) -> torch.Tensor | None:
         """The positions every layer reads: given ([B, T(, M)]) or token indices, augmented
         once (the shared draw) -> [B, T, M] float32; `positions` as they are without one."""
+        if mask is not None:
+            check_mask("mask", mask, shape)
         aug = self.stack_augmentation
         if aug is None or not (aug.normalize or (training and aug.random)):
             return positions

@@ -17,11 +17,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._checks import check_choice, check_content, check_int
-from ..encodings.relative import RelPos
-from ..encodings.rotary import Rotary
+from .._checks import check_choice, check_int
+from ..encodings.in_attention import AttentionBias, QKTransform
 from ..positions import token_positions
-from .attention_bias import BIAS_ENCODINGS
 from .decode_cache import DecoderCache
 from .layers import TransformerDecoderLayer, TransformerEncoderLayer, _Block
 from .plan import PositionPlan, plan_of_modules, position_plan
@@ -32,6 +30,23 @@ __all__ = [
     "TransformerEncoder",
     "TransformerDecoder",
 ]
+
+
+def _slots(made: object) -> dict[str, Any]:
+    """A layer's in-attention module(s), by protocol -> the attention's slots (`rotary`, the
+    q/k transform; `biases`, the additive biases). A factory may return several (a rotary and
+    an ALiBi, say) as a list or tuple."""
+    mods = [] if made is None else list(made) if isinstance(made, (list, tuple)) else [made]
+    rotary = [m for m in mods if isinstance(m, QKTransform)]
+    biases = [m for m in mods if isinstance(m, AttentionBias)]
+    other = [m for m in mods if not isinstance(m, (QKTransform, AttentionBias))]
+    if other or len(rotary) > 1:
+        got = type(other[0]).__name__ if other else "two q/k transforms"
+        raise TypeError(
+            "relative_factory must return in-attention encodings (a Rotary or RoPE2d, and/or "
+            f"RelPos, ALiBi, FIRE biases), at most one q/k transform; got {got}"
+        )
+    return {"rotary": rotary[0] if rotary else None, "biases": biases}
 
 
 class _Stack(nn.Module):
@@ -79,15 +94,8 @@ class _Stack(nn.Module):
         self._pos_kw = {k for k in ("mask", "generator") if any_kw or k in params}
         blocks = []
         for i in range(layers):
-            rel = plan.layer() if relative_layers == "all" or i == 0 else None
-            key = "relative" if isinstance(rel, RelPos) else "rotary"
-            kinds = {"position_bias" if isinstance(rel, BIAS_ENCODINGS) else key: rel}
-            if rel is not None and not isinstance(rel, (RelPos, Rotary, *BIAS_ENCODINGS)):
-                raise TypeError(
-                    "relative_factory must return a RelPos, Rotary, ALiBi or FIRE, got "
-                    f"{type(rel).__name__}"
-                )
-            blocks.append(layer_cls(dim, heads, ffn_dim, **kinds, **options))
+            made = plan.layer() if relative_layers == "all" or i == 0 else None
+            blocks.append(layer_cls(dim, heads, ffn_dim, **_slots(made), **options))
         self.layers = nn.ModuleList(blocks)
         final_norm = options.get("norm_first", True) if final_norm is None else final_norm
         self.norm = nn.LayerNorm(dim) if final_norm else None
@@ -100,8 +108,6 @@ class _Stack(nn.Module):
         generator: torch.Generator | None,
     ) -> torch.Tensor | None:
         """The positions every layer reads: the plan's shared draw, once per forward."""
-        layer = self.layers[0]
-        check_content("x", x, layer.self_attn.dim, layer.self_attn.q_proj.weight.dtype)
         shape = (x.shape[0], x.shape[1])
         return self.plan.layer_positions(positions, mask, shape, x.device, self.training, generator)
 
@@ -195,10 +201,11 @@ class TransformerEncoder(_Stack):
         encoding (CAPE1d `hop`, CAPE2d `grid`, ...). Outputs at padded tokens are unspecified
         but never influence real ones.
         """
+        self.layers[0]._check(x, mask, positions, self.layers[0].causal)  # once, for every layer
         x = self._add_position(x, mask, positions, position_kwargs, generator)
         positions = self._layer_positions(x, mask, positions, generator)
         for layer in self.layers:
-            x = layer(x, mask=mask, positions=positions, generator=generator)
+            x = layer(x, mask=mask, positions=positions, generator=generator, validate=False)
         return self._finish(x)
 
 
@@ -283,9 +290,14 @@ class TransformerDecoder(_Stack):
                 positions = token_positions(b, t, mask=mask, device=x.device) + cache.length
                 if mask is not None:
                     positions = torch.where(mask[..., None], positions, 0.0)
+        caches: list = [None] * len(self.layers)
+        if cache is not None:
+            caches = list(zip(cache.self_attn, cache.cross_attn, strict=True))
+        first = caches[0] or (None, None)
+        self.layers[0]._check_decoder(x, memory, mask, memory_mask, positions, *first)
         x = self._add_position(x, mask, positions, position_kwargs, generator)
         positions = self._layer_positions(x, mask, positions, generator)
-        for i, layer in enumerate(self.layers):
+        for layer, layer_cache in zip(self.layers, caches, strict=True):
             x = layer(
                 x,
                 memory,
@@ -293,7 +305,8 @@ class TransformerDecoder(_Stack):
                 memory_mask=memory_mask,
                 positions=positions,
                 generator=generator,
-                cache=None if cache is None else (cache.self_attn[i], cache.cross_attn[i]),
+                cache=layer_cache,
+                validate=False,
             )
         if cache is not None:
             cache.length += x.shape[1]

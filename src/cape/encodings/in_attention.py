@@ -1,0 +1,183 @@
+"""The protocols of the encodings that act inside attention, and the base they share.
+
+Two ways to put positions inside attention, each one protocol that `MultiheadAttention` calls
+without knowing the class:
+
+- `QKTransform` (the rotary family: `Rotary`, `RoPE2d`): transforms queries and keys before the
+  dot products, `forward(q, k, *, positions, k_positions, mask, k_mask, generator) -> (q, k)`.
+  An attention has one such slot (`rotary=`).
+- `AttentionBias` (`ALiBi`, `FIRE`, `RelPos` as Shaw's key term): adds a bias to the logits,
+  `attention_bias(q, k, q_positions, k_positions, ...) -> [B or 1, H, Tq, Tk]`. An attention
+  takes a list of them (`biases=`); their biases add up. A bias whose `adds_values` is True
+  (`RelPos(values=True)`) also adds a term to the output (`value_term`).
+
+Both hold CAPE's augmentation the same way (`InAttentionEncoding`): `augmentation=` a
+`cape.Augmentation`, applied in train mode when the module is called with positions of its own;
+inside a model, the position plan (`cape.models.plan`) usually takes it over and draws once per
+forward for every layer. `cacheable` says whether keys computed in one call stay valid in the
+next (a decoder's key/value cache).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from .._checks import check_int
+from ..augment import Augmentation
+from ..positions import token_positions
+
+__all__ = ["InAttentionEncoding", "QKTransform", "AttentionBias", "check_augmentation_arg"]
+
+
+def check_augmentation_arg(augmentation: object) -> Augmentation | None:
+    """`augmentation` must be a `cape.Augmentation` or None (the encodings' one argument)."""
+    if augmentation is not None and not isinstance(augmentation, Augmentation):
+        raise TypeError(f"augmentation must be a cape.Augmentation or None, got {augmentation!r}")
+    return augmentation
+
+
+class InAttentionEncoding(nn.Module):
+    """What the in-attention encodings share: `kind`, the augmentation and its state."""
+
+    kind = "attention"
+    units = "continuous"
+    pos_dim = 1
+    per_head = False  # cape.build's dim is the head size (True: the number of heads)
+
+    def __init__(self, augmentation: Augmentation | None = None) -> None:
+        super().__init__()
+        self.augmentation = check_augmentation_arg(augmentation)
+
+    @property
+    def drawing(self) -> bool:
+        """Whether a call draws random positions (train mode with a random augmentation)."""
+        aug = self.augmentation
+        return aug is not None and self.training and aug.random
+
+    @property
+    def cacheable(self) -> bool:
+        """Whether what one call computes for a key stays valid in later calls: no draw and no
+        mean-normalisation (which reads every position of the call)."""
+        aug = self.augmentation
+        return not self.drawing and not (aug is not None and aug.normalize)
+
+    def extra_repr(self) -> str:
+        return "" if self.augmentation is None else f"augmentation={self.augmentation}"
+
+
+class QKTransform(InAttentionEncoding):
+    """Protocol: transform q [B, H, Tq, d] and k [B, H, Tk, d] by their positions (rotary)."""
+
+    protocol = "qk"
+    head_dim: int
+
+
+class AttentionBias(InAttentionEncoding):
+    """Protocol: an additive bias on the logits of `heads` heads, from positions (ALiBi, FIRE)
+    or from the queries and positions (relpos).
+
+    Subclasses implement `bias_of(q_positions, k_positions, mask, k_mask, allowed, generator)`
+    (positions [B or 1, T, 1]; k_positions None = self-attention: the keys are the queries, one
+    augmentation draw for both), or override `attention_bias` when the bias reads q.
+    """
+
+    protocol = "bias"
+    adds_values = False  # True: the bias also adds a term to the output (`value_term`)
+    causal = False  # True: the causal form, for attention that hides the keys ahead
+    reads_mask = False  # True: the bias depends on which keys each query sees (FIRE)
+
+    def __init__(self, heads: int | None, augmentation: Augmentation | None = None) -> None:
+        super().__init__(augmentation)
+        self.heads = None if heads is None else check_int("heads", heads)
+
+    def check_attention(self, heads: int, head_dim: int, causal: bool | None = None) -> None:
+        """Refuse an attention this bias cannot serve: another number of heads, or a causal
+        form in bidirectional attention (keys ahead would go unpenalised)."""
+        if self.heads is not None and self.heads != heads:
+            raise ValueError(f"bias.heads must equal heads ({heads}), got {self.heads}")
+        if causal is False and self.causal:
+            raise ValueError(
+                "bias.causal=True leaves keys ahead of a query unpenalised: use it with causal "
+                f"attention (causal=True), or {type(self).__name__}(causal=False)"
+            )
+
+    def bias_of(
+        self,
+        q_positions: torch.Tensor,
+        k_positions: torch.Tensor | None,
+        mask: torch.Tensor | None,
+        k_mask: torch.Tensor | None,
+        allowed: torch.Tensor | None,
+        generator: torch.Generator | None,
+    ) -> torch.Tensor:
+        raise NotImplementedError
+
+    def attention_bias(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        q_positions: torch.Tensor | None,
+        k_positions: torch.Tensor | None,
+        *,
+        self_attention: bool,
+        mask: torch.Tensor | None = None,
+        k_mask: torch.Tensor | None = None,
+        allowed: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """The bias of one attention call of q [B, H, Tq, d] over k [B, H, Tk, d] -> float32
+        [1, H, Tq, Tk] when the positions are shared by the batch (None without a draw: token
+        indices 0..T-1) and the bias reads no key mask, else [B, H, Tq, Tk].
+
+        q_positions / k_positions: [B or 1, T(, 1)] or None (token indices). self_attention:
+        the keys are the queries (k_positions unused: one augmentation draw for both). mask /
+        k_mask: [B, Tq] / [B, Tk] bool, True at real tokens, used where they describe the
+        positions. allowed: [B or 1, 1, Tq or 1, Tk] bool, the keys each
+        query sees (None = all).
+        """
+        (b, _, tq, _), tk, device = q.shape, k.shape[2], q.device
+
+        def default(t: int, m: torch.Tensor | None) -> torch.Tensor:
+            if self.drawing:  # per-sample draws: one row of positions per sample
+                return token_positions(b, t, mask=m, device=device)
+            return torch.arange(t, device=device, dtype=torch.float32)[None]
+
+        def fits(pos: torch.Tensor, m: torch.Tensor | None) -> torch.Tensor | None:
+            return m if m is not None and tuple(pos.shape[:2]) == tuple(m.shape) else None
+
+        qp = default(tq, mask) if q_positions is None else q_positions
+        kp = k_positions if not self_attention else None
+        for name, pos, t in (("q_positions", qp, tq), ("k_positions", kp, tk)):
+            if pos is not None and (pos.shape[0] not in (1, b) or pos.shape[1] != t):
+                raise ValueError(
+                    f"{name} must have shape [{b} or 1, {t}(, 1)] for the attention bias, "
+                    f"got {tuple(pos.shape)}"
+                )
+        if self_attention:
+            return self.bias_of(qp, None, fits(qp, mask), None, allowed, generator)
+        kp = default(tk, k_mask) if kp is None else kp
+        return self.bias_of(qp, kp, fits(qp, mask), fits(kp, k_mask), allowed, generator)
+
+    def value_term(
+        self,
+        probs: torch.Tensor,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        q_positions: torch.Tensor | None,
+        k_positions: torch.Tensor | None,
+        *,
+        self_attention: bool,
+        mask: torch.Tensor | None = None,
+        k_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The output term of a bias with `adds_values`: probabilities [B, H, Tq, Tk] ->
+        [B, H, Tq, dv] (the other arguments as `attention_bias`)."""
+        raise NotImplementedError(f"{type(self).__name__} adds no value term")
+
+    def _bias_repr(self, **fields: Any) -> str:
+        parts = [f"{k}={v}" for k, v in fields.items()]
+        aug = super().extra_repr()
+        return ", ".join(parts + ([aug] if aug else []))
