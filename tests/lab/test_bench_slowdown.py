@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from cape.build import build, encoding_class
 from cape.encodings.fourier import LearnableFourierFeatures
 from cape.encodings.learned import AbsPos1d
 from cape.encodings.relative import RelPos
@@ -81,6 +82,60 @@ def test_subset_always_times_nopos(tmp_path: Path) -> None:
     assert [r["encoding"] for r in rows] == ["nopos", "cape1d"] * 2
 
 
+def _encodings(model: torch.nn.Module, name: str) -> list[torch.nn.Module]:
+    cls = encoding_class(name, key="position")
+    return [m for m in model.modules() if isinstance(m, cls)]
+
+
+def test_every_label_is_a_row_and_is_described_in_the_docstring_and_help(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert tuple(slowdown.ROWS) == slowdown.ENCODINGS + slowdown.PEERS
+    with pytest.raises(SystemExit):
+        slowdown.main(["--help"])
+    helptext = " ".join(capsys.readouterr().out.split())
+    assert slowdown.describe("relpos-100") == "relpos-100 = relpos(max_distance=100)"
+    assert slowdown.describe("xpos") == "xpos = rotary(xpos=True)"
+    for label in slowdown.ROWS:
+        assert slowdown.describe(label) in slowdown.__doc__, label
+        assert slowdown.describe(label) in helptext, label
+
+
+@pytest.mark.parametrize("kind", slowdown.MODELS)
+@pytest.mark.parametrize("label", list(slowdown.ROWS))
+def test_each_label_builds_the_cape_build_name_it_claims(kind: str, label: str) -> None:
+    name, options = slowdown.row_position(label, kind, 12)
+    assert name == slowdown.ROWS[label].position
+    model = build_model(kind, label, TINY, max_length=12)
+    assert model.plan.name == name
+    layers = 1 if kind == "layer" else TINY.layers
+    if model.plan.kind == "none":
+        assert name == "nopos" and model.position is None and not model.plan.in_attention
+        return
+    found = _encodings(model, name)
+    if model.plan.in_attention:  # one module in every layer's self-attention, none at the input
+        assert model.position is None and len(found) == layers
+        assert all(len(_encodings(layer.self_attn, name)) == 1 for layer in model.layers)
+        per_head = name in ("alibi", "fire")
+        size = TINY.heads if per_head else TINY.head_dim
+    else:  # added once, at the input
+        assert found == [model.position]
+        size = TINY.dim
+    # the same module, options and all, as cape.build makes from the label's name and options
+    want = repr(build(name, size, **options))
+    assert all(repr(m) == want for m in found), (repr(found[0]), want)
+
+
+def test_row_options_follow_the_cell() -> None:
+    assert slowdown.row_position("abspos", "encoder", 37) == ("abspos", {"num_positions": 37})
+    cape = {"preset": "text", "max_global_scaling": 1.1, "normalize": True}
+    assert slowdown.row_position("cape1d", "encoder", 10) == ("cape1d", cape)
+    causal = {**cape, "normalize": False}  # the decoder stays causal
+    assert slowdown.row_position("cape1d", "decoder", 10) == ("cape1d", causal)
+    assert slowdown.row_position("relpos-1000", "decoder", 10) == ("relpos", {"max_distance": 1000})
+    assert slowdown.ROWS["cape1d"].options["normalize"] is True  # the row itself is untouched
+
+
 @pytest.mark.parametrize("kind", slowdown.MODELS)
 @pytest.mark.parametrize("context", [100, 1000])
 def test_relpos_sits_in_every_layer(kind: str, context: int) -> None:
@@ -89,6 +144,15 @@ def test_relpos_sits_in_every_layer(kind: str, context: int) -> None:
     assert len(rel) == (1 if kind == "layer" else TINY.layers)
     assert all(r.max_distance == context and r.head_dim == TINY.head_dim for r in rel)
     assert model.position is None
+
+
+def test_an_unknown_label_is_refused_naming_the_labels() -> None:
+    for bad in ("foo", "relpos", "relpos-10", "RoTaRy"):
+        with pytest.raises(ValueError, match=r"relpos-100.*xpos") as err:
+            build_model("layer", bad, TINY)
+        assert repr(bad) in str(err.value)
+    with pytest.raises(ValueError, match="relpos-1000"):
+        slowdown.row_position("sine-2d", "layer", 10)
 
 
 @pytest.mark.parametrize("kind", slowdown.MODELS)

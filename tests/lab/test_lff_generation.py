@@ -14,7 +14,9 @@ import torch
 from cape.lab.experiments import resolve_config
 from cape.lab.experiments.lff_generation.config import PRESETS, GenerationConfig
 from cape.lab.experiments.lff_generation.model import (
+    POSITIONS,
     START,
+    PixelPositions,
     PixelTransformer,
     bits_per_dim,
     flatten_images,
@@ -22,6 +24,7 @@ from cape.lab.experiments.lff_generation.model import (
     unflatten_images,
 )
 from cape.lab.experiments.lff_generation.report import confidence_cells, t_quantile_975
+from cape.positions import grid_indices, grid_positions
 
 ALL_ROWS = PRESETS["cpu-full"]["rows"]
 
@@ -334,3 +337,61 @@ def test_redraw_rebuilds_the_report(tiny_run):
     (run / "bpd_vs_steps.png").unlink()
     redraw(run)
     assert (run / "report.md").read_text() == text and (run / "bpd_vs_steps.png").is_file()
+
+
+def _read_by_hand(kind: str, height: int, width: int, batch: int) -> torch.Tensor:
+    """The positions each row of the archived runs fed its pixel encoding, computed apart from
+    the model: the pixel index (1-D rows), integer (column, row) bins (embed-2d), (column, row)
+    in pixel units as floats (sine-2d, lff), CAPE's grid in [-1, 1] (cape2d)."""
+    if kind in ("embed-1d", "sine-1d"):
+        pos = torch.arange(height * width, dtype=torch.float32)[:, None]
+    elif kind == "embed-2d":
+        pos = grid_indices(height, width)
+    elif kind in ("sine-2d", "lff"):
+        pos = grid_indices(height, width).to(torch.float32)
+    else:
+        pos = grid_positions(height, width, extent=1.0)
+    assert pos.shape == (height * width, 2 if kind not in ("embed-1d", "sine-1d") else 1)
+    return pos[None].expand(batch, -1, -1)
+
+
+PIXEL_ROWS = [(kind, {}) for kind in POSITIONS] + [
+    ("lff", {"mlp": False}),
+    ("lff", {"fourier": False}),
+    ("cape2d", {"preset": "image"}),
+]
+
+
+@pytest.mark.parametrize(("kind", "options"), PIXEL_ROWS)
+def test_pixel_encoding_reads_the_archived_positions(kind, options):
+    height, width, batch = 3, 5, 2
+    torch.manual_seed(0)
+    pos = PixelPositions(kind, 40, 8, height, width, options).eval()
+    assert pos.kind == kind and pos.pixel.kind == "absolute"
+    want = pos.pixel(positions=_read_by_hand(kind, height, width, batch))
+    got = pos.pixel_encoding(batch)
+    assert got.shape == (batch, height * width, 32)
+    assert torch.equal(got, want)  # bit for bit: the archived rows reproduce
+    if kind == "cape2d" and options:  # training: the grid call's emax = 1/N per axis
+        pos.train()
+        torch.manual_seed(1)
+        a = pos.pixel_encoding(batch)
+        torch.manual_seed(1)
+        b = pos.pixel(pos.index.new_zeros(batch, height * width, 32), grid=(height, width))
+        assert torch.equal(a, b) and not torch.equal(a, want)
+
+
+def test_pixel_positions_ask_the_plan_and_refuse_in_attention_names():
+    for name in ("rotary", "relpos", "alibi", "fire"):
+        with pytest.raises(ValueError, match="inside attention.*embed-1d"):
+            PixelPositions(name, 40, 8, 3, 3)
+    with pytest.raises(ValueError, match="no positions"):
+        PixelPositions("nopos", 40, 8, 3, 3)
+    with pytest.raises(ValueError, match="sine-2d"):  # an unknown name lists cape.build's
+        PixelPositions("sine-3d", 40, 8, 3, 3)
+    with pytest.raises(ValueError, match="4-D"):
+        PixelPositions("embed-4d", 40, 8, 3, 3, {"sizes": (3, 3, 3, 3)})
+    # another absolute name reads what it declares: a 1-D sinusoid, the pixel index
+    pos = PixelPositions("sinpos", 40, 8, 3, 4)
+    want = pos.pixel(positions=_read_by_hand("sine-1d", 3, 4, 2))
+    assert torch.equal(pos.pixel_encoding(2), want)

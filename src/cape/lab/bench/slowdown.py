@@ -10,12 +10,24 @@ measured for relpos, CAPE, sinpos, abspos, LFF and rotary, each against nopos.
   norm, so absolute encodings are added to its input as in a stack); `encoder` = `--layers`
   encoder layers; `decoder` = `--layers` decoder layers (causal self-attention, cross-attention
   over a random memory as long as the targets; positions only on the targets).
-- Encodings: absolute ones are added to the stack's input; relpos (keys only, Shaw et al.) and
-  rotary act in every layer's self-attention. cape1d runs in train mode with all of the text
-  augmentation on (global shift 5, local shift 0.5, global scaling 1.1, mean-normalisation;
-  the decoder drops mean-normalisation, which would break causality, as CAPE's MT decoder).
-  abspos has one row per position of the cell's length; LFF reads token positions [B, T, 1]
-  made once per cell.
+- Encodings: each row is a label for a `cape.build` name and its options, given to the stack
+  as `position=name, position_options=options`; the stack's position plan
+  (`cape.models.plan`) adds absolute ones to its input and builds the in-attention ones in
+  every layer's self-attention (of the head size D/H; ALiBi and FIRE of the number of heads):
+  - nopos = nopos (the reference);
+  - relpos-100 = relpos(max_distance=100): learned relative keys (Shaw et al.), context 100;
+  - relpos-1000 = relpos(max_distance=1000): the same, context 1000;
+  - cape1d = cape1d(preset="text", max_global_scaling=1.1, normalize=True): train mode, all
+    of the text augmentation on (global shift 5, local shift 0.5, global scaling 1.1,
+    mean-normalisation); the decoder takes normalize=False (mean-normalisation would break
+    causality), as CAPE's MT decoder;
+  - sinpos = sinpos;
+  - abspos = abspos(num_positions=<the cell's length>): one row per position;
+  - lff = lff(pos_dim=1): reads token positions [B, T, 1] made once per cell;
+  - rotary = rotary;
+  and the peers, timed on request (`--encodings nopos,sinpos,alibi,fire,xpos`):
+  - alibi = alibi, fire = fire: attention biases (one value per head);
+  - xpos = rotary(xpos=True): rotary with xPos's per-position scale on q and k.
 - One update = gradients set to None, forward (under `torch.autocast` for bf16 / fp16; the
   parameters stay fp32), loss = mean square of the output in fp32, backward. No optimizer step
   (the paper times forward and backward). Train mode, dropout 0.
@@ -30,14 +42,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, fields, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 import torch
 from torch import nn
 
-from cape.build import build
 from cape.encodings.fourier import LearnableFourierFeatures
 from cape.lab.arguments import ArgumentParser, out_folder
 from cape.lab.bench.results import machine, write_results
@@ -49,20 +60,53 @@ from cape.positions import token_positions
 __all__ = [
     "SlowdownConfig",
     "PRESETS",
+    "BenchRow",
+    "ROWS",
     "ENCODINGS",
     "PEERS",
     "MODELS",
     "DTYPES",
     "CAPE_TARGET",
+    "row_position",
+    "describe",
     "build_model",
     "update_fn",
     "run_cell",
     "main",
 ]
 
+
+@dataclass(frozen=True)
+class BenchRow:
+    """One row of the bench: the `cape.build` name and options its label stands for.
+
+    cell: what the cell changes ("length": `num_positions` = the cell's length; "causal":
+    no mean-normalisation in the decoder), "" when nothing.
+    """
+
+    position: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+    cell: str = ""
+
+
+ROWS: dict[str, BenchRow] = {
+    "nopos": BenchRow("nopos"),
+    "relpos-100": BenchRow("relpos", {"max_distance": 100}),
+    "relpos-1000": BenchRow("relpos", {"max_distance": 1000}),
+    "cape1d": BenchRow(
+        "cape1d", {"preset": "text", "max_global_scaling": 1.1, "normalize": True}, "causal"
+    ),
+    "sinpos": BenchRow("sinpos"),
+    "abspos": BenchRow("abspos", {}, "length"),
+    "lff": BenchRow("lff", {"pos_dim": 1}),
+    "rotary": BenchRow("rotary"),
+    # the peers of the 2021 rows, timed on request (`--encodings nopos,sinpos,alibi,fire,xpos`):
+    # two attention biases and xPos (rotary with its per-position scale, trained as such)
+    "alibi": BenchRow("alibi"),
+    "fire": BenchRow("fire"),
+    "xpos": BenchRow("rotary", {"xpos": True}),
+}
 ENCODINGS = ("nopos", "relpos-100", "relpos-1000", "cape1d", "sinpos", "abspos", "lff", "rotary")
-# the peers of the 2021 rows, timed on request (`--encodings nopos,sinpos,alibi,fire,xpos`):
-# two attention biases and xPos (rotary with its per-position scale, trained as such)
 PEERS = ("alibi", "fire", "xpos")
 MODELS = ("layer", "encoder", "decoder")
 DTYPES: dict[str, torch.dtype] = {
@@ -70,7 +114,6 @@ DTYPES: dict[str, torch.dtype] = {
     "bf16": torch.bfloat16,
     "fp16": torch.float16,
 }
-_CAPE = dict(preset="text", max_global_scaling=1.1, normalize=True)
 
 
 @dataclass(frozen=True)
@@ -108,53 +151,53 @@ PRESETS: dict[str, SlowdownConfig] = {
 }
 
 
-def _position(encoding: str, kind: str, dim: int, max_length: int) -> nn.Module | None:
-    """The absolute encoding added to the stack's input (None for nopos and in-attention ones)."""
-    if encoding == "cape1d":
+def _check_label(encoding: object) -> str:
+    if encoding not in ROWS:
+        raise ValueError(
+            f"encoding must be one of the bench's labels {list(ROWS)}, got {encoding!r}"
+        )
+    return encoding  # type: ignore[return-value]
+
+
+def row_position(encoding: str, kind: str, max_length: int) -> tuple[str, dict[str, Any]]:
+    """The `cape.build` name and options of the label `encoding` in a `kind` model whose
+    longest input is `max_length` tokens (`ROWS`, with what the cell changes)."""
+    row = ROWS[_check_label(encoding)]
+    options = dict(row.options)
+    if row.cell == "length":  # one table row per position of the cell
+        options["num_positions"] = max_length
+    elif row.cell == "causal" and kind == "decoder":
         # mean-normalisation looks at later tokens: a causal decoder must not use it
-        return build("cape1d", dim, **{**_CAPE, "normalize": kind != "decoder"})
-    if encoding == "sinpos":
-        return build("sinpos", dim)
-    if encoding == "abspos":
-        return build("abspos", dim, num_positions=max_length)
-    if encoding == "lff":
-        return build("lff", dim, pos_dim=1)
-    return None
+        options["normalize"] = False
+    return row.position, options
 
 
-def _relative(encoding: str, cfg: SlowdownConfig) -> Callable[[], nn.Module] | None:
-    """Factory of the per-layer in-attention encoding (relpos-<context>, rotary, xpos, alibi,
-    fire), else None."""
-    if encoding.startswith("relpos-"):
-        context = int(encoding.split("-", 1)[1])
-        return lambda: build("relpos", cfg.head_dim, max_distance=context)
-    if encoding == "rotary":
-        return lambda: build("rotary", cfg.head_dim)
-    if encoding == "xpos":
-        return lambda: build("rotary", cfg.head_dim, xpos=True)
-    if encoding in PEERS:  # attention biases: cape.build's dim is the number of heads
-        return lambda: build(encoding, cfg.heads)
-    return None
+def describe(encoding: str) -> str:
+    """`label = name(options)`, as the module docstring and `--help` list the labels."""
+    row = ROWS[_check_label(encoding)]
+    opts = [f"{k}={v!r}".replace("'", '"') for k, v in row.options.items()]
+    if row.cell == "length":
+        opts.append("num_positions=<the cell's length>")
+    return f"{encoding} = {row.position}" + (f"({', '.join(opts)})" if opts else "")
 
 
 def build_model(
     kind: str, encoding: str, cfg: SlowdownConfig, *, max_length: int = 1000
 ) -> nn.Module:
-    """The `kind` model ("layer", "encoder", "decoder") with `encoding`, dropout 0, train mode.
+    """The `kind` model ("layer", "encoder", "decoder") with `encoding` (a label of `ROWS`:
+    its `cape.build` name and options go to the stack as `position`, `position_options`),
+    dropout 0, train mode.
 
     max_length: the longest input (abspos's table size).
     """
     if kind not in MODELS:
         raise ValueError(f"kind must be one of {list(MODELS)}, got {kind!r}")
-    if encoding not in ENCODINGS + PEERS:
-        raise ValueError(f"encoding must be one of {list(ENCODINGS + PEERS)}, got {encoding!r}")
+    _check_label(encoding)
     if not isinstance(max_length, int) or max_length < 1:
         raise ValueError(f"max_length must be an int >= 1, got {max_length!r}")
-    options: dict[str, Any] = dict(
-        position=_position(encoding, kind, cfg.dim, max_length),
-        relative_factory=_relative(encoding, cfg),
-        dropout=0.0,
-    )
+    name, position_options = row_position(encoding, kind, max_length)
+    # the stack's position plan decides: added at the input, or one module in every layer
+    options: dict[str, Any] = dict(position=name, position_options=position_options, dropout=0.0)
     if kind == "decoder":
         model: nn.Module = TransformerDecoder(cfg.layers, cfg.dim, cfg.heads, cfg.ffn, **options)
     elif kind == "encoder":
@@ -291,8 +334,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--encodings",
         default=",".join(ENCODINGS),
-        help=f"comma list of {', '.join(ENCODINGS + PEERS)} (default: all but "
-        f"{', '.join(PEERS)}; nopos is always timed: the reference)",
+        help="comma list of labels, each a cape.build name and its options: "
+        + "; ".join(describe(e) for e in ENCODINGS + PEERS)
+        + f" (default: all but {', '.join(PEERS)}; nopos is always timed: the reference)",
     )
     p.add_argument("--lengths", default="10,100,1000", help="comma list of sequence lengths")
     p.add_argument(

@@ -16,6 +16,11 @@ Pixel encodings by name (`POSITIONS`):
 - "lff": learnable Fourier features (+ MLP) of (column, row) in pixel units (Algorithm 1;
   `mlp=False` is "Learnable-Fourier" alone, `fourier=False` "MLP" alone);
 - "cape2d": CAPE's 2D sinusoid of the pixel grid in [-1, 1], augmented in training.
+
+The encoding is built through the one position plan (`cape.models.plan.position_plan`): any
+`cape.build` name it adds at the input will do (the rows use `POSITIONS`); the names that act
+inside attention (rotary, relpos, ALiBi, FIRE) are refused. Which positions it reads is asked of
+the encoding (`pos_dim`, `grid_positions`), except for LFF (`PixelPositions.pixel_encoding`).
 """
 
 from __future__ import annotations
@@ -28,8 +33,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cape._checks import check_choice, check_int
-from cape.build import build
+from cape._checks import check_int
+from cape.models.plan import position_plan
 from cape.models.transformer import TransformerEncoder
 from cape.positions import grid_indices
 
@@ -112,8 +117,9 @@ def _pixel_options(
 class PixelPositions(nn.Module):
     """The position part of every token: [pixel encoding (D - D_ch) || channel embedding (D_ch)].
 
-    kind: one of `POSITIONS`. dim: D. channel_dim: D_ch (1 <= D_ch < D). height, width: the
-    image grid. options: keywords of the pixel encoding (`cape.build`), e.g. the LFF's
+    kind: one of `POSITIONS` (or any `cape.build` name added at the input: 1-D ones read the
+    pixel index, 2-D ones the grid). dim: D. channel_dim: D_ch (1 <= D_ch < D). height, width:
+    the image grid. options: keywords of the pixel encoding (`cape.build`), e.g. the LFF's
     `fourier_dim`, `hidden_dim`, `gamma`, `mlp`, `fourier`, or cape2d's `preset`.
     forward(batch) -> [B, H*W*3, D] float32 (augmented in training mode for cape2d).
     """
@@ -128,15 +134,30 @@ class PixelPositions(nn.Module):
         options: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
-        self.kind = check_choice("kind", kind, POSITIONS)
+        if not isinstance(kind, str):
+            raise TypeError(f"kind must be a cape.build name ({list(POSITIONS)}), got {kind!r}")
         check_int("dim", dim)
         check_int("channel_dim", channel_dim)
         if channel_dim >= dim:
             raise ValueError(f"channel_dim must be below dim ({dim}), got {channel_dim}")
         self.height, self.width = check_int("height", height), check_int("width", width)
         self.dim, self.channel_dim, self.pixel_dim = dim, channel_dim, dim - channel_dim
-        opts = _pixel_options(self.kind, self.pixel_dim, height, width, options or {})
-        self.pixel = build(self.kind, self.pixel_dim, **opts)
+        opts = _pixel_options(kind.lower(), self.pixel_dim, height, width, options or {})
+        # the one plan decides where the encoding goes; here it must be added at the input
+        plan = position_plan(kind, dim=self.pixel_dim, heads=1, options=opts)
+        if plan.absolute is None:
+            raise ValueError(
+                f"kind {kind!r} "
+                + ("acts inside attention" if plan.in_attention else "adds no positions")
+                + "; the pixel positions are an encoding added at the input: one of "
+                f"{list(POSITIONS)} (or another absolute cape.build name)"
+            )
+        self.kind, self.pixel = plan.name, plan.absolute
+        if self.pixel.pos_dim not in (1, 2) and self.kind != "lff":
+            raise ValueError(
+                f"kind {kind!r} reads {self.pixel.pos_dim}-D positions; a pixel has a 1-D index "
+                "or 2-D (column, row) coordinates"
+            )
         self.channel = nn.Embedding(CHANNELS, channel_dim)
         cols_rows = grid_indices(height, width)  # [H*W, 2] int64, row-major
         index = torch.arange(height * width, dtype=torch.float32)[:, None]
@@ -148,18 +169,24 @@ class PixelPositions(nn.Module):
         return self.height * self.width * CHANNELS
 
     def pixel_encoding(self, batch: int) -> torch.Tensor:
-        """One encoding per pixel: [B, H*W, D - D_ch] float32 (row-major pixels)."""
+        """One encoding per pixel: [B, H*W, D - D_ch] float32 (row-major pixels).
+
+        The encoding says what it reads: 1-D ones (embed-1d, sine-1d) the pixel index
+        0..H*W-1; 2-D ones the grid call, i.e. their `grid_positions(H, W)`: integer (column,
+        row) bins for embed-2d, (column, row) as floats for sine-2d, CAPE's [-1, 1] grid with
+        its emax = 1/N per axis ("auto") for cape2d.
+        """
         cells = self.height * self.width
-        if self.kind == "cape2d":  # the grid call: CAPE's emax = 1/N per axis ("auto")
-            like = self.index.new_zeros(batch, cells, self.pixel_dim)
-            return self.pixel(like, grid=(self.height, self.width))
-        if self.kind in ("embed-1d", "sine-1d"):
-            pos = self.index
-        elif self.kind == "embed-2d":
-            pos = self.cols_rows  # integer bins
-        else:  # sine-2d, lff: (column, row) in pixel units
+        if self.kind == "lff":
+            # Kept by name: LFF's units are "continuous", so its grid_positions(H, W) are image
+            # coordinates in [-1, 1]; the paper's (and the archived rows') LFF reads (column,
+            # row) in pixel units, with gamma set for them. Asking it would change every lff row.
             pos = self.cols_rows.to(torch.float32)
-        return self.pixel(positions=pos[None].expand(batch, -1, -1))
+            return self.pixel(positions=pos[None].expand(batch, -1, -1))
+        like = self.index.new_zeros(batch, cells, self.pixel_dim)
+        if self.pixel.pos_dim == 1:  # x alone: the token indices it counts, the pixel index
+            return self.pixel(like)
+        return self.pixel(like, grid=(self.height, self.width))
 
     def forward(self, batch: int) -> torch.Tensor:
         cells = self.height * self.width
