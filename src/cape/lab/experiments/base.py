@@ -38,11 +38,21 @@ from cape.lab.train import distributed as D
 from cape.lab.train.checkpoint import latest_checkpoint, load_checkpoint, pick_checkpoint
 from cape.lab.train.lock import holds_out
 
-__all__ = ["Experiment", "Study", "Collected", "parameter_counts", "rank_share"]
+__all__ = ["Experiment", "Run", "Study", "Collected", "parameter_counts", "rank_share"]
 
 ConfigT = TypeVar("ConfigT")
 DataT = TypeVar("DataT")
 Records = Any  # a list of records, or a mapping holding them (translation's eval_records)
+
+
+@dataclass(frozen=True)
+class Run(Generic[ConfigT]):
+    """One (row, seed) of config `cfg`, trained in the engine run folder `folder`."""
+
+    cfg: ConfigT
+    row: Any
+    seed: int
+    folder: Path
 
 
 @dataclass
@@ -114,11 +124,9 @@ class Experiment(ABC, Generic[ConfigT, DataT]):
         `eval_options` too (rows that have them)."""
 
     @abstractmethod
-    def fit(
-        self, cfg: ConfigT, row: Any, seed: int, folder: Path, data: DataT, model: nn.Module
-    ) -> tuple[nn.Module, dict[str, Any]]:
-        """Train `model` (freshly seeded) for one (row, seed) in run folder `folder`, resuming
-        from its checkpoints (`self.trainer`, `self.fitted`) -> (model, training summary)."""
+    def fit(self, run: Run[ConfigT], data: DataT, model: nn.Module) -> tuple[nn.Module, dict]:
+        """Train `model` (freshly seeded) for `run`, resuming from the checkpoints in its folder
+        (`self.trainer`, `self.fitted`) -> (model, training summary)."""
 
     @abstractmethod
     def eval_records(
@@ -151,7 +159,7 @@ class Experiment(ABC, Generic[ConfigT, DataT]):
         row = self.trained_row(cfg, row)
         seed_everything(seed)
         model = self.make_model(cfg, row, data)
-        return self.fit(cfg, row, seed, run_dir(out, row, seed), data, model)
+        return self.fit(Run(cfg, row, seed, run_dir(out, row, seed)), data, model)
 
     def weights_folder(self, cfg: ConfigT, row: Any, seed: int, out: str | Path) -> Path:
         """The engine run folder holding the final weights of (row, seed)."""
@@ -182,10 +190,7 @@ class Experiment(ABC, Generic[ConfigT, DataT]):
 
     def trainer(
         self,
-        cfg: Any,
-        row: Any,
-        seed: int,
-        folder: Path,
+        run: Run[ConfigT],
         model: nn.Module,
         loss_fn: Callable[..., Any],
         train_set: Any,
@@ -196,22 +201,31 @@ class Experiment(ABC, Generic[ConfigT, DataT]):
         batches: Any = None,
         **record: Any,
     ) -> Trainer:
-        """The engine of one run: `train` (default `cfg.train`) with the run's seed, and the
+        """The engine of `run`: `train` (default the config's) with the run's seed, and the
         experiment record {"experiment", "row", "seed", **record, "config"}."""
-        experiment = {"experiment": self.name, "row": row.name, "seed": seed, **record}
-        experiment["config"] = dataclasses.asdict(cfg)
-        tcfg = dataclasses.replace(train or cfg.train, seed=seed)
+        cfg, seed = run.cfg, run.seed
+        experiment = {"experiment": self.name, "row": run.row.name, "seed": seed, **record}
+        experiment["config"] = dataclasses.asdict(cfg)  # type: ignore[call-overload]
+        tcfg = dataclasses.replace(train or cfg.train, seed=seed)  # type: ignore[attr-defined]
         return Trainer(
             model,
             loss_fn,
             train_set,
             eval_fn,
             tcfg,
-            folder,
+            run.folder,
             collate,
             experiment=experiment,
             batches=batches,
         )
+
+    def save_spec(self, run: Run[ConfigT], model: nn.Module, **extra: Any) -> None:
+        """Rank 0 writes the run folder's model.json: the model's `spec`, the experiment, the
+        row and `extra` (what `cape transcribe` and `cape translate` rebuild a model from)."""
+        if D.get_rank() == 0:
+            run.folder.mkdir(parents=True, exist_ok=True)
+            spec = {"model": model.spec, "experiment": self.name, "row": run.row.name, **extra}
+            write_json(run.folder / "model.json", spec)
 
     def fitted(self, trainer: Trainer) -> tuple[nn.Module, dict[str, Any]]:
         """Run `trainer` (resuming) -> (model, summary): with `best_weights`, the model holds

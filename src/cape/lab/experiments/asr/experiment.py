@@ -9,7 +9,6 @@ best validation WER is kept), evaluate (`eval_records`, cached in the run folder
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from torch import nn
@@ -18,10 +17,9 @@ from cape.lab.experiments.asr import evaluate, report
 from cape.lab.experiments.asr.config import PRESETS, AsrConfig, RowConfig
 from cape.lab.experiments.asr.data import AsrData, collate_fn
 from cape.lab.experiments.asr.model import ctc_loss_fn, make_model
-from cape.lab.experiments.base import Collected, Experiment, Study, parameter_counts
+from cape.lab.experiments.base import Collected, Experiment, Run, Study, parameter_counts
 from cape.lab.experiments.train_as import evaluation_model
 from cape.lab.io import write_json
-from cape.lab.train import distributed as D
 from cape.models.asr import CTCModel
 
 __all__ = ["AsrExperiment", "ASR"]
@@ -37,44 +35,22 @@ class AsrExperiment(Experiment[AsrConfig, AsrData]):
     format_records = staticmethod(evaluate.format_records)
     render = staticmethod(report.render)
 
+    def fit(
+        self, run: Run[AsrConfig], data: AsrData, model: nn.Module
+    ) -> tuple[nn.Module, dict[str, Any]]:
+        """Train with the best validation WER kept; model.json first (what `cape transcribe`
+        rebuilds the model and its features from)."""
+        cfg, row = run.cfg, run.row
+        self.save_spec(run, model, features=evaluate.feature_spec(cfg.features))
+        loss_fn, collate = ctc_loss_fn(cfg.features, row), collate_fn(cfg.features, row.batching)
+        val_fn, batches = evaluate.val_fn(cfg, data), data.batches(run.seed)
+        trainer = self.trainer(run, model, loss_fn, data.train, val_fn, collate, batches=batches)
+        return self.fitted(trainer)
+
     def make_model(
         self, cfg: AsrConfig, row: RowConfig, data: Any = None, *, evaluation: bool = False
     ) -> CTCModel:
         return make_model(cfg, row, evaluation=evaluation)
-
-    def fit(
-        self,
-        cfg: AsrConfig,
-        row: RowConfig,
-        seed: int,
-        folder: Path,
-        data: AsrData,
-        model: nn.Module,
-    ) -> tuple[nn.Module, dict[str, Any]]:
-        """Train with the best validation WER kept; rank 0 first writes model.json (what
-        `cape transcribe` rebuilds the model and its features from)."""
-        if D.get_rank() == 0:
-            spec = {
-                "model": model.spec,
-                "experiment": self.name,
-                "row": row.name,
-                "features": evaluate.feature_spec(cfg.features),
-            }
-            folder.mkdir(parents=True, exist_ok=True)
-            write_json(folder / "model.json", spec)
-        trainer = self.trainer(
-            cfg,
-            row,
-            seed,
-            folder,
-            model,
-            ctc_loss_fn(cfg.features, row),
-            data.train,
-            evaluate.val_fn(cfg, data),
-            collate_fn(cfg.features, row.batching),
-            batches=data.batches(seed),
-        )
-        return self.fitted(trainer)
 
     def for_evaluation(self, cfg: AsrConfig, row: RowConfig, model: nn.Module) -> nn.Module:
         return evaluation_model(row, model, lambda: make_model(cfg, row, evaluation=True))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import torch.nn.functional as F
 
@@ -22,18 +24,10 @@ def make_model(cfg: AsrConfig, row: RowConfig, *, evaluation: bool = False) -> C
     return CTCModel(
         VOCAB_SIZE,
         n_mels=cfg.features.n_mels,
-        dim=m.dim,
-        depth=m.depth,
-        heads=m.heads,
-        ffn_dim=m.ffn_dim,
-        kernel=m.kernel,
-        stride=m.stride,
         position=row.position,
         position_options=options,
-        conv_dropout=m.conv_dropout,
-        dropout=m.dropout,
-        layer_drop=m.layer_drop,
         relative_layers=row.relative_layers,
+        **dataclasses.asdict(m),  # the encoder's sizes, strides and dropouts
     )
 
 

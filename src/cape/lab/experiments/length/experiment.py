@@ -17,13 +17,12 @@ metrics, checkpoints, eval.json; a `train_as` row's holds eval.json and settings
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from torch import nn
 
 from cape.lab.data.text.lookup import LookupDataset, Splits
-from cape.lab.experiments.base import Collected, Experiment, Study
+from cape.lab.experiments.base import Collected, Experiment, Run, Study
 from cape.lab.experiments.length import data, evaluate, model, report
 from cape.lab.experiments.length.config import PRESETS, LengthConfig, RowConfig
 
@@ -40,30 +39,22 @@ class LengthExperiment(Experiment[LengthConfig, Splits]):
     format_records = staticmethod(evaluate.format_records)
     render = staticmethod(report.render)
 
-    def make_model(
-        self, cfg: LengthConfig, row: RowConfig, data: Any = None, *, evaluation: bool = False
-    ) -> model.LookupModel:
-        return model.make_model(cfg, row, evaluation=evaluation)
-
     def fit(
-        self,
-        cfg: LengthConfig,
-        row: RowConfig,
-        seed: int,
-        folder: Path,
-        data: Splits,
-        net: nn.Module,
+        self, run: Run[LengthConfig], data: Splits, net: nn.Module
     ) -> tuple[nn.Module, dict[str, Any]]:
-        train_set = LookupDataset(data.train)
+        cfg, train_set = run.cfg, LookupDataset(data.train)
 
         def eval_fn(m: nn.Module) -> dict[str, float]:
             device = next(m.parameters()).device
             return {"acc": evaluate.accuracy(m, data.val, cfg.eval.batch_size, device)[0]}
 
-        trainer = self.trainer(
-            cfg, row, seed, folder, net, model.token_loss, train_set, eval_fn, train_set.collate
-        )
+        trainer = self.trainer(run, net, model.token_loss, train_set, eval_fn, train_set.collate)
         return self.fitted(trainer)
+
+    def make_model(
+        self, cfg: LengthConfig, row: RowConfig, data: Any = None, *, evaluation: bool = False
+    ) -> model.LookupModel:
+        return model.make_model(cfg, row, evaluation=evaluation)
 
     def results(self, study: Study, got: Collected) -> dict[str, Any]:
         return {

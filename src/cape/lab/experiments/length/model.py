@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -56,16 +57,11 @@ class LookupModel(nn.Module):
 
 def make_model(cfg: LengthConfig, row: RowConfig, *, evaluation: bool = False) -> LookupModel:
     """The row's model; with `evaluation`, its encoding takes the row's `eval_options` too."""
-    m = cfg.model
     return LookupModel(
         cfg.data.vocab,
         row.position,
         position_options(row, cfg, evaluation=evaluation),
-        dim=m.dim,
-        heads=m.heads,
-        layers=m.layers,
-        ffn_dim=m.ffn_dim,
-        dropout=m.dropout,
+        **dataclasses.asdict(cfg.model),  # dim, heads, layers, ffn_dim, dropout
     )
 
 

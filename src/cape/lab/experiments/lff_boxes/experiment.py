@@ -15,13 +15,12 @@ metrics, checkpoints, eval.json), `results.json`, `report.md`, `seen_vs_unseen.p
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from torch import nn
 
 from cape.lab.data.boxes import BoxDataset, Screens
-from cape.lab.experiments.base import Collected, Experiment, Study
+from cape.lab.experiments.base import Collected, Experiment, Run, Study
 from cape.lab.experiments.lff_boxes import data, evaluate, model, report
 from cape.lab.experiments.lff_boxes.config import PRESETS, LffBoxesConfig, RowConfig
 from cape.lab.experiments.template import summed_accuracy
@@ -47,25 +46,16 @@ class LffBoxesExperiment(Experiment[LffBoxesConfig, Data]):
         return model.make_model(cfg, row)
 
     def fit(
-        self,
-        cfg: LffBoxesConfig,
-        row: RowConfig,
-        seed: int,
-        folder: Path,
-        data: Data,
-        net: nn.Module,
+        self, run: Run[LffBoxesConfig], data: Data, net: nn.Module
     ) -> tuple[nn.Module, dict[str, Any]]:
         train_set, val_set = BoxDataset(data["train"]), BoxDataset(data["val"])
+        batch_size = run.cfg.eval.batch_size
 
         def eval_fn(m: nn.Module) -> dict[str, float]:
-            right, shard = evaluate.answered(
-                m, val_set, cfg.eval.batch_size, next(m.parameters()).device
-            )
+            right, shard = evaluate.answered(m, val_set, batch_size, next(m.parameters()).device)
             return {"acc": summed_accuracy(float(right.sum()), len(shard))}
 
-        trainer = self.trainer(
-            cfg, row, seed, folder, net, model.answer_loss, train_set, eval_fn, train_set.collate
-        )
+        trainer = self.trainer(run, net, model.answer_loss, train_set, eval_fn, train_set.collate)
         return self.fitted(trainer)
 
     def results(self, study: Study, got: Collected) -> dict[str, Any]:

@@ -11,12 +11,13 @@ metrics.jsonl, checkpoints, eval.json), `results.json`, `report.md`, `*.png`.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 from torch import nn
 
-from cape.lab.experiments.base import Collected, Experiment, Study
+from cape.lab.experiments.base import Collected, Experiment, Run, Study
 from cape.lab.experiments.lff_generation import evaluate, report
 from cape.lab.experiments.lff_generation.config import PRESETS, GenerationConfig, RowConfig
 from cape.lab.experiments.lff_generation.data import GenerationData, make_data
@@ -38,38 +39,19 @@ class GenerationExperiment(Experiment[GenerationConfig, GenerationData]):
     def make_model(
         self, cfg: GenerationConfig, row: RowConfig, data: Any = None, *, evaluation: bool = False
     ) -> PixelTransformer:
-        m, s = cfg.model, cfg.data.size
-        return PixelTransformer(
-            s,
-            s,
-            row.position,
-            dim=m.dim,
-            channel_dim=m.channel_dim,
-            depth=m.depth,
-            heads=m.heads,
-            ffn_dim=m.ffn_dim,
-            dropout=m.dropout,
-            position_options=row.options,
-        )
+        s, sizes = cfg.data.size, dataclasses.asdict(cfg.model)  # the widths, depth, dropout
+        return PixelTransformer(s, s, row.position, position_options=row.options, **sizes)
 
     def fit(
-        self,
-        cfg: GenerationConfig,
-        row: RowConfig,
-        seed: int,
-        folder: Path,
-        data: GenerationData,
-        model: nn.Module,
+        self, run: Run[GenerationConfig], data: GenerationData, model: nn.Module
     ) -> tuple[nn.Module, dict[str, Any]]:
-        val = data.sequences("val")
+        val, batch_size = data.sequences("val"), run.cfg.eval.batch_size
 
         def eval_fn(m: nn.Module) -> dict[str, float]:
             shard = val[D.get_rank() :: D.get_world_size()]  # the Trainer averages over ranks
-            return {"bpd": evaluate.evaluate_bpd(m, shard, cfg.eval.batch_size)}
+            return {"bpd": evaluate.evaluate_bpd(m, shard, batch_size)}
 
-        trainer = self.trainer(
-            cfg, row, seed, folder, model, generation_loss, data.dataset("train"), eval_fn
-        )
+        trainer = self.trainer(run, model, generation_loss, data.dataset("train"), eval_fn)
         return self.fitted(trainer)
 
     def evaluate(

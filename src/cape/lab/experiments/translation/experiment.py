@@ -17,11 +17,11 @@ from typing import Any
 from torch import nn
 
 from cape.lab.apps.translate import load_translation_model
-from cape.lab.experiments.base import Collected, Experiment, Study, parameter_counts
+from cape.lab.experiments.base import Collected, Experiment, Run, Study, parameter_counts
 from cape.lab.experiments.translation import evaluate, model, report
 from cape.lab.experiments.translation.config import PRESETS, RowConfig, TranslationConfig
 from cape.lab.experiments.translation.data import TranslationData, collate_fn
-from cape.lab.io import atomic_write, write_json
+from cape.lab.io import atomic_write
 from cape.lab.train import distributed as D
 from cape.models.seq2seq import Seq2Seq
 
@@ -51,38 +51,20 @@ class TranslationExperiment(Experiment[TranslationConfig, TranslationData]):
         return model.make_model(cfg, row, data.alpha, tok.vocab_size, tok.pad_id)
 
     def fit(
-        self,
-        cfg: TranslationConfig,
-        row: RowConfig,
-        seed: int,
-        folder: Path,
-        data: TranslationData,
-        net: nn.Module,
+        self, run: Run[TranslationConfig], data: TranslationData, net: nn.Module
     ) -> tuple[nn.Module, dict[str, Any]]:
-        """Train with the best validation BLEU kept; rank 0 first writes model.json and
-        bpe.model (what `cape translate` rebuilds the model from)."""
-        tok = data.tokenizer
+        """Train with the best validation BLEU kept; model.json and bpe.model first (what
+        `cape translate` rebuilds the model from)."""
+        cfg, tok = run.cfg, data.tokenizer
+        self.save_spec(run, net, alpha=data.alpha)
         if D.get_rank() == 0:
-            folder.mkdir(parents=True, exist_ok=True)
-            spec = {
-                "model": net.spec,
-                "experiment": self.name,
-                "row": row.name,
-                "alpha": data.alpha,
-            }
-            write_json(folder / "model.json", spec)
-            atomic_write(folder / "bpe.model", lambda tmp: shutil.copyfile(data.bpe_path, tmp))
+            bpe = run.folder / "bpe.model"
+            atomic_write(bpe, lambda tmp: shutil.copyfile(data.bpe_path, tmp))
+        loss_fn = model.loss_fn(cfg.model.label_smoothing, tok.pad_id)
+        batches = data.batches(run.seed, cfg.train.batch_size)
+        val_fn = evaluate.val_fn(cfg, data)
         trainer = self.trainer(
-            cfg,
-            row,
-            seed,
-            folder,
-            net,
-            model.loss_fn(cfg.model.label_smoothing, tok.pad_id),
-            data.train,
-            evaluate.val_fn(cfg, data),
-            collate_fn(tok),
-            batches=data.batches(seed, cfg.train.batch_size),
+            run, net, loss_fn, data.train, val_fn, collate_fn(tok), batches=batches
         )
         return self.fitted(trainer)
 

@@ -3,6 +3,8 @@ loss, and a trained model with the row's evaluation options (`with_eval_options`
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import torch.nn.functional as F
 
@@ -18,21 +20,17 @@ def make_model(
 ) -> Seq2Seq:
     """The row's model; `alpha: auto` becomes the training set's ratio (used by augmented
     encodings: Seq2Seq scales the source positions by it)."""
-    m = cfg.model
+    sizes = dataclasses.asdict(cfg.model)  # the layers, widths and dropout
+    del sizes["label_smoothing"]  # the loss's
     options = dict(row.options)
     given = options.pop("alpha", "auto")
     return Seq2Seq(
         vocab_size,
-        dim=m.dim,
-        encoder_layers=m.encoder_layers,
-        decoder_layers=m.decoder_layers,
-        heads=m.heads,
-        ffn_dim=m.ffn_dim,
-        dropout=m.dropout,
         position=row.position,
         position_options=options,
         alpha=float(alpha if given == "auto" else given),
         pad_id=pad_id,
+        **sizes,
     )
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from torch import nn
 
-from cape.lab.experiments.base import Collected, Experiment, Study
+from cape.lab.experiments.base import Collected, Experiment, Run, Study
 from cape.lab.experiments.vision import evaluate, report
 from cape.lab.experiments.vision.config import PRESETS, RowConfig, VisionConfig
 from cape.lab.experiments.vision.data import VisionData
@@ -52,35 +52,22 @@ class VisionExperiment(Experiment[VisionConfig, VisionData]):
         return self.run_dir(out, row, seed) / ("ft" if row.finetune_size else "")
 
     def fit(
-        self,
-        cfg: VisionConfig,
-        row: RowConfig,
-        seed: int,
-        folder: Path,
-        data: VisionData,
-        model: nn.Module,
+        self, run: Run[VisionConfig], data: VisionData, model: nn.Module
     ) -> tuple[nn.Module, dict[str, Any]]:
         """Train at `train_size`; with a fine-tune, also the "+ft" model (in `ft/`), returned."""
-        model, summary = self.fitted(self._trainer(cfg, row, seed, folder, data, model))
-        if row.finetune_size:
-            ft = self._trainer(cfg, row, seed, folder / "ft", data, model, finetune=True)
-            model, tuned = self.fitted(ft)
+        model, summary = self.fitted(self._trainer(run, data, model))
+        if run.row.finetune_size:
+            ft = dataclasses.replace(run, folder=run.folder / "ft")
+            model, tuned = self.fitted(self._trainer(ft, data, model, finetune=True))
             summary = {**summary, **{f"ft_{k}": v for k, v in tuned.items()}}
         return model, summary
 
     def _trainer(
-        self,
-        cfg: VisionConfig,
-        row: RowConfig,
-        seed: int,
-        folder: Path,
-        data: VisionData,
-        model: nn.Module,
-        *,
-        finetune: bool = False,
+        self, run: Run[VisionConfig], data: VisionData, model: nn.Module, *, finetune: bool = False
     ) -> Trainer:
         """The engine for a row's training (at `train_size`, UniViT sizes drawn per batch) or for
         its fine-tune (at `finetune_size`, lr / 10, `finetune_steps`)."""
+        cfg, row = run.cfg, run.row
         size = row.finetune_size if finetune else row.train_size
         tcfg = cfg.train
         if finetune:
@@ -103,18 +90,9 @@ class VisionExperiment(Experiment[VisionConfig, VisionData]):
         sizes = [] if finetune else list(row.univit_sizes)
         train_set = data.dataset("train", size if finetune else row.data_size)
         loss_fn = classify_loss(sizes, packed=row.packed and not finetune)
+        collate = train_set.collate
         return self.trainer(
-            cfg,
-            row,
-            seed,
-            folder,
-            model,
-            loss_fn,
-            train_set,
-            eval_fn,
-            train_set.collate,
-            train=tcfg,
-            finetune=finetune,
+            run, model, loss_fn, train_set, eval_fn, collate, train=tcfg, finetune=finetune
         )
 
     def gather(self, study: Study, got: Collected, row: Any, seed: int, done: dict) -> None:

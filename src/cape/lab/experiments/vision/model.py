@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -18,14 +19,9 @@ def make_model(cfg: VisionConfig, row: RowConfig, num_classes: int) -> ViT:
     return ViT(
         num_classes,
         image_size=row.train_size,
-        patch=m.patch,
-        dim=m.dim,
-        depth=m.depth,
-        heads=m.heads,
-        mlp_ratio=m.mlp_ratio,
-        dropout=m.dropout,
         position=row.position,
         position_options=dict(row.options),
+        **dataclasses.asdict(m),  # patch, dim, depth, heads, mlp_ratio, dropout
     )
 
 
