@@ -23,7 +23,7 @@ def train_checksum() -> str:
 
     from cape.lab.experiments import EXPERIMENTS, resolve_config
     from cape.lab.experiments.vision.data import VisionData
-    from cape.lab.experiments.vision.run import classify_loss, make_model
+    from cape.lab.experiments.vision.model import classify_loss, make_model
     from cape.lab.train import seed_everything
 
     exp = EXPERIMENTS["vision"]

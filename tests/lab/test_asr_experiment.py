@@ -14,9 +14,11 @@ from cape.lab.data.speech.synth import DURATION_BINS
 from cape.lab.data.speech.tokens import decode as decode_ids
 from cape.lab.experiments import EXPERIMENTS, resolve_config
 from cape.lab.experiments.asr import evaluate as E
-from cape.lab.experiments.asr import run as A
+from cape.lab.experiments.asr import evaluate as asr_eval
 from cape.lab.experiments.asr.config import AsrConfig
 from cape.lab.experiments.asr.data import Utterance, collate_fn
+from cape.lab.experiments.asr.experiment import ASR as A
+from cape.lab.experiments.asr.model import ctc_loss_fn
 from cape.lab.experiments.asr.report import bin_table, flatness
 from cape.lab.metrics import wer
 
@@ -102,7 +104,7 @@ def test_loss_feeds_hops_or_frame_times_and_is_ctc(batching: str) -> None:
     row.batching, row.specaugment = batching, False
     batch = collate_fn(cfg.features, batching)([_utt(1.0, "ab", 0), _utt(1.3, "c", 1)])
     spy = _Spy()
-    loss, _ = A.ctc_loss_fn(cfg.features, row)(spy, batch)
+    loss, _ = ctc_loss_fn(cfg.features, row)(spy, batch)
     assert set(spy.calls[0]) == ({"frame_times"} if batching == "padding-free" else {"hop"})
     # independent: CTC of uniform scores is -log(#paths) + T log 29, via torch's own ctc_loss
     lp, ol = spy(batch["features"], batch["lengths"])
@@ -119,8 +121,8 @@ def test_batched_decoding_equals_one_at_a_time() -> None:
     with torch.no_grad():
         model.head.bias.copy_(torch.linspace(-1, 1, 29))  # avoid an all-blank output
     utts = [_utt(s, seed=i) for i, s in enumerate((0.7, 2.0, 1.1, 3.3))]
-    one, _ = A.decode(model, utts, cfg.features, batch_size=1)
-    many, _ = A.decode(model, utts, cfg.features, batch_size=3)
+    one, _ = asr_eval.decode(model, utts, cfg.features, batch_size=1)
+    many, _ = asr_eval.decode(model, utts, cfg.features, batch_size=3)
     assert one == many and any(one)
 
 
@@ -199,7 +201,7 @@ def tiny_run(tmp_path_factory):
     exp = EXPERIMENTS["asr"]
     cfg, mapping = resolve_config(exp.config_cls, exp.presets, "quick", [], sets)
     out = root / "run"
-    results = A.run_experiment(cfg, mapping, out)
+    results = A.run(cfg, mapping, out)
     return cfg, mapping, out, results
 
 
@@ -217,7 +219,7 @@ def test_tiny_experiment_writes_report_and_resumes(tiny_run) -> None:
     spec = json.loads((out / "cape" / "seed0" / "model.json").read_text())
     assert spec["model"]["position"] == "cape1d" and spec["features"]["hop_ms"] == 10.0
     mtime = (out / "cape" / "seed0" / "eval.json").stat().st_mtime
-    again = A.run_experiment(cfg, mapping, out)  # cached: nothing is trained or evaluated again
+    again = A.run(cfg, mapping, out)  # cached: nothing is trained or evaluated again
     assert (out / "cape" / "seed0" / "eval.json").stat().st_mtime == mtime
     assert again["records"] == json.loads(json.dumps(results["records"]))
     assert A.redraw(out) == out / "report.md"
@@ -250,7 +252,7 @@ def test_archived_run_of_a_row_without_positions_needs_no_weights(tiny_run, tmp_
         json.dumps({"records": records, "summary": cached["summary"]})
     )
     (folder / "settings.json").write_text(json.dumps(run_settings(cfg2, nopos)))
-    results = A.run_experiment(cfg2, mapping2, tmp_path)
+    results = A.run(cfg2, mapping2, tmp_path)
     assert results["records"] == records and not (folder / "checkpoints").exists()
     assert (tmp_path / "report.md").is_file()
 

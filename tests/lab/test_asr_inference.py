@@ -17,8 +17,8 @@ from cape.lab.apps.transcribe import (
     load_audio,
     read_transcripts,
     transcribe,
-    transcribe_main,
 )
+from cape.lab.apps.transcribe_cli import main as transcribe_main
 from cape.lab.data.speech.features import hop_samples, log_mel
 from cape.lab.data.speech.synth import DURATION_BINS
 from cape.lab.data.speech.tokens import (

@@ -400,7 +400,7 @@ def test_damaged_translation_manifest_is_named(tmp_path):
 
 
 def test_read_metrics_skips_a_torn_last_line_and_names_a_damaged_one(tmp_path, caplog) -> None:
-    from cape.lab.experiments.lff_generation.run import read_curve
+    from cape.lab.experiments.lff_generation.evaluate import read_curve
     from cape.lab.train.logging import read_metrics
 
     path = tmp_path / "metrics.jsonl"

@@ -18,8 +18,9 @@ from cape.lab.data.text.lookup import (
     position_blind_accuracy,
 )
 from cape.lab.experiments import EXPERIMENTS, resolve_config
-from cape.lab.experiments.length import run as exp
 from cape.lab.experiments.length.config import PRESETS, LengthConfig
+from cape.lab.experiments.length.experiment import LENGTH as exp
+from cape.lab.experiments.length.model import token_loss
 from cape.lab.experiments.length.report import length_table, verdict
 
 SMALL = ["model.dim=16", "model.heads=2", "model.layers=1", "model.ffn_dim=32"]
@@ -188,7 +189,7 @@ def test_every_row_builds_trains_and_evaluates(row_index):
     torch.manual_seed(0)
     model = exp.make_model(cfg, row).train()
     batch = _batch()
-    loss, metrics = exp.token_loss(model, batch)
+    loss, metrics = token_loss(model, batch)
     loss.backward()
     assert torch.isfinite(loss) and 0.0 <= float(metrics["acc"]) <= 100.0
     assert model(batch).shape == (*batch["tokens"].shape, 16)
@@ -286,7 +287,7 @@ TINY = [
 def tiny_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("length") / "run"
     cfg, mapping = resolve_config(LengthConfig, PRESETS, "quick", [], TINY)
-    exp.run_experiment(cfg, mapping, out)
+    exp.run(cfg, mapping, out)
     return cfg, mapping, out
 
 
@@ -333,14 +334,14 @@ def test_rerun_resumes_without_training(tiny_run, monkeypatch):
 
     with monkeypatch.context() as m:
         m.setattr(exp, "train_run", boom)
-        exp.run_experiment(cfg, mapping, out)
+        exp.run(cfg, mapping, out)
     assert json.loads((out / "results.json").read_text())["records"] == before
     # without its eval.json, a train_as run is evaluated again from the trained row's weights
     folder = exp.run_dir(out, cfg.row("rotary+YaRN"), 1)
     (folder / "eval.json").unlink()
     with monkeypatch.context() as m:
         m.setattr(exp, "train_run", boom)
-        exp.run_experiment(cfg, mapping, out)
+        exp.run(cfg, mapping, out)
     assert json.loads((out / "results.json").read_text())["records"] == before
 
 

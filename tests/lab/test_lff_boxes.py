@@ -12,9 +12,10 @@ import cape
 from cape import Augmentation
 from cape.lab.data.boxes import NONE, BoxDataset, answer_questions, generate
 from cape.lab.experiments import resolve_config
-from cape.lab.experiments.lff_boxes import run as exp
+from cape.lab.experiments.base import parameter_counts
 from cape.lab.experiments.lff_boxes.config import PRESETS, LffBoxesConfig
-from cape.lab.experiments.runs import parameter_counts
+from cape.lab.experiments.lff_boxes.experiment import LFF_BOXES as exp
+from cape.lab.experiments.lff_boxes.model import answer_loss, augment_boxes
 
 SMALL = [
     "model.dim=16",
@@ -90,7 +91,7 @@ def test_every_row_builds_and_trains(row_index):
     torch.manual_seed(0)
     model = exp.make_model(cfg, row).train()
     _, batch = _batch()
-    loss, metrics = exp.answer_loss(model, batch)
+    loss, metrics = answer_loss(model, batch)
     loss.backward()
     assert torch.isfinite(loss) and 0.0 <= float(metrics["acc"]) <= 100.0
     assert model(batch).shape == (16, NONE + 1)
@@ -119,7 +120,7 @@ def test_embed4d_leaves_unseen_values_untrained():
     )
     assert float(exp.make_model(small, row).position.table.detach().std()) < 0.02
     s, batch = _batch(n=256)
-    exp.answer_loss(model, batch)[0].backward()
+    answer_loss(model, batch)[0].backward()
     grad = model.position.table.grad.abs().sum(1).reshape(4, 64)  # [axis, coordinate value]
     used = np.zeros((4, 64), bool)
     for axis in range(4):
@@ -150,7 +151,7 @@ def test_box_augmentation_is_one_shift_per_axis_and_one_scale_per_screen():
     pos = torch.from_numpy(s.positions()).double()
     mask = torch.from_numpy(s.mask)
     torch.manual_seed(0)
-    moved = exp.augment_boxes(pos, mask, Augmentation(max_global_shift=0.3, max_global_scaling=1.5))
+    moved = augment_boxes(pos, mask, Augmentation(max_global_shift=0.3, max_global_scaling=1.5))
     assert (moved[~mask] == 0).all() and not torch.allclose(moved, pos.float())
     # moved = scale * (pos + shift_axis), axis y for top/bottom and x for left/right
     for i in range(20):
@@ -171,7 +172,7 @@ def test_box_augmentation_keeps_every_relation():
     before = answer_questions(s.boxes, s.mask, s.query, s.types)[0][rows, s.question]
     torch.manual_seed(0)
     aug = Augmentation(max_global_shift=0.3, max_global_scaling=1.5)
-    moved = exp.augment_boxes(pos, mask, aug).numpy()
+    moved = augment_boxes(pos, mask, aug).numpy()
     after = answer_questions(moved, s.mask, s.query, s.types)[0][rows, s.question]
     check = (s.question != 3) | _unique_nearest_gap(s)
     assert check.mean() > 0.9
@@ -217,7 +218,7 @@ TINY = [
 def tiny_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("lff-boxes") / "run"
     cfg, mapping = resolve_config(LffBoxesConfig, PRESETS, "quick", [], TINY)
-    exp.run_experiment(cfg, mapping, out)
+    exp.run(cfg, mapping, out)
     return cfg, mapping, out
 
 
@@ -264,13 +265,13 @@ def test_rerun_resumes_without_training(tiny_run, monkeypatch):
 
     with monkeypatch.context() as m:
         m.setattr(exp, "train_run", boom)
-        exp.run_experiment(cfg, mapping, out)
+        exp.run(cfg, mapping, out)
     assert json.loads((out / "results.json").read_text())["records"] == before
     # without its eval.json, a run reloads its last checkpoint and takes no new step
     folder = exp.run_dir(out, cfg.rows[2], 0)
     latest = (folder / "checkpoints" / "latest").read_text()
     (folder / "eval.json").unlink()
-    exp.run_experiment(cfg, mapping, out)
+    exp.run(cfg, mapping, out)
     assert (folder / "checkpoints" / "latest").read_text() == latest
     assert json.loads((out / "results.json").read_text())["records"] == before
 
@@ -309,7 +310,7 @@ def test_rotary_rows_read_the_boxes_relations_only(name):
     torch.manual_seed(0)
     model = exp.make_model(cfg, row).train()
     _, batch = _batch()
-    loss, _ = exp.answer_loss(model, batch)
+    loss, _ = answer_loss(model, batch)
     loss.backward()
     rotations = [m for m in model.modules() if isinstance(m, cape.RoPE2d)]
     assert len(rotations) == cfg.model.depth and all(r.pos_dim == 4 for r in rotations)

@@ -1,4 +1,4 @@
-"""The LFF image-generation study (`cape.lab.experiments.lff_generation.run`): sequences, causality,
+"""The LFF image-generation study (`cape.lab.experiments.lff_generation`): sequences, causality,
 bits per dim, every row's model, config errors, confidence intervals, a tiny end-to-end run."""
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def test_bits_per_dim_uniform_is_8_and_matches_numpy():
 
 
 def test_evaluate_bpd_weights_every_intensity_equally():
-    from cape.lab.experiments.lff_generation.run import evaluate_bpd
+    from cape.lab.experiments.lff_generation.evaluate import evaluate_bpd
 
     class Fixed(torch.nn.Module):
         """Puts probability p on intensity 0 and spreads the rest: bits depend on the value."""
@@ -276,12 +276,12 @@ TINY = [
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
-    from cape.lab.experiments.lff_generation.run import run_experiment
+    from cape.lab.experiments.lff_generation.experiment import LFF_GENERATION
 
     out = tmp_path_factory.mktemp("lffgen")
     overrides = [*TINY, f"data.root={out / 'data'}"]
     cfg, mapping = resolve_config(GenerationConfig, PRESETS, "quick", [], overrides)
-    run_experiment(cfg, mapping, out / "run")
+    LFF_GENERATION.run(cfg, mapping, out / "run")
     return out / "run", cfg, mapping
 
 
@@ -307,7 +307,7 @@ def test_end_to_end_writes_curves_table_and_plots(tiny_run):
 
 
 def test_rerun_resumes_without_training(tiny_run, monkeypatch):
-    import cape.lab.experiments.lff_generation.run as gen
+    from cape.lab.experiments.lff_generation.experiment import LFF_GENERATION as gen
 
     run, cfg, mapping = tiny_run
     before = json.loads((run / "results.json").read_text())
@@ -316,26 +316,26 @@ def test_rerun_resumes_without_training(tiny_run, monkeypatch):
         raise AssertionError("a finished run was trained again")
 
     monkeypatch.setattr(gen, "train_run", boom)
-    gen.run_experiment(cfg, mapping, run)
+    gen.run(cfg, mapping, run)
     assert json.loads((run / "results.json").read_text())["records"] == before["records"]
     monkeypatch.undo()
     # without its eval.json a run resumes from its last checkpoint: no step is trained again
     folder = gen.run_dir(run, cfg.rows[1], 0)
     metrics = (folder / "metrics.jsonl").read_text()
     (folder / "eval.json").unlink()
-    after = gen.run_experiment(cfg, mapping, run)
+    after = gen.run(cfg, mapping, run)
     assert (folder / "metrics.jsonl").read_text() == metrics
     assert after["records"] == before["records"] and after["curves"] == before["curves"]
 
 
 def test_redraw_rebuilds_the_report(tiny_run):
-    from cape.lab.experiments.lff_generation.run import redraw
+    from cape.lab.experiments.lff_generation.experiment import LFF_GENERATION
 
     run, _, _ = tiny_run
     text = (run / "report.md").read_text()
     (run / "report.md").unlink()
     (run / "bpd_vs_steps.png").unlink()
-    redraw(run)
+    LFF_GENERATION.redraw(run)
     assert (run / "report.md").read_text() == text and (run / "bpd_vs_steps.png").is_file()
 
 

@@ -13,8 +13,10 @@ import pytest
 import torch
 
 from cape.lab.experiments import EXPERIMENTS, resolve_config
-from cape.lab.experiments.translation import run as T
+from cape.lab.experiments.translation import evaluate as translation_eval
+from cape.lab.experiments.translation import model as translation_model
 from cape.lab.experiments.translation.config import TranslationConfig
+from cape.lab.experiments.translation.experiment import TRANSLATION as T
 from cape.lab.experiments.translation.report import bleu_table, nll_curve_cells, nll_table
 
 TINY_MODEL = {"dim": 32, "encoder_layers": 1, "decoder_layers": 1, "heads": 2, "ffn_dim": 64}
@@ -48,7 +50,7 @@ def test_a_seed_gives_the_same_initial_weights_to_rows_without_learned_positions
     models = {}
     for row in cfg.rows:
         seed_everything(1)
-        models[row.name] = T.make_model(cfg, row, 1.05, 96, 0).state_dict()
+        models[row.name] = translation_model.make_model(cfg, row, 1.05, 96, 0).state_dict()
     ref = models["sinpos"]
     same = [
         n
@@ -58,7 +60,7 @@ def test_a_seed_gives_the_same_initial_weights_to_rows_without_learned_positions
     assert same == ["sinpos", "CAPE", "nopos", "CAPE Δ=10", "CAPE Δ=50", "rotary+CAPE"]
     first = next(iter(ref))
     seed_everything(2)
-    other = T.make_model(cfg, cfg.rows[0], 1.05, 96, 0).state_dict()
+    other = translation_model.make_model(cfg, cfg.rows[0], 1.05, 96, 0).state_dict()
     assert not torch.equal(other[first], ref[first])  # another seed, other weights
 
 
@@ -85,9 +87,11 @@ def test_bad_config_names_the_key(override: str, key: str) -> None:
 def test_bleu_is_sacrebleu_corpus_score() -> None:
     sacrebleu = pytest.importorskip("sacrebleu")
     hyps, refs = ["el gato es negro", "un perro"], ["el gato es negro", "el perro grande"]
-    assert T.bleu(hyps, refs) == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score)
-    assert T.bleu(refs, refs) == pytest.approx(100.0)
-    assert math.isnan(T.bleu([], []))
+    assert translation_eval.bleu(hyps, refs) == pytest.approx(
+        sacrebleu.corpus_bleu(hyps, [refs]).score
+    )
+    assert translation_eval.bleu(refs, refs) == pytest.approx(100.0)
+    assert math.isnan(translation_eval.bleu([], []))
 
 
 def test_loss_is_label_smoothed_cross_entropy_over_real_tokens() -> None:
@@ -103,7 +107,7 @@ def test_loss_is_label_smoothed_cross_entropy_over_real_tokens() -> None:
     logits = torch.randn(2, 3, 5, generator=g)
     tgt_out = torch.tensor([[1, 2, 3], [4, 3, 0]])  # 0 = padding
     batch = {"src": None, "src_mask": None, "tgt_in": None, "tgt_mask": None, "tgt_out": tgt_out}
-    loss, extra = T.loss_fn(0.1, 0)(Fixed(logits), batch)
+    loss, extra = translation_model.loss_fn(0.1, 0)(Fixed(logits), batch)
     logp = torch.log_softmax(logits, -1).numpy()
     real = [(b, t) for b in range(2) for t in range(3) if tgt_out[b, t] != 0]
     nll = np.mean([-logp[b, t, tgt_out[b, t]] for b, t in real])
@@ -191,7 +195,7 @@ def tiny_run(tmp_path_factory):
     exp = EXPERIMENTS["translation"]
     cfg, mapping = resolve_config(exp.config_cls, exp.presets, "quick", [], sets)
     out = root / "run"
-    return cfg, mapping, out, T.run_experiment(cfg, mapping, out)
+    return cfg, mapping, out, T.run(cfg, mapping, out)
 
 
 @needs_apertium
@@ -209,7 +213,7 @@ def test_tiny_experiment_writes_report_and_resumes(tiny_run) -> None:
     summary = results["train"]["CAPE/seed0"]
     assert summary["step"] == 4.0 and 0.0 <= summary["eval_bleu"] <= 100.0
     mtime = (out / "cape" / "seed0" / "eval.json").stat().st_mtime
-    again = T.run_experiment(cfg, mapping, out)  # cached: nothing trained or evaluated again
+    again = T.run(cfg, mapping, out)  # cached: nothing trained or evaluated again
     assert (out / "cape" / "seed0" / "eval.json").stat().st_mtime == mtime
     assert again["records"] == json.loads(json.dumps(results["records"]))
     assert T.redraw(out) == out / "report.md"
@@ -221,7 +225,7 @@ def test_nll_by_position_matches_per_sequence_teacher_forcing(tiny_run) -> None:
     data = T.make_data(cfg)
     model = T.load_run(cfg, cfg.rows[0], 0, out, data).eval()
     exs = data.test("stacked")[:3]
-    total, count = T.nll_by_position(model, data, exs, batch_size=2)
+    total, count = translation_eval.nll_by_position(model, data, exs, batch_size=2)
     # independently: each sequence alone, full log-softmax, position by position
     want_total, want_count = np.zeros_like(total), np.zeros_like(count)
     tok = data.tokenizer
@@ -333,7 +337,7 @@ def test_finished_reports_a_study_in_progress(tiny_run, tmp_path) -> None:
     assert "| 0 |" in report and "| sinpos" not in report
     with pytest.raises(ValueError, match="--finished: .* no finished run"):
         experiment_main([*argv[:-1], str(tmp_path / "empty"), "--finished"])
-    T.run_experiment(cfg, mapping, out)  # leave the folder as the other tests expect it
+    T.run(cfg, mapping, out)  # leave the folder as the other tests expect it
 
 
 @pytest.mark.parametrize("position", ["cape", "rotary"])

@@ -74,7 +74,7 @@ def test_bad_config_names_key_and_allowed(override, words):
 
 
 def test_row_model_changes_only_that_row():
-    from cape.lab.experiments.vision.run import make_model
+    from cape.lab.experiments.vision.model import make_model
 
     cfg = resolve_config(
         VisionConfig,
@@ -152,7 +152,7 @@ def test_predict_and_accuracy_match_a_direct_computation():
 
 
 def test_packed_loss_mixes_sizes_in_one_batch():
-    from cape.lab.experiments.vision.run import classify_loss
+    from cape.lab.experiments.vision.model import classify_loss
 
     batches = []
 
@@ -171,7 +171,7 @@ def test_packed_loss_mixes_sizes_in_one_batch():
 
 
 def test_univit_loss_draws_sizes_from_the_list():
-    from cape.lab.experiments.vision.run import classify_loss
+    from cape.lab.experiments.vision.model import classify_loss
 
     seen = []
 
@@ -281,7 +281,7 @@ def test_experiment_end_to_end(tiny_run):
 
 def test_experiment_rerun_resumes_without_training(tiny_run, monkeypatch):
     out, args = tiny_run
-    import cape.lab.experiments.vision.run as vision
+    from cape.lab.experiments.vision.experiment import VISION as vision
 
     def boom(*a, **k):
         raise AssertionError("a finished run was trained again")
@@ -331,7 +331,7 @@ def test_runs_restored_from_eval_json_alone(tiny_run, tmp_path, monkeypatch, cap
     for a later session to report them and add rows or seeds without training them again."""
     import shutil
 
-    import cape.lab.experiments.vision.run as vision
+    from cape.lab.experiments.vision.experiment import VISION as vision
 
     out, args = tiny_run
     # a run still training (settings.json, no eval.json yet) stays out of the archive; in a
@@ -393,20 +393,14 @@ def test_train_and_eval_commands(tiny_run, capsys):
     assert cli(["train", "vision", *args, "--out", str(run), "--row", "nope"]) == 2
 
 
-def test_registry_names_modules():
-    import importlib
+def test_registry_holds_one_complete_experiment_per_name():
+    from cape.lab.experiments import Experiment
 
-    for exp in EXPERIMENTS.values():
-        mod = importlib.import_module(exp.module)
-        for name in (
-            "run_experiment",
-            "train_run",
-            "load_run",
-            "eval_records",
-            "run_dir",
-            "redraw",
-        ):
-            assert hasattr(mod, name)
+    for name, exp in EXPERIMENTS.items():
+        assert isinstance(exp, Experiment) and exp.name == name
+        assert not type(exp).__abstractmethods__, f"{name} leaves {type(exp).__abstractmethods__}"
+        cfg, mapping = resolve_config(exp.config_cls, exp.presets, exp.default_preset)
+        assert isinstance(cfg, exp.config_cls) and mapping["rows"]
 
 
 @pytest.mark.slow

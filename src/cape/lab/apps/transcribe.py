@@ -9,7 +9,7 @@ A trained run folder holds `model.json` ({"model": CTCModel keywords, "features"
     result = evaluate_folder(model, spec, "my_wavs", "my_wavs/transcripts.tsv")
 
 Utterances are decoded one at a time (batch size 1, as CAPE evaluates), so no padding can change
-a result. `cape transcribe` (`transcribe_main`) is the command-line front end.
+a result. `cape transcribe` (`cape.lab.apps.transcribe_cli`) is the command-line front end.
 """
 
 from __future__ import annotations
@@ -43,7 +43,6 @@ __all__ = [
     "transcribe",
     "read_transcripts",
     "evaluate_folder",
-    "transcribe_main",
 ]
 
 SPEC_FILE = "model.json"
@@ -302,13 +301,3 @@ def evaluate_folder(
         "items": items,
         "unlisted": unlisted,
     }
-
-
-# -- command line ------------------------------------------------------------------------------
-def transcribe_main(argv: list[str]) -> int:
-    """`cape transcribe MODEL AUDIO...`: print `name<TAB>text` per WAV file, or with
-    `--transcripts TSV` score one folder (see `cape.lab.apps.transcribe_cli`). Returns 0; raises
-    ValueError (or FileNotFoundError) for bad usage."""
-    from cape.lab.apps.transcribe_cli import main
-
-    return main(argv)

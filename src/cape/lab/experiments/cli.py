@@ -7,7 +7,6 @@ Configs: `--preset NAME` (default: the experiment's quick preset), then each `--
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from typing import Any
 from cape.lab.arguments import ArgumentParser, check_out_folder
 from cape.lab.config import from_mapping
 from cape.lab.errors import UsageError
-from cape.lab.experiments import EXPERIMENTS, resolve_config
+from cape.lab.experiments import EXPERIMENTS, Experiment, resolve_config
 from cape.lab.experiments.template import archive_runs, finished_rows, read_results
 
 __all__ = ["experiment_main", "train_main", "eval_main", "plot_main"]
@@ -79,7 +78,9 @@ def _resolve(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Path]:
     return cfg, mapping, args.out or Path("runs") / cfg.name
 
 
-def _keep_rows(exp: Any, mapping: dict[str, Any], names: list[str]) -> tuple[Any, dict[str, Any]]:
+def _keep_rows(
+    exp: Experiment, mapping: dict[str, Any], names: list[str]
+) -> tuple[Any, dict[str, Any]]:
     """The config and mapping with only the rows `names`."""
     mapping = {**mapping, "rows": [r for r in mapping["rows"] if r["name"] in names]}
     ev = mapping.get("eval", {})  # eval lists of row names (e.g. hop_rows) keep the chosen
@@ -87,10 +88,6 @@ def _keep_rows(exp: Any, mapping: dict[str, Any], names: list[str]) -> tuple[Any
         k: [n for n in v if n in names] if k.endswith("_rows") else v for k, v in ev.items()
     }
     return from_mapping(exp.config_cls, mapping), mapping
-
-
-def _module(args: argparse.Namespace) -> Any:
-    return importlib.import_module(EXPERIMENTS[args.name].module)
 
 
 def _row(cfg: Any, args: argparse.Namespace) -> tuple[Any, int]:
@@ -119,7 +116,7 @@ def experiment_main(argv: list[str]) -> int:
                 f"{[r.name for r in cfg.rows]} (see --out, --preset, --rows)"
             )
         cfg, mapping = _keep_rows(EXPERIMENTS[args.name], mapping, names)
-    _module(args).run_experiment(cfg, mapping, out, train=not args.finished)
+    EXPERIMENTS[args.name].run(cfg, mapping, out, train=not args.finished)
     print(f"report: {out / 'report.md'}")
     return 0
 
@@ -129,14 +126,14 @@ def train_main(argv: list[str]) -> int:
     args = _parser("cape train", row=True).parse_args(argv)
     cfg, _, out = _resolve(args)
     check_out_folder(out, "--out")  # before the data are made and training starts
-    mod = _module(args)
+    exp = EXPERIMENTS[args.name]
     row, seed = _row(cfg, args)
-    data = mod.make_data(cfg)
-    _, summary = mod.train_run(cfg, row, seed, out, data)
+    data = exp.make_data(cfg)
+    _, summary = exp.train_run(cfg, row, seed, out, data)
     for key in sorted(summary):
         if isinstance(summary[key], (int, float)):
             print(f"{key:16s} {summary[key]:.4g}")
-    print(f"run: {mod.run_dir(out, row, seed)}")
+    print(f"run: {exp.run_dir(out, row, seed)}")
     return 0
 
 
@@ -144,19 +141,19 @@ def eval_main(argv: list[str]) -> int:
     """Evaluate one trained row and seed as the config says; prints and saves eval.json."""
     args = _parser("cape eval", row=True).parse_args(argv)
     cfg, _, out = _resolve(args)
-    mod = _module(args)
+    exp = EXPERIMENTS[args.name]
     row, seed = _row(cfg, args)
-    run = mod.run_dir(out, row, seed)
+    run = exp.run_dir(out, row, seed)
     if not run.is_dir():  # before the data are made: they can take minutes
         raise UsageError(
             f"no run {str(run)!r}: train it first (cape train {args.name} --row {row.name} "
             f"--seed {seed} with the same --out, --preset, --config and --set)"
         )
     check_out_folder(run, "the run folder")  # eval_only.json goes there
-    data = mod.make_data(cfg)
-    model = mod.load_run(cfg, row, seed, out, data)
-    records = mod.eval_records(cfg, row, seed, model, data, next(model.parameters()).device)
-    print(mod.format_records(records))
+    data = exp.make_data(cfg)
+    model = exp.load_run(cfg, row, seed, out, data)
+    records = exp.eval_records(cfg, row, seed, model, data, next(model.parameters()).device)
+    print(exp.format_records(records))
     from cape.lab.report import write_json
 
     write_json(run / "eval_only.json", {"records": records})
@@ -192,7 +189,7 @@ def plot_main(argv: list[str]) -> int:
             f"{args.folder / 'results.json'} names experiment {name!r}; "
             f"known: {sorted(EXPERIMENTS)}"
         )
-    print(f"report: {importlib.import_module(EXPERIMENTS[name].module).redraw(args.folder)}")
+    print(f"report: {EXPERIMENTS[name].redraw(args.folder)}")
     if args.archive is not None:
         print(f"archived {len(archive_runs(args.folder, args.archive))} files to {args.archive}")
     return 0

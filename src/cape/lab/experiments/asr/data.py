@@ -60,17 +60,9 @@ def ensure_corpus(cfg: DataConfig) -> Path:
     """Make (or finish) the corpus the config names, on rank 0, then verify it everywhere."""
     root = Path(cfg.root)
     if D.get_rank() == 0:
-        make_speech_corpus(
-            root,
-            train=cfg.train,
-            val=cfg.val,
-            test_per_bin=cfg.test_per_bin,
-            seed=cfg.seed,
-            workers=cfg.workers,
-            snr_db=SNR_DB if cfg.noise else None,
-            text=cfg.text,
-            progress=True,
-        )
+        sizes = {k: getattr(cfg, k) for k in ("train", "val", "test_per_bin", "seed", "workers")}
+        snr_db = SNR_DB if cfg.noise else None
+        make_speech_corpus(root, snr_db=snr_db, text=cfg.text, progress=True, **sizes)
         verify_corpus(root, progress=False)
     D.barrier()
     return root

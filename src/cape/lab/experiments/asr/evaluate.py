@@ -17,10 +17,18 @@ from cape.lab.data.speech.tokens import ctc_beam_decode, ctc_greedy_decode
 from cape.lab.experiments.asr.config import AsrConfig, FeatureConfig, RowConfig
 from cape.lab.experiments.asr.data import AsrData, Utterance
 from cape.lab.experiments.asr.report import NO_POSITIONS
-from cape.lab.metrics import wer_by_bin
+from cape.lab.metrics import error_counts, wer_by_bin
+from cape.lab.train import distributed as D
 from cape.models.asr import CTCModel
 
-__all__ = ["feature_spec", "decode", "eval_records", "without_positions", "format_records"]
+__all__ = [
+    "feature_spec",
+    "decode",
+    "eval_records",
+    "without_positions",
+    "format_records",
+    "val_fn",
+]
 
 
 def feature_spec(features: FeatureConfig) -> dict[str, Any]:
@@ -188,3 +196,25 @@ def format_records(records: list[dict[str, Any]]) -> str:
             f"{r['wer']:.1f} | {r['cer']:.1f} | {speed} |"
         )
     return "\n".join(lines)
+
+
+def val_fn(cfg: AsrConfig, data: AsrData):
+    """eval_fn(model) -> {"wer", "cer"}: corpus WER and CER (%) on val, counts summed over ranks
+    (each rank decodes its shard)."""
+
+    def eval_fn(model: torch.nn.Module) -> dict[str, float]:
+        utts = data.val[D.get_rank() :: D.get_world_size()]
+        hyps, _ = decode(model, utts, cfg.features, batch_size=16)  # type: ignore[arg-type]
+        counts = [error_counts(u.text, h) for u, h in zip(utts, hyps, strict=True)]
+        m = D.all_reduce_mean(
+            {
+                k: float(sum(c[k] for c in counts))
+                for k in ("word_edits", "words", "char_edits", "chars")
+            }
+        )
+        return {
+            "wer": 100.0 * m["word_edits"] / max(m["words"], 1.0),
+            "cer": 100.0 * m["char_edits"] / max(m["chars"], 1.0),
+        }
+
+    return eval_fn

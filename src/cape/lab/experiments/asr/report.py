@@ -2,8 +2,8 @@
 study (Figure 7), ablations, padded vs padding-free (Figures 15-16), WER vs hop and throughput
 (000 Figure 17), each as a table of mean ± std over seeds, with plots.
 
-`write_report(out, results)` writes `results.json`, `report.md` and the PNGs; it is a pure
-function of the results. `redraw(out)` (`cape plot`) re-renders from `results.json`.
+`render(out, results)` writes `report.md` and the PNGs, a pure function of the results (the
+`Experiment` base writes `results.json` first, and `cape plot` renders again from it).
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from cape.lab.experiments.pairs import verdict_pairs
-from cape.lab.experiments.template import plot_ok, read_results, train_cost_table
-from cape.lab.report import Report, claims_table, mean_std, pivot, summarize, write_json
+from cape.lab.experiments.template import plot_ok, train_cost_table
+from cape.lab.report import Report, claims_table, mean_std, pivot, summarize
 
-__all__ = ["write_report", "redraw", "bin_table", "flatness", "paper_claims"]
+__all__ = ["render", "bin_table", "flatness", "paper_claims"]
 
 NO_POSITIONS = "test, positions removed"  # the split name of `asr.without_positions`
 
@@ -41,18 +41,6 @@ ABLATIONS = [
     "rotary+CAPE",
 ]
 PADDING = ["sinpos", "sinpos padding-free", "CAPE λ=1", "CAPE λ=1 padding-free"]
-
-
-def write_report(out: str | Path, results: dict[str, Any]) -> Path:
-    """results.json, the plots and report.md in `out`; returns report.md's path."""
-    out = Path(out)
-    write_json(out / "results.json", results)
-    return _render(out, results)
-
-
-def redraw(out: str | Path) -> Path:
-    """Re-render report.md and the plots of a finished experiment folder (`cape plot`)."""
-    return _render(Path(out), read_results(out))
 
 
 def _bins(records: list[dict[str, Any]]) -> list[str]:
@@ -225,7 +213,7 @@ def _reliance_table(results: dict[str, Any]) -> str | None:
     return "\n".join(lines)
 
 
-def _render(out: Path, results: dict[str, Any]) -> Path:
+def render(out: Path, results: dict[str, Any]) -> Path:
     cfg = results["config"]
     rows = [r["name"] for r in cfg["rows"]]
     m, t, f = cfg["model"], cfg["train"], cfg["features"]

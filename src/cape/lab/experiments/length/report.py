@@ -1,8 +1,8 @@
 """The length experiment's report: accuracy per test length, a verdict written from the numbers,
 and a plot of accuracy against length.
 
-`write_report(out, results)` writes `results.json`, `report.md` and `accuracy_vs_length.png`; it
-is a pure function of the results. `redraw(out)` (`cape plot`) re-renders from `results.json`.
+`render(out, results)` writes `report.md` and `accuracy_vs_length.png`, a pure function of the
+results (the `Experiment` base writes `results.json` first, and `cape plot` renders again from it).
 """
 
 from __future__ import annotations
@@ -12,27 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from cape.lab.experiments.pairs import verdict_pairs
-from cape.lab.experiments.template import plot_ok, read_results, seeds_by_row, train_cost_table
-from cape.lab.report import MISSING, Report, mean_std, summarize, write_json
+from cape.lab.experiments.template import plot_ok, seeds_by_row, train_cost_table
+from cape.lab.report import MISSING, Report, mean_std, summarize
 from cape.lab.stats import welch_t_test
 
-__all__ = ["write_report", "redraw", "length_table", "verdict"]
+__all__ = ["render", "length_table", "verdict"]
 
 MARGIN = 10.0  # points above which a row beats the content-only one (or the position-blind bound)
 KEEP = 0.9  # a row keeps its accuracy at a length if it reaches this share of its 1x accuracy
 ALPHA = 0.05  # Welch's test level, where both groups have >= 2 seeds
-
-
-def write_report(out: str | Path, results: dict[str, Any]) -> Path:
-    """results.json, the plot and report.md in `out`; returns report.md's path."""
-    out = Path(out)
-    write_json(out / "results.json", results)
-    return _render(out, results)
-
-
-def redraw(out: str | Path) -> Path:
-    """Re-render report.md and the plot of a finished experiment folder (`cape plot`)."""
-    return _render(Path(out), read_results(out))
 
 
 def _factor(results: dict[str, Any], length: int) -> str:
@@ -192,7 +180,7 @@ def verdict(results: dict[str, Any]) -> tuple[list[str], str]:
     return said, table
 
 
-def _render(out: Path, results: dict[str, Any]) -> Path:
+def render(out: Path, results: dict[str, Any]) -> Path:
     cfg = results["config"]
     d, m, t, e = cfg["data"], cfg["model"], cfg["train"], cfg["eval"]
     rep = Report(f"Length experiment `{results['name']}`")

@@ -12,7 +12,6 @@ patches), the question token taking the query box's edges.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -323,9 +322,3 @@ PRESETS: dict[str, dict[str, Any]] = {
         "rows": _ROWS,
     },
 }
-
-
-def preset(name: str) -> dict[str, Any]:
-    """A deep copy of preset `name`'s mapping."""
-    check_choice("preset", name, tuple(PRESETS))
-    return copy.deepcopy(PRESETS[name])

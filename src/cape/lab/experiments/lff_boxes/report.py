@@ -1,7 +1,7 @@
 """The LFF boxes experiment's report: Tables 3-4 analogs with Welch t-tests, and a plot.
 
-`write_report(out, results)` writes `results.json`, `report.md` and `seen_vs_unseen.png`; it is
-a pure function of the results. `redraw(out)` (`cape plot`) re-renders from `results.json`.
+`render(out, results)` writes `report.md` and `seen_vs_unseen.png`, a pure function of the
+results (the `Experiment` base writes `results.json` first, and `cape plot` renders again from it).
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from typing import Any
 
 from cape.lab.data.boxes import QUESTIONS
 from cape.lab.experiments.lff_boxes.verdict import verdict
-from cape.lab.experiments.template import plot_ok, read_results, train_cost_table
-from cape.lab.report import Report, mean_std, pivot, summarize, write_json
+from cape.lab.experiments.template import plot_ok, train_cost_table
+from cape.lab.report import Report, mean_std, pivot, summarize
 from cape.lab.stats import welch_t_test
 
-__all__ = ["write_report", "redraw", "main_table"]
+__all__ = ["render", "main_table"]
 
 SETS = {"test_seen": "seen", "test_unseen": "unseen"}
 _ROTARY = (
@@ -24,18 +24,6 @@ _ROTARY = (
     "theta 10, learned frequencies over all 4) of every layer's queries and keys by the edges "
     "in cells, the question token at the query box's edges; nothing is added to the tokens. "
 )
-
-
-def write_report(out: str | Path, results: dict[str, Any]) -> Path:
-    """results.json, the plot and report.md in `out`; returns report.md's path."""
-    out = Path(out)
-    write_json(out / "results.json", results)
-    return _render(out, results)
-
-
-def redraw(out: str | Path) -> Path:
-    """Re-render report.md and the plot of a finished experiment folder (`cape plot`)."""
-    return _render(Path(out), read_results(out))
 
 
 def _cell(cell: dict[str, Any] | None) -> str:
@@ -91,7 +79,7 @@ def main_table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _render(out: Path, results: dict[str, Any]) -> Path:
+def render(out: Path, results: dict[str, Any]) -> Path:
     cfg = results["config"]
     rows = [r["name"] for r in cfg["rows"]]
     d, m, t = cfg["data"], cfg["model"], cfg["train"]

@@ -10,7 +10,6 @@ sizes.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +26,6 @@ __all__ = [
     "EvalConfig",
     "GenerationConfig",
     "PRESETS",
-    "preset",
 ]
 
 
@@ -211,9 +209,3 @@ PRESETS: dict[str, dict[str, Any]] = {
         "rows": _ROWS,
     },
 }
-
-
-def preset(name: str) -> dict[str, Any]:
-    """A deep copy of preset `name`'s mapping."""
-    check_choice("preset", name, tuple(PRESETS))
-    return copy.deepcopy(PRESETS[name])

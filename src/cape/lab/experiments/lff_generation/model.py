@@ -49,6 +49,7 @@ __all__ = [
     "causal_transformer",
     "PixelPositions",
     "PixelTransformer",
+    "generation_loss",
 ]
 
 POSITIONS = ("embed-1d", "sine-1d", "embed-2d", "sine-2d", "lff", "cape2d")
@@ -248,3 +249,11 @@ class PixelTransformer(nn.Module):
     def position_parameters(self) -> int:
         """Learned parameters of the position part (pixel encoding + channel embedding)."""
         return sum(p.numel() for p in self.position.parameters())
+
+
+def generation_loss(
+    model: torch.nn.Module, seqs: torch.Tensor
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """loss_fn of the Trainer: seqs uint8 [B, L] -> (mean NLL in nats, {"bpd"})."""
+    bits = bits_per_dim(model(seqs), seqs)
+    return bits * math.log(2.0), {"bpd": bits.detach()}

@@ -2,8 +2,8 @@
 band over seeds (Figure 3a/3b), the final bpd table (mean ± std, parameters per row),
 `results.json`.
 
-`write_report(out, results)` is a pure function of what the runs produced; `redraw(out)`
-(`cape plot`) re-renders report.md and the PNGs from `results.json`.
+`render(out, results)` writes report.md and the PNGs, a pure function of the results (the
+`Experiment` base writes `results.json` first, and `cape plot` renders again from it).
 
 Confidence intervals are t-based: mean ± t_{0.975, n-1} · std / sqrt(n) over the n seeds (std
 with ddof=1). `t_quantile_975` is scipy.stats.t.ppf(0.975, df) to 3 decimals, as statistics
@@ -19,10 +19,10 @@ from typing import Any
 
 from scipy import stats
 
-from cape.lab.experiments.template import plot_ok, read_results, train_cost_table
-from cape.lab.report import Report, mean_std, pivot, summarize, write_json
+from cape.lab.experiments.template import plot_ok, train_cost_table
+from cape.lab.report import Report, mean_std, pivot, summarize
 
-__all__ = ["t_quantile_975", "confidence_cells", "write_report", "redraw"]
+__all__ = ["t_quantile_975", "confidence_cells", "render"]
 
 
 def t_quantile_975(df: int) -> float:
@@ -43,18 +43,6 @@ def confidence_cells(
         half = t_quantile_975(n - 1) * c["std"] / math.sqrt(n) if n > 1 else 0.0
         c.update(ci=half, lo=c["mean"] - half, hi=c["mean"] + half)
     return cells
-
-
-def write_report(out: str | Path, results: dict[str, Any]) -> Path:
-    """results.json, the PNGs and report.md in `out`; returns report.md's path."""
-    out = Path(out)
-    write_json(out / "results.json", results)
-    return _render(out, results)
-
-
-def redraw(out: str | Path) -> Path:
-    """Re-render report.md and the plots of a finished experiment folder (`cape plot`)."""
-    return _render(Path(out), read_results(out))
 
 
 def _final_table(
@@ -101,7 +89,7 @@ def _findings(curve: list[dict[str, Any]], final: list[dict[str, Any]]) -> str:
     )
 
 
-def _render(out: Path, results: dict[str, Any]) -> Path:
+def render(out: Path, results: dict[str, Any]) -> Path:
     cfg = results["config"]
     rows = [r["name"] for r in cfg["rows"]]
     positions = {

@@ -2,8 +2,8 @@
 buckets (Table 2 / Figure 8 analog), and the NLL per output position on stacked sentences
 (slides 30-31), each as mean ± std over seeds, with plots.
 
-`write_report(out, results)` writes `results.json`, `report.md` and the PNGs; a pure function
-of the results. `redraw(out)` (`cape plot`) re-renders from `results.json`.
+`render(out, results)` writes `report.md` and the PNGs, a pure function of the results (the
+`Experiment` base writes `results.json` first, and `cape plot` renders again from it).
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from cape.lab.experiments.template import plot_ok, read_results, seeds_by_row, train_cost_table
+from cape.lab.experiments.template import plot_ok, seeds_by_row, train_cost_table
 from cape.lab.experiments.translation.verdict import verdict
-from cape.lab.report import Report, pivot, summarize, write_json
+from cape.lab.report import Report, pivot, summarize
 
-__all__ = ["write_report", "redraw", "bleu_table", "nll_table", "nll_curve_cells"]
+__all__ = ["render", "bleu_table", "nll_table", "nll_curve_cells"]
 
 _COLUMNS = [
     ("test", "all"),
@@ -38,18 +38,6 @@ _LABELS = {
     ("test_41+", "all"): "41+ words",
 }
 _SMOOTH = 8  # output positions per point of the NLL curves
-
-
-def write_report(out: str | Path, results: dict[str, Any]) -> Path:
-    """results.json, the plots and report.md in `out`; returns report.md's path."""
-    out = Path(out)
-    write_json(out / "results.json", results)
-    return _render(out, results)
-
-
-def redraw(out: str | Path) -> Path:
-    """Re-render report.md and the plots of a finished experiment folder (`cape plot`)."""
-    return _render(Path(out), read_results(out))
 
 
 def _rows(results: dict[str, Any]) -> list[str]:
@@ -111,7 +99,7 @@ def nll_curve_cells(results: dict[str, Any]) -> list[dict[str, Any]]:
     return summarize(recs, ["row", "position"], "nll") if recs else []
 
 
-def _render(out: Path, results: dict[str, Any]) -> Path:
+def render(out: Path, results: dict[str, Any]) -> Path:
     cfg = results["config"]
     m, t, e = cfg["model"], cfg["train"], cfg["eval"]
     d = results.get("data", {})

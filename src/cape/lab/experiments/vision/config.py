@@ -385,9 +385,3 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 PRESETS["peers"] = {**copy.deepcopy(PRESETS["quick"]), **PRESETS["peers"]}
-
-
-def preset(name: str) -> dict[str, Any]:
-    """A deep copy of preset `name`'s mapping."""
-    check_choice("preset", name, tuple(PRESETS))
-    return copy.deepcopy(PRESETS[name])

@@ -28,9 +28,11 @@ from cape.models.vit import ViT
 
 __all__ = [
     "predict",
+    "rank_slice",
     "throughput",
     "accuracy",
     "eval_records",
+    "format_records",
     "extent_for",
     "round_to_patch",
     "native_targets",
@@ -90,7 +92,8 @@ def native_targets(native: list[int], low: int, high: int, strategy: str, patch:
     raise ValueError(f"strategy must be 'fixed S', 'min', 'max' or 'original', got {strategy!r}")
 
 
-def _shard(n: int) -> slice:
+def rank_slice(n: int | None = None) -> slice:
+    """This rank's share of a sequence (every world-size-th item from its rank)."""
     return slice(D.get_rank(), n, D.get_world_size())
 
 
@@ -173,7 +176,7 @@ def eval_records(
     for split in sets:
         for size in progress(sizes, desc=f"eval {row.name} {split}"):
             x, y = data.tensors(split, size)
-            sh = _shard(len(y))
+            sh = rank_slice(len(y))
             probs, ips = predict(model, x[sh], bs, device=device)
             acc = accuracy(probs, y[sh])
             out.append(
@@ -223,7 +226,7 @@ def eval_records(
             for s in tta_sizes(size, patch):
                 if s not in probs_at:
                     x, y = data.tensors("test", s)
-                    probs_at[s] = predict(model, x[_shard(len(y))], bs, device=device)[0]
+                    probs_at[s] = predict(model, x[rank_slice(len(y))], bs, device=device)[0]
                 total = probs_at[s] if total is None else total + probs_at[s]
             y = data.tensors("test", size)[1]
             out.append(
@@ -232,7 +235,7 @@ def eval_records(
                     "set": "test",
                     "size": size,
                     "method": "tta",
-                    "acc": accuracy(total, y[_shard(len(y))]),
+                    "acc": accuracy(total, y[rank_slice(len(y))]),
                     "images_per_s": None,
                 }
             )
@@ -246,7 +249,7 @@ def _native_records(
 ) -> list[dict[str, Any]]:
     """Accuracy per native-size bin for each resize strategy (CAPE Table 5)."""
     images, labels = data.native()
-    sh = _shard(len(labels))
+    sh = rank_slice(len(labels))
     images, labels = images[sh], labels[sh]
     native = [int(im.shape[0]) for im in images]
     edges = cfg.eval.native_bins
@@ -279,3 +282,14 @@ def _native_records(
                 }
             )
     return out
+
+
+def format_records(records: list[dict[str, Any]]) -> str:
+    """The evaluation records as a markdown table (what `cape eval vision` prints)."""
+    lines = ["| set | size | method | acc % | images/s |", "|---|---|---|---|---|"]
+    for r in records:
+        ips = "" if r["images_per_s"] is None else f"{r['images_per_s']:.0f}"
+        lines.append(
+            f"| {r['set']} | {r['size'] or r['bin']} | {r['method']} | {r['acc']:.2f} | {ips} |"
+        )
+    return "\n".join(lines)

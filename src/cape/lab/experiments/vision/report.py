@@ -1,7 +1,7 @@
-"""The vision experiment's report: tables (mean +- std over seeds), plots, `results.json`.
+"""The vision experiment's report: tables (mean +- std over seeds), plots, position maps.
 
-`write_report(out, results, maps)` is a pure function of what the runs produced; `redraw(out)`
-(`cape plot`) re-renders report.md and the PNGs from `results.json` and `maps.npz`.
+`render(out, results, maps)` is a pure function of what the runs produced; without `maps`
+(`cape plot`) it draws the figures from the folder's `maps.npz` (`save_maps`).
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from cape.lab.experiments.template import plot_ok, read_results, train_cost_table
+from cape.lab.experiments.template import plot_ok, train_cost_table
 from cape.lab.experiments.vision.config import RowConfig
 from cape.lab.experiments.vision.verdict import removed_table_cells, verdict
 from cape.lab.io import atomic_write
-from cape.lab.report import Report, claims_table, mean_std, pivot, summarize, write_json
+from cape.lab.report import Report, claims_table, mean_std, pivot, summarize
 from cape.models.vit import ViT
 
-__all__ = ["position_maps", "saved_maps", "row_maps", "write_report", "redraw", "paper_claims"]
+__all__ = ["position_maps", "saved_maps", "row_maps", "save_maps", "render", "paper_claims"]
 
 FIGURE13 = ("abspos2d", "sinpos2d", "cape2d")
 
@@ -67,19 +67,10 @@ def _rows(results: dict[str, Any]) -> list[str]:
     return [r["name"] for r in results["config"]["rows"]]
 
 
-def write_report(out: str | Path, results: dict[str, Any], maps: dict[str, np.ndarray]) -> Path:
-    """results.json, maps.npz, the PNGs and report.md in `out`; returns report.md's path."""
-    out = Path(out)
-    write_json(out / "results.json", results)
+def save_maps(out: Path, maps: dict[str, np.ndarray]) -> None:
+    """maps.npz in `out`, when there are maps (what `render` draws the figures from later)."""
     if maps:
         atomic_write(out / "maps.npz", lambda tmp: np.savez(open(tmp, "wb"), **maps))
-    return _render(out, results, maps)
-
-
-def redraw(out: str | Path) -> Path:
-    """Re-render report.md and the plots of a finished experiment folder (`cape plot`)."""
-    out = Path(out)
-    return _render(out, read_results(out), saved_maps(out))
 
 
 def saved_maps(out: str | Path) -> dict[str, np.ndarray]:
@@ -97,7 +88,11 @@ def row_maps(maps: dict[str, np.ndarray], row: str) -> dict[str, np.ndarray]:
     return {k: v for k, v in maps.items() if k.split("|")[1] == row}
 
 
-def _render(out: Path, results: dict[str, Any], maps: dict[str, np.ndarray]) -> Path:
+def render(out: Path, results: dict[str, Any], maps: dict[str, np.ndarray] | None = None) -> Path:
+    """report.md and the PNGs in `out` from `results` and the position `maps` (None: those of
+    `out`'s maps.npz, as `cape plot` redraws); returns report.md's path."""
+    if maps is None:
+        maps = saved_maps(out)
     cfg = results["config"]
     rows, seeds = _rows(results), cfg["seeds"]
     sizes_of_rows = [r.get("train_size", 32) for r in cfg["rows"]]
