@@ -233,9 +233,14 @@ def test_cape_rows_augment_only_in_training():
     for name in ("CAPE", "rotary+CAPE", "ALiBi+CAPE", "FIRE+CAPE"):
         torch.manual_seed(0)
         model = exp.make_model(cfg, cfg.row(name))
-        assert model.augmentation is not None and model.augmentation.random
-        # taken over from the encodings: one draw per sequence for every layer
-        assert all(getattr(m, "augmentation", None) is None for m in model.encoder.modules())
+        plan = model.encoder.plan
+        if plan.in_attention:  # the stack draws once per sequence for every layer
+            assert plan.stack_augmentation is not None and plan.stack_augmentation.random
+            assert all(
+                getattr(m, "augmentation", None) is None for m in model.encoder.layers.modules()
+            )
+        else:  # the input encoding draws once per sequence itself
+            assert plan.absolute.augmentation is not None and plan.absolute.augmentation.random
         model.train()
         assert not torch.allclose(model(batch), model(batch))
         model.eval()
