@@ -10,6 +10,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 from cape.lab import arguments
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,21 +59,26 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def _runtime_imports(body: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
+def _runtime_imports(
+    body: list[ast.stmt], functions: bool = False
+) -> Iterator[ast.Import | ast.ImportFrom]:
     """Imports that run when the module is imported: module level, class bodies, both arms of
-    if/try/with, but not function bodies nor `if TYPE_CHECKING:` blocks."""
+    if/try/with, but not `if TYPE_CHECKING:` blocks, nor function bodies unless `functions`
+    (imports that run when the function is called)."""
     for stmt in body:
         if isinstance(stmt, (ast.Import, ast.ImportFrom)):
             yield stmt
         elif isinstance(stmt, ast.If):
             if not _is_type_checking(stmt.test):
-                yield from _runtime_imports(stmt.body)
-            yield from _runtime_imports(stmt.orelse)
+                yield from _runtime_imports(stmt.body, functions)
+            yield from _runtime_imports(stmt.orelse, functions)
         elif isinstance(stmt, ast.Try):
             for block in (stmt.body, stmt.orelse, stmt.finalbody, *(h.body for h in stmt.handlers)):
-                yield from _runtime_imports(block)
-        elif isinstance(stmt, (ast.With, ast.ClassDef)):
-            yield from _runtime_imports(stmt.body)
+                yield from _runtime_imports(block, functions)
+        elif isinstance(stmt, (ast.With, ast.ClassDef, ast.For, ast.While)):
+            yield from _runtime_imports(stmt.body, functions)
+        elif functions and isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield from _runtime_imports(stmt.body, functions)
 
 
 def _all_imports(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
@@ -97,16 +104,17 @@ def library_violations(src: Path, allowed: set[str]) -> list[str]:
     return sorted(set(found))
 
 
-def import_graph(src: Path) -> dict[str, set[str]]:
-    """Module -> the modules its import executes. Importing a.b.c runs a, a.b and a.b.c; an
-    edge to the importer's own ancestor package is left out: Python initialises a package
-    before any of its submodules, so that import finds it in sys.modules and runs nothing."""
+def import_graph(src: Path, functions: bool = False) -> dict[str, set[str]]:
+    """Module -> the modules its import executes (with `functions`, or its functions' imports
+    when called). Importing a.b.c runs a, a.b and a.b.c; an edge to the importer's own ancestor
+    package is left out: Python initialises a package before any of its submodules, so that
+    import finds it in sys.modules and runs nothing."""
     modules = _modules(src)
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for module, path in modules.items():
         ancestors = {".".join(module.split(".")[:i]) for i in range(1, module.count(".") + 2)}
         tree = ast.parse(path.read_text(), str(path))
-        for node in _runtime_imports(tree.body):
+        for node in _runtime_imports(tree.body, functions):
             for name in _names(node, module, path.name == "__init__.py"):
                 parts = name.split(".")
                 for i in range(1, len(parts) + 1):
@@ -233,11 +241,35 @@ def test_library_import_loads_no_lab_module() -> None:
     assert [m for m in added if m.startswith("cape.lab") or m.split(".")[0] in LAB_MODULES] == []
 
 
-def test_no_import_cycles() -> None:
-    graph = import_graph(SRC)
+@pytest.mark.parametrize("functions", [False, True], ids=["module-level", "with-functions"])
+def test_no_import_cycles(functions: bool) -> None:
+    graph = import_graph(SRC, functions)
     assert graph["cape"] >= {"cape.functional", "cape.models"}  # the graph is built
     cycles = import_cycles(graph)
     assert cycles == [], "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_function_level_imports_are_in_the_graph(tmp_path: Path) -> None:
+    files = {
+        "pkg/__init__.py": "",
+        "pkg/a.py": "from .b import B\n",
+        "pkg/b.py": "def f():\n    from .a import A\n    return A\nB = 1\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert import_cycles(import_graph(tmp_path)) == []
+    assert import_cycles(import_graph(tmp_path, functions=True)) == [["pkg.a", "pkg.b", "pkg.a"]]
+
+
+def test_library_functions_are_simple() -> None:
+    """No function of the library (outside the lab) over ruff's McCabe complexity 12."""
+    out = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--select", "C901", "--config",
+         "lint.mccabe.max-complexity=12", "--exclude", "src/cape/lab", "src/cape"],
+        capture_output=True, text=True, cwd=SRC.parent,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout
 
 
 def test_no_source_file_over_400_lines() -> None:

@@ -170,6 +170,19 @@ def _check_attention_args(
                 f"rel_value must have shape [{rel_key.shape[0]}, {v.shape[-1]}], "
                 f"got {tuple(rel_value.shape)}"
             )
+    index = _check_index(index, b, tq, tk, rel_key.shape[0])
+    if key_padding_mask is not None:
+        check_tensor("key_padding_mask", key_padding_mask, ndims=(2,))
+        if key_padding_mask.dtype != torch.bool or tuple(key_padding_mask.shape) != (b, tk):
+            raise ValueError(
+                f"key_padding_mask must be bool [{b}, {tk}] (True at real keys), got "
+                f"{key_padding_mask.dtype} {tuple(key_padding_mask.shape)}"
+            )
+    return index
+
+
+def _check_index(index: torch.Tensor, b: int, tq: int, tk: int, buckets: int) -> torch.Tensor:
+    """index: long [B or 1, Tq, Tk] (or [Tq, Tk]) in [0, buckets) -> [B or 1, Tq, Tk]."""
     check_tensor("index", index, ndims=(2, 3))
     if index.dtype != torch.long:
         raise TypeError(
@@ -179,20 +192,12 @@ def _check_attention_args(
         index = index[None]
     if index.shape[0] not in (1, b) or tuple(index.shape[1:]) != (tq, tk):
         raise ValueError(f"index must have shape [{b} or 1, {tq}, {tk}], got {tuple(index.shape)}")
-    buckets = rel_key.shape[0]
     if (
         _may_inspect_values(index)
         and index.numel()
         and not 0 <= index.min() <= index.max() < buckets
     ):
         raise ValueError(f"index must lie in [0, {buckets - 1}] (rows of rel_key)")
-    if key_padding_mask is not None:
-        check_tensor("key_padding_mask", key_padding_mask, ndims=(2,))
-        if key_padding_mask.dtype != torch.bool or tuple(key_padding_mask.shape) != (b, tk):
-            raise ValueError(
-                f"key_padding_mask must be bool [{b}, {tk}] (True at real keys), got "
-                f"{key_padding_mask.dtype} {tuple(key_padding_mask.shape)}"
-            )
     return index
 
 

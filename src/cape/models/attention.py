@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._checks import check_bool, check_int, check_rate
+from .._checks import check_bool, check_int, check_mask, check_rate, check_tensor
 from ..encodings.in_attention import AttentionBias, QKTransform
 from ..functional.relative import allowed_keys
 from ..positions import token_positions
@@ -42,8 +42,6 @@ def attention_mask(
     [B or 1, 1, Tq or 1, 1]); dead rows are opened in the mask (a finite softmax, also in the
     backward) and must be zeroed in the output. (None, None) when nothing is masked.
     """
-    from .._checks import check_mask, check_tensor
-
     check_int("tq", tq, minimum=0)
     check_int("tk", tk, minimum=0)
     check_bool("causal", causal)

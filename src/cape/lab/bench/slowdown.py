@@ -42,8 +42,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields, replace
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 import torch
@@ -52,6 +52,15 @@ from torch import nn
 from cape.encodings.fourier import LearnableFourierFeatures
 from cape.lab.arguments import ArgumentParser, out_folder
 from cape.lab.bench.results import machine, write_results
+from cape.lab.bench.slowdown_rows import (
+    ENCODINGS,
+    PEERS,
+    ROWS,
+    BenchRow,
+    check_label,
+    describe,
+    row_position,
+)
 from cape.lab.bench.table9 import CAPE_TARGET, PAPER_TABLE9, table9_rows
 from cape.lab.bench.timing import time_interleaved
 from cape.models import TransformerDecoder, TransformerEncoder
@@ -76,38 +85,6 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class BenchRow:
-    """One row of the bench: the `cape.build` name and options its label stands for.
-
-    cell: what the cell changes ("length": `num_positions` = the cell's length; "causal":
-    no mean-normalisation in the decoder), "" when nothing.
-    """
-
-    position: str
-    options: Mapping[str, Any] = field(default_factory=dict)
-    cell: str = ""
-
-
-ROWS: dict[str, BenchRow] = {
-    "nopos": BenchRow("nopos"),
-    "relpos-100": BenchRow("relpos", {"max_distance": 100}),
-    "relpos-1000": BenchRow("relpos", {"max_distance": 1000}),
-    "cape1d": BenchRow(
-        "cape1d", {"preset": "text", "max_global_scaling": 1.1, "normalize": True}, "causal"
-    ),
-    "sinpos": BenchRow("sinpos"),
-    "abspos": BenchRow("abspos", {}, "length"),
-    "lff": BenchRow("lff", {"pos_dim": 1}),
-    "rotary": BenchRow("rotary"),
-    # the peers of the 2021 rows, timed on request (`--encodings nopos,sinpos,alibi,fire,xpos`):
-    # two attention biases and xPos (rotary with its per-position scale, trained as such)
-    "alibi": BenchRow("alibi"),
-    "fire": BenchRow("fire"),
-    "xpos": BenchRow("rotary", {"xpos": True}),
-}
-ENCODINGS = ("nopos", "relpos-100", "relpos-1000", "cape1d", "sinpos", "abspos", "lff", "rotary")
-PEERS = ("alibi", "fire", "xpos")
 MODELS = ("layer", "encoder", "decoder")
 DTYPES: dict[str, torch.dtype] = {
     "fp32": torch.float32,
@@ -151,36 +128,6 @@ PRESETS: dict[str, SlowdownConfig] = {
 }
 
 
-def _check_label(encoding: object) -> str:
-    if encoding not in ROWS:
-        raise ValueError(
-            f"encoding must be one of the bench's labels {list(ROWS)}, got {encoding!r}"
-        )
-    return encoding  # type: ignore[return-value]
-
-
-def row_position(encoding: str, kind: str, max_length: int) -> tuple[str, dict[str, Any]]:
-    """The `cape.build` name and options of the label `encoding` in a `kind` model whose
-    longest input is `max_length` tokens (`ROWS`, with what the cell changes)."""
-    row = ROWS[_check_label(encoding)]
-    options = dict(row.options)
-    if row.cell == "length":  # one table row per position of the cell
-        options["num_positions"] = max_length
-    elif row.cell == "causal" and kind == "decoder":
-        # mean-normalisation looks at later tokens: a causal decoder must not use it
-        options["normalize"] = False
-    return row.position, options
-
-
-def describe(encoding: str) -> str:
-    """`label = name(options)`, as the module docstring and `--help` list the labels."""
-    row = ROWS[_check_label(encoding)]
-    opts = [f"{k}={v!r}".replace("'", '"') for k, v in row.options.items()]
-    if row.cell == "length":
-        opts.append("num_positions=<the cell's length>")
-    return f"{encoding} = {row.position}" + (f"({', '.join(opts)})" if opts else "")
-
-
 def build_model(
     kind: str, encoding: str, cfg: SlowdownConfig, *, max_length: int = 1000
 ) -> nn.Module:
@@ -192,7 +139,7 @@ def build_model(
     """
     if kind not in MODELS:
         raise ValueError(f"kind must be one of {list(MODELS)}, got {kind!r}")
-    _check_label(encoding)
+    check_label(encoding)
     if not isinstance(max_length, int) or max_length < 1:
         raise ValueError(f"max_length must be an int >= 1, got {max_length!r}")
     name, position_options = row_position(encoding, kind, max_length)
