@@ -7,7 +7,7 @@ without knowing the class:
   dot products, `forward(q, k, *, positions, k_positions, mask, k_mask, generator) -> (q, k)`.
   An attention has one such slot (`rotary=`).
 - `AttentionBias` (`ALiBi`, `FIRE`, `RelPos` as Shaw's key term): adds a bias to the logits,
-  `attention_bias(q, k, q_positions, k_positions, ...) -> [B or 1, H, Tq, Tk]`. An attention
+  `attention_bias(call) -> [B or 1, H, Tq, Tk]` of one call (`BiasCall`). An attention
   takes a list of them (`biases=`); their biases add up. A bias whose `adds_values` is True
   (`RelPos(values=True)`) also adds a term to the output (`value_term`).
 
@@ -20,6 +20,7 @@ next (a decoder's key/value cache).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -29,7 +30,13 @@ from .._checks import check_int
 from ..augment import Augmentation
 from ..positions import token_positions
 
-__all__ = ["InAttentionEncoding", "QKTransform", "AttentionBias", "check_augmentation_arg"]
+__all__ = [
+    "InAttentionEncoding",
+    "QKTransform",
+    "AttentionBias",
+    "BiasCall",
+    "check_augmentation_arg",
+]
 
 
 def check_augmentation_arg(augmentation: object) -> Augmentation | None:
@@ -75,6 +82,28 @@ class QKTransform(InAttentionEncoding):
     head_dim: int
 
 
+@dataclasses.dataclass(frozen=True)
+class BiasCall:
+    """One attention call as its biases see it.
+
+    q: [B, H, Tq, d], k: [B, H, Tk, d]. q_positions / k_positions: [B or 1, T(, M)] or None
+    (token indices). self_attention: the keys are the queries (k_positions unused: one
+    augmentation draw for both). mask / k_mask: [B, Tq] / [B, Tk] bool, True at real tokens,
+    used where they describe the positions. allowed: [B or 1, 1, Tq or 1, Tk] bool, the keys
+    each query sees (None = all). generator: for augmentation draws.
+    """
+
+    q: torch.Tensor
+    k: torch.Tensor
+    q_positions: torch.Tensor | None
+    k_positions: torch.Tensor | None
+    self_attention: bool
+    mask: torch.Tensor | None = None
+    k_mask: torch.Tensor | None = None
+    allowed: torch.Tensor | None = None
+    generator: torch.Generator | None = None
+
+
 class AttentionBias(InAttentionEncoding):
     """Protocol: an additive bias on the logits of `heads` heads, from positions (ALiBi, FIRE)
     or from the queries and positions (relpos).
@@ -115,30 +144,11 @@ class AttentionBias(InAttentionEncoding):
     ) -> torch.Tensor:
         raise NotImplementedError
 
-    def attention_bias(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        q_positions: torch.Tensor | None,
-        k_positions: torch.Tensor | None,
-        *,
-        self_attention: bool,
-        mask: torch.Tensor | None = None,
-        k_mask: torch.Tensor | None = None,
-        allowed: torch.Tensor | None = None,
-        generator: torch.Generator | None = None,
-    ) -> torch.Tensor:
-        """The bias of one attention call of q [B, H, Tq, d] over k [B, H, Tk, d] -> float32
-        [1, H, Tq, Tk] when the positions are shared by the batch (None without a draw: token
-        indices 0..T-1) and the bias reads no key mask, else [B, H, Tq, Tk].
-
-        q_positions / k_positions: [B or 1, T(, 1)] or None (token indices). self_attention:
-        the keys are the queries (k_positions unused: one augmentation draw for both). mask /
-        k_mask: [B, Tq] / [B, Tk] bool, True at real tokens, used where they describe the
-        positions. allowed: [B or 1, 1, Tq or 1, Tk] bool, the keys each
-        query sees (None = all).
-        """
-        (b, _, tq, _), tk, device = q.shape, k.shape[2], q.device
+    def attention_bias(self, call: BiasCall) -> torch.Tensor:
+        """The bias of one attention call (`BiasCall`) -> float32 [1, H, Tq, Tk] when the
+        positions are shared by the batch (None without a draw: token indices 0..T-1) and the
+        bias reads no key mask, else [B, H, Tq, Tk]."""
+        (b, _, tq, _), tk, device = call.q.shape, call.k.shape[2], call.q.device
 
         def default(t: int, m: torch.Tensor | None) -> torch.Tensor:
             if self.drawing:  # per-sample draws: one row of positions per sample
@@ -148,33 +158,24 @@ class AttentionBias(InAttentionEncoding):
         def fits(pos: torch.Tensor, m: torch.Tensor | None) -> torch.Tensor | None:
             return m if m is not None and tuple(pos.shape[:2]) == tuple(m.shape) else None
 
-        qp = default(tq, mask) if q_positions is None else q_positions
-        kp = k_positions if not self_attention else None
+        mask, k_mask = call.mask, call.k_mask
+        qp = default(tq, mask) if call.q_positions is None else call.q_positions
+        kp = None if call.self_attention else call.k_positions
         for name, pos, t in (("q_positions", qp, tq), ("k_positions", kp, tk)):
             if pos is not None and (pos.shape[0] not in (1, b) or pos.shape[1] != t):
                 raise ValueError(
                     f"{name} must have shape [{b} or 1, {t}(, 1)] for the attention bias, "
                     f"got {tuple(pos.shape)}"
                 )
-        if self_attention:
-            return self.bias_of(qp, None, fits(qp, mask), None, allowed, generator)
+        if call.self_attention:
+            return self.bias_of(qp, None, fits(qp, mask), None, call.allowed, call.generator)
         kp = default(tk, k_mask) if kp is None else kp
-        return self.bias_of(qp, kp, fits(qp, mask), fits(kp, k_mask), allowed, generator)
+        masks = (fits(qp, mask), fits(kp, k_mask))
+        return self.bias_of(qp, kp, *masks, call.allowed, call.generator)
 
-    def value_term(
-        self,
-        probs: torch.Tensor,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        q_positions: torch.Tensor | None,
-        k_positions: torch.Tensor | None,
-        *,
-        self_attention: bool,
-        mask: torch.Tensor | None = None,
-        k_mask: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """The output term of a bias with `adds_values`: probabilities [B, H, Tq, Tk] ->
-        [B, H, Tq, dv] (the other arguments as `attention_bias`)."""
+    def value_term(self, probs: torch.Tensor, call: BiasCall) -> torch.Tensor:
+        """The output term of a bias with `adds_values`: probabilities [B, H, Tq, Tk] of the
+        call -> [B, H, Tq, dv]."""
         raise NotImplementedError(f"{type(self).__name__} adds no value term")
 
     def _bias_repr(self, **fields: Any) -> str:

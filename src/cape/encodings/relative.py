@@ -20,7 +20,7 @@ from ..functional.relative import (
     relpos_attention,
 )
 from ..positions import as_positions
-from .in_attention import AttentionBias
+from .in_attention import AttentionBias, BiasCall
 
 __all__ = ["RelPos"]
 
@@ -103,25 +103,17 @@ class RelPos(AttentionBias):
     def adds_values(self) -> bool:  # type: ignore[override]
         return self.rel_value is not None
 
-    def _table(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        q_positions: torch.Tensor | None,
-        k_positions: torch.Tensor | None,
-        self_attention: bool,
-        mask: torch.Tensor | None,
-        k_mask: torch.Tensor | None,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    def _table(self, call: BiasCall) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """(bucket index [B or 1, Tq, Tk], the key rows, the value rows) of one call: with
         token indices, only the buckets a pair can use (known from the shape: no host sync)."""
-        tq, tk = q.shape[2], k.shape[2]
-        if self_attention:
-            k_positions, k_mask = q_positions, mask
-        qp = self._positions("q_positions", q_positions, tq, q.device, mask)
-        kp = self._positions("k_positions", k_positions, tk, k.device, k_mask)
+        tq, tk = call.q.shape[2], call.k.shape[2]
+        q_pos, k_pos, mask, k_mask = call.q_positions, call.k_positions, call.mask, call.k_mask
+        if call.self_attention:
+            k_pos, k_mask = q_pos, mask
+        qp = self._positions("q_positions", q_pos, tq, call.q.device, mask)
+        kp = self._positions("k_positions", k_pos, tk, call.k.device, k_mask)
         index, rel_key, rel_value = self.index(qp, kp), self.rel_key, self.rel_value
-        if q_positions is None and k_positions is None:  # token indices 0..T-1
+        if q_pos is None and k_pos is None:  # token indices 0..T-1
             used = min(self.k_max, round((max(tq, tk) - 1) / self.step))
             if used < self.k_max:
                 lo, hi = self.k_max - used, self.k_max + used + 1
@@ -129,44 +121,17 @@ class RelPos(AttentionBias):
                 rel_value = None if rel_value is None else rel_value[lo:hi]
         return index, rel_key, rel_value
 
-    def attention_bias(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        q_positions: torch.Tensor | None,
-        k_positions: torch.Tensor | None,
-        *,
-        self_attention: bool,
-        mask: torch.Tensor | None = None,
-        k_mask: torch.Tensor | None = None,
-        allowed: torch.Tensor | None = None,
-        generator: torch.Generator | None = None,
-    ) -> torch.Tensor:
+    def attention_bias(self, call: BiasCall) -> torch.Tensor:
         """Shaw's key term q_i . a_ij / sqrt(d) -> [B, H, Tq, Tk] in q's dtype (the bias
-        protocol; arguments as `AttentionBias.attention_bias`)."""
-        index, rel_key, _ = self._table(
-            q, k, q_positions, k_positions, self_attention, mask, k_mask
-        )
-        return relative_logits(q, rel_key, index)
+        protocol)."""
+        index, rel_key, _ = self._table(call)
+        return relative_logits(call.q, rel_key, index)
 
-    def value_term(
-        self,
-        probs: torch.Tensor,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        q_positions: torch.Tensor | None,
-        k_positions: torch.Tensor | None,
-        *,
-        self_attention: bool,
-        mask: torch.Tensor | None = None,
-        k_mask: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    def value_term(self, probs: torch.Tensor, call: BiasCall) -> torch.Tensor:
         """Shaw's value term sum_j p_ij a^V_ij: probabilities [B, H, Tq, Tk] -> [B, H, Tq, d]."""
-        index, _, rel_value = self._table(
-            q, k, q_positions, k_positions, self_attention, mask, k_mask
-        )
+        index, _, rel_value = self._table(call)
         assert rel_value is not None
-        return relative_values(probs, rel_value, index, q.dtype)
+        return relative_values(probs, rel_value, index, call.q.dtype)
 
     def forward(
         self,

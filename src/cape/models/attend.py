@@ -25,7 +25,7 @@ from .._checks import (
     check_tensor,
     max_abs,
 )
-from ..encodings.in_attention import AttentionBias, QKTransform
+from ..encodings.in_attention import AttentionBias, BiasCall, QKTransform
 
 if TYPE_CHECKING:
     from .attention import MultiheadAttention
@@ -216,17 +216,16 @@ def attend(
     """Attention of q [B, H, Tq, d] over k, v [B, H, Tk, d] with the biases of `attn` added ->
     [B, H, Tq, dv]. allowed: [B or 1, 1, Tq or 1, Tk] bool (None = all); rows with no visible
     key give 0. positions: (q, k) of the biases; ctx: `self_attention`, `mask`, `k_mask`."""
+    call = BiasCall(q, k, *positions, allowed=allowed, generator=generator, **ctx)
     bias = None
     for enc in attn.biases:
-        term = enc.attention_bias(q, k, *positions, allowed=allowed, generator=generator, **ctx)
+        term = enc.attention_bias(call)
         bias = term if bias is None else bias + term
     if any(enc.adds_values for enc in attn.biases):
         out, probs = _explicit_attention(q, k, v, bias, allowed, p_drop)
         for enc in attn.biases:
             if enc.adds_values:
-                qp, kp = positions
-                extra = {key: ctx[key] for key in ("self_attention", "mask", "k_mask")}
-                out = out + enc.value_term(probs, q, k, qp, kp, **extra).to(out.dtype)
+                out = out + enc.value_term(probs, call).to(out.dtype)
         return out
     if bias is not None:
         return biased_attention(q, k, v, bias, allowed, p_drop)
