@@ -136,7 +136,8 @@ def test_plan_refuses_bad_options() -> None:
 def test_vit_rotary_layers_share_one_draw() -> None:
     torch.manual_seed(0)
     vit = ViT(4, image_size=16, patch=4, dim=32, depth=3, heads=2, position="rotary2d",
-              position_options={"augmentation": {"max_global_shift": 0.5, "max_global_scaling": 1.4}})  # fmt: skip
+              position_options={"augmentation": {"max_global_shift": 0.5,
+                                                 "max_global_scaling": 1.4}})  # fmt: skip
     seen, _ = _positions_seen(vit)
     vit.train()(torch.randn(2, 3, 16, 16), generator=torch.Generator().manual_seed(0))
     assert len(seen) == 3 and all(torch.equal(p, seen[0]) for p in seen)
