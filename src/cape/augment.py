@@ -33,7 +33,14 @@ from ._checks import (
     max_abs,
 )
 
-__all__ = ["Augmentation", "mean_normalize", "augment_positions", "augment_pair"]
+__all__ = [
+    "Augmentation",
+    "check_augmentation",
+    "AUGMENTATION_FIELDS",
+    "mean_normalize",
+    "augment_positions",
+    "augment_pair",
+]
 
 Amount = float | Sequence[float] | torch.Tensor
 
@@ -54,6 +61,13 @@ class Augmentation:
     normalize: bool = False
 
     def __post_init__(self) -> None:
+        if isinstance(self.max_local_shift, str) and self.max_local_shift == "auto":
+            raise TypeError(
+                "max_local_shift='auto' (emax = extent/N per axis of the grid being encoded) is "
+                "not an Augmentation value: it is CAPE2d's option "
+                "CAPE2d(dim, augmentation=..., auto_local_shift=True), or 'auto' among "
+                "cape.build('cape2d', ...)'s fields"
+            )
         object.__setattr__(
             self, "max_global_shift", _check_amount("max_global_shift", self.max_global_shift)
         )
@@ -93,6 +107,19 @@ class Augmentation:
             generator=generator,
             name=name,
         )
+
+
+# the fields, as keywords of `cape.build` and keys of config files (`cape.PRESETS` too)
+AUGMENTATION_FIELDS = ("max_global_shift", "max_local_shift", "max_global_scaling", "normalize")
+
+
+def check_augmentation(value: object, name: str = "augmentation") -> Augmentation | None:
+    """The one check of an encoding's `augmentation=` argument: a `cape.Augmentation` or None,
+    returned as it is. Anything else (a mapping of the fields included: that is the form of
+    `cape.build` and config files) raises TypeError naming the argument `name`."""
+    if value is None or isinstance(value, Augmentation):
+        return value
+    raise TypeError(f"{name} must be a cape.Augmentation or None, got {value!r}")
 
 
 def _check_amount(name: str, v: float | Sequence[float]) -> float | tuple[float, ...]:

@@ -11,7 +11,9 @@ Every encoding that can be augmented takes CAPE's augmentation the same two ways
 fields as keywords (`max_global_shift`, `max_local_shift`, `max_global_scaling`, `normalize`)
 or `augmentation=` a `cape.Augmentation` or a mapping of its fields (as config files write it).
 `preset` ("text", "audio", "image") gives the papers' values per modality (`cape.PRESETS`);
-explicit options override them.
+explicit options override them. Every class is then made with `augmentation=` a
+`cape.Augmentation` (None when it does nothing); for `cape2d`, max_local_shift="auto" (emax =
+1/N per axis of the grid, the "image" preset's) becomes `CAPE2d(auto_local_shift=True)`.
 """
 
 from __future__ import annotations
@@ -24,23 +26,24 @@ from typing import Any
 from torch import nn
 
 from ._checks import check_int
-from .augment import Augmentation
+from .augment import AUGMENTATION_FIELDS, Augmentation
 from .encodings.alibi import ALiBi
 from .encodings.axial import SineND
 from .encodings.fire import FIRE
 from .encodings.fourier import LearnableFourierFeatures
 from .encodings.learned import AbsPos1d, AbsPos2d, EmbedND
 from .encodings.none import NoPos
+from .encodings.presets import PRESETS, field_options
 from .encodings.relative import RelPos
 from .encodings.rope2d import RoPE2d
 from .encodings.rotary import Rotary
-from .encodings.sinusoidal import PRESETS, CAPE1d, CAPE2d
+from .encodings.sinusoidal import CAPE1d, CAPE2d
 
 __all__ = ["build", "ENCODINGS", "encoding_class", "encoding_options"]
 
-AUGMENTATION_FIELDS = ("max_global_shift", "max_local_shift", "max_global_scaling", "normalize")
-# classes that take the augmentation fields as keywords (the others take `augmentation=`)
-_FLAT = (CAPE1d, CAPE2d, SineND)
+# constructor keywords that the names do not offer: CAPE2d's auto_local_shift is written
+# max_local_shift="auto" among the fields (as presets and configs write it)
+_NOT_OFFERED = ("augmentation", *AUGMENTATION_FIELDS, "cache_size", "auto_local_shift")
 
 
 class Encoding:
@@ -67,7 +70,7 @@ class Encoding:
     def options(self) -> list[str]:
         """The keywords this name accepts (besides dim), in the constructor's order."""
         params = list(inspect.signature(self.cls).parameters)[1:]  # [0]: dim / head_dim
-        skip = {*self.fixed, *self.without, "augmentation", *AUGMENTATION_FIELDS, "cache_size"}
+        skip = {*self.fixed, *self.without, *_NOT_OFFERED}
         names = [p for p in params if p not in skip]
         if self.augments:
             names += [*AUGMENTATION_FIELDS, "augmentation"]
@@ -91,13 +94,8 @@ class Encoding:
             values = dict(PRESETS[preset])
             fields = {k: values.pop(k) for k in AUGMENTATION_FIELDS if k in values} | fields
             options = values | options  # the preset's other values (freq_scale), overridable
-        if issubclass(self.cls, _FLAT):
-            options.update(fields)
-        elif self.augments:
-            aug = Augmentation(**fields) if fields else None
-            options["augmentation"] = (
-                aug if aug is not None and (aug.random or aug.normalize) else None
-            )
+        if self.augments:
+            options.update(field_options(fields, auto_local=issubclass(self.cls, CAPE2d)))
         return self.cls(dim, **self.fixed, **options)
 
     def _augmentation_fields(self, options: dict[str, Any]) -> dict[str, Any]:

@@ -14,7 +14,13 @@ import numpy as np
 import pytest
 import torch
 
-from cape.augment import Augmentation, augment_pair, augment_positions, mean_normalize
+from cape.augment import (
+    Augmentation,
+    augment_pair,
+    augment_positions,
+    check_augmentation,
+    mean_normalize,
+)
 
 
 def gen(seed: int = 0) -> torch.Generator:
@@ -485,3 +491,11 @@ def test_pair_masks_and_errors():
         augment_pair(torch.ones(3, 4, 1), tgt)
     with pytest.raises(ValueError):
         augment_pair(torch.ones(2, 4, 2), tgt)
+
+
+def test_check_augmentation_takes_an_augmentation_or_none_and_names_the_argument():
+    aug = Augmentation(max_global_shift=1.0)
+    assert check_augmentation(aug) is aug and check_augmentation(None) is None
+    for bad in ({"max_global_shift": 1.0}, "aug", 3, (1.0, 0.5)):
+        with pytest.raises(TypeError, match=r"^position_aug must be a cape\.Augmentation or None"):
+            check_augmentation(bad, "position_aug")

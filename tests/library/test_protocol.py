@@ -8,6 +8,7 @@ by name. Expected values are computed here, independently of the encodings' own 
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -108,6 +109,49 @@ def test_options_given_as_fields_or_mapping_build_the_same_augmentation() -> Non
         _make("rotary", augmentation=fields, max_global_shift=1.0)
     with pytest.raises(TypeError, match=r"unknown augmentation field\(s\) \['shift'\]"):
         _make("rotary", augmentation={"shift": 1.0})
+
+
+@pytest.mark.parametrize("name", sorted(ENCODINGS))
+def test_no_name_or_preset_raises_a_deprecation_warning(name: str) -> None:
+    """cape.build hands every class `augmentation=` (never the deprecated flat keywords), with
+    the fields, a mapping, "auto" (cape2d) or the papers' presets."""
+    entry = ENCODINGS[name]
+    cases: list[dict] = [{}]
+    if entry.augments:
+        cases += [
+            {"max_global_shift": 1.0, "max_local_shift": 0.25, "normalize": True},
+            {"augmentation": {"max_global_scaling": 1.2}},
+            {"augmentation": cape.Augmentation(max_global_shift=1.0)},
+        ]
+    cases += [{"preset": p} for p in entry.presets]
+    if name == "cape2d":
+        cases += [{"max_local_shift": "auto"}, {"augmentation": {"max_local_shift": "auto"}}]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        for options in cases:
+            _make(name, **options)
+        if name in ("cape1d", "cape2d"):
+            cls = entry.cls
+            for modality in entry.presets:
+                args = (DIM,) if cls is cape.CAPE2d else (modality, DIM)
+                cls.preset(*args)
+                cls.preset(*args, max_global_shift=2.0)
+                cls.preset(*args, augmentation=cape.Augmentation(max_global_shift=2.0))
+
+
+def test_cape2d_auto_local_shift_is_written_auto_in_the_fields() -> None:
+    for enc in (
+        _make("cape2d", preset="image"),
+        _make("cape2d", max_local_shift="auto"),
+        _make("cape2d", augmentation={"max_local_shift": "auto", "max_global_shift": 0.5}),
+        cape.CAPE2d.preset(DIM),
+    ):
+        assert enc.auto_local and enc.augmentation.max_local_shift == 0.0
+    assert _make("cape2d", preset="image").augmentation == cape.Augmentation(0.5, 0.0, 1.4)
+    assert not _make("cape2d", preset="image", max_local_shift=0.0).auto_local
+    assert "auto_local_shift" not in encoding_options("cape2d")  # the fields' "auto" says it
+    with pytest.raises(TypeError, match="auto_local_shift=True"):
+        _make("rotary2d", max_local_shift="auto")  # 1/N is CAPE2d's
 
 
 def test_presets_are_the_papers_values_for_every_name_that_takes_them() -> None:

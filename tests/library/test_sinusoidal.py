@@ -15,7 +15,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cape.augment import augment_positions
+from cape.augment import Augmentation, augment_positions
 from cape.encodings.axial import SineND
 from cape.encodings.sinusoidal import PRESETS, CAPE1d, CAPE2d
 from cape.functional.sinusoidal import (
@@ -223,7 +223,8 @@ def test_sinusoidal_2d_and_cape2d_positions_match_appendix_a_augmented(rho):
     flat = enc(positions=pos.reshape(b, n * n, 2))
     close(flat, ref.reshape(b, n * n, dim), atol=1e-4)
     # a module with augmentation, in eval mode, uses given positions as they are
-    enc = CAPE2d(dim, rho=rho, max_global_shift=0.5, max_local_shift=0.1).eval()
+    aug = Augmentation(max_global_shift=0.5, max_local_shift=0.1)
+    enc = CAPE2d(dim, rho=rho, augmentation=aug).eval()
     close(enc(positions=pos.reshape(b, n * n, 2)), ref.reshape(b, n * n, dim), atol=1e-4)
 
 
@@ -333,7 +334,7 @@ def test_cape1d_eval_is_sinpos_of_token_indices():
     expected = np_sinusoid_1d(np.arange(t), dim)
     for enc in (
         CAPE1d(dim),
-        CAPE1d(dim, max_global_shift=5.0, max_local_shift=0.5, max_global_scaling=2.0).eval(),
+        CAPE1d(dim, augmentation=Augmentation(5.0, 0.5, 2.0)).eval(),
     ):
         out = enc(torch.zeros(3, t, dim))
         assert out.shape == (3, t, dim)
@@ -343,9 +344,7 @@ def test_cape1d_eval_is_sinpos_of_token_indices():
 def test_cape1d_eval_with_normalisation_is_sinpos_of_centred_positions():
     dim, t = 32, 12
     lengths = torch.tensor([12, 5, 1])
-    enc = CAPE1d(
-        dim, max_global_shift=5.0, max_local_shift=0.5, max_global_scaling=1.5, normalize=True
-    ).eval()
+    enc = CAPE1d(dim, augmentation=Augmentation(5.0, 0.5, 1.5, normalize=True)).eval()
     out = enc(torch.zeros(3, t, dim), lengths=lengths)
     for b, n in enumerate(lengths.tolist()):
         pos = np.arange(n) - (n - 1) / 2
@@ -405,7 +404,7 @@ def test_cape1d_given_positions_and_mask():
 def test_cape1d_train_mode_augments_per_sample_reproducibly():
     dim, t, b = 32, 10, 4
     kw = dict(max_global_shift=5.0, max_local_shift=0.5, max_global_scaling=1.5)
-    enc = CAPE1d(dim, **kw).train()
+    enc = CAPE1d(dim, augmentation=Augmentation(**kw)).train()
     x = torch.zeros(b, t, dim)
     out = enc(x, generator=gen(3))
     assert torch.equal(out, enc(x, generator=gen(3)))
@@ -441,7 +440,7 @@ def test_recover_xy_inverts_the_encoding():
 @pytest.mark.parametrize("height,width", [(3, 5), (6, 2)])
 def test_cape2d_auto_local_shift_is_extent_over_n_per_axis(height, width):
     extent = 0.02  # small, so that the phases do not wrap and positions can be read back
-    enc = CAPE2d(4, max_local_shift="auto", extent=extent).train()
+    enc = CAPE2d(4, auto_local_shift=True, extent=extent).train()
     out = enc(torch.zeros(64, height, width, 4), generator=gen(1))
     grid = np.stack(
         np.meshgrid(np.linspace(-extent, extent, width), np.linspace(-extent, extent, height)), -1
@@ -456,7 +455,7 @@ def test_cape2d_auto_local_shift_is_extent_over_n_per_axis(height, width):
 
 def test_cape2d_auto_local_shift_follows_call_extent():
     height, width, extent = 3, 5, 0.01
-    enc = CAPE2d(4, max_local_shift="auto", extent=0.02).train()
+    enc = CAPE2d(4, auto_local_shift=True, extent=0.02).train()
     out = enc(torch.zeros(64, height, width, 4), extent=extent, generator=gen(1))
     grid = np.stack(
         np.meshgrid(np.linspace(-extent, extent, width), np.linspace(-extent, extent, height)), -1
@@ -466,14 +465,14 @@ def test_cape2d_auto_local_shift_follows_call_extent():
 
 
 def test_cape2d_train_global_shift_and_scale_shared_by_patches():
-    enc = CAPE2d(4, max_global_shift=0.01, extent=0.02).train()
+    enc = CAPE2d(4, augmentation=Augmentation(max_global_shift=0.01), extent=0.02).train()
     out = enc(torch.zeros(8, 3, 4, 4), generator=gen(2))
     grid = np.stack(np.meshgrid(np.linspace(-0.02, 0.02, 4), np.linspace(-0.02, 0.02, 3)), -1)
     delta = recover_xy(out) - grid
     np.testing.assert_allclose(delta, np.broadcast_to(delta[:, :1, :1], delta.shape), atol=1e-6)
     assert np.abs(delta).max() <= 0.01 + 1e-6
     assert np.abs(delta[:, 0, 0, 0] - delta[:, 0, 0, 1]).max() > 1e-4  # separate x and y shifts
-    enc = CAPE2d(4, max_global_scaling=1.5, extent=0.02).train()
+    enc = CAPE2d(4, augmentation=Augmentation(max_global_scaling=1.5), extent=0.02).train()
     xy = recover_xy(enc(torch.zeros(8, 3, 4, 4), generator=gen(2)))
     lam = xy / np.where(grid == 0, np.nan, grid)
     lam0 = np.nanmean(lam, axis=(1, 2, 3))
@@ -484,7 +483,7 @@ def test_cape2d_train_global_shift_and_scale_shared_by_patches():
 
 
 def test_cape2d_auto_needs_a_grid_in_training():
-    enc = CAPE2d(8, max_local_shift="auto").train()
+    enc = CAPE2d(8, auto_local_shift=True).train()
     with pytest.raises(ValueError, match="auto"):
         enc(positions=torch.zeros(1, 4, 2))
     enc.eval()
@@ -565,7 +564,7 @@ def test_cache_size_zero():
 
 
 def _modules_and_inputs():
-    kw = dict(max_global_shift=2.0, max_local_shift=0.3, max_global_scaling=1.3)
+    kw = dict(augmentation=Augmentation(2.0, 0.3, 1.3))
     return [
         (CAPE1d(16).eval(), (2, 7, 16), {}),
         (CAPE1d(16, **kw).train(), (2, 7, 16), {}),
@@ -609,7 +608,9 @@ def test_cape1d_low_precision_is_float32_cast(dtype):
     x32 = torch.zeros(2, p.shape[1], dim)
     for enc in (
         CAPE1d(dim).eval(),
-        CAPE1d(dim, max_global_shift=5.0, max_global_scaling=1.2).train(),
+        CAPE1d(
+            dim, augmentation=Augmentation(max_global_shift=5.0, max_global_scaling=1.2)
+        ).train(),
     ):
         lo = enc(x32.to(dtype), positions=p, generator=gen(1))
         hi = enc(x32, positions=p, generator=gen(1))
@@ -639,7 +640,7 @@ def test_cape2d_and_sine_nd_low_precision_is_float32_cast(dtype):
     enc = CAPE2d.preset(16).train()
     assert torch.equal(enc(x.to(dtype), generator=gen(0)), enc(x, generator=gen(0)).to(dtype))
     p = torch.rand(2, 5, 2) * 1000
-    enc = SineND(16, max_global_shift=3.0).train()
+    enc = SineND(16, augmentation=Augmentation(max_global_shift=3.0)).train()
     xs = torch.zeros(2, 5, 16)
     assert torch.equal(
         enc(xs.to(dtype), positions=p, generator=gen(0)),
@@ -697,12 +698,24 @@ def test_autocast_does_not_change_phases():
         (lambda: CAPE2d(7), "dim"),
         (lambda: CAPE1d(9), "dim"),
         (lambda: CAPE1d(0), "dim"),
-        (lambda: CAPE2d(8, max_global_scaling=0.5), "max_global_scaling"),
-        (lambda: CAPE1d(8, max_global_scaling=0.99), "max_global_scaling"),
-        (lambda: CAPE2d(8, max_global_shift=-0.1), "max_global_shift"),
-        (lambda: CAPE1d(8, max_local_shift=-1.0), "max_local_shift"),
-        (lambda: CAPE2d(8, max_local_shift=(0.1, -0.1)), "max_local_shift"),
-        (lambda: CAPE2d(8, max_local_shift="half"), "max_local_shift"),
+        (
+            lambda: CAPE2d(8, augmentation=Augmentation(max_global_scaling=0.5)),
+            "max_global_scaling",
+        ),
+        (
+            lambda: CAPE1d(8, augmentation=Augmentation(max_global_scaling=0.99)),
+            "max_global_scaling",
+        ),
+        (lambda: CAPE2d(8, augmentation=Augmentation(max_global_shift=-0.1)), "max_global_shift"),
+        (lambda: CAPE1d(8, augmentation=Augmentation(max_local_shift=-1.0)), "max_local_shift"),
+        (
+            lambda: CAPE2d(8, augmentation=Augmentation(max_local_shift=(0.1, -0.1))),
+            "max_local_shift",
+        ),
+        (
+            lambda: CAPE2d(8, augmentation=Augmentation(0.0, 0.1), auto_local_shift=True),
+            "max_local_shift",
+        ),
         (lambda: CAPE2d(8, rho="log"), "rho"),
         (lambda: cape2d_frequencies(8, rho="10"), "rho"),
         (lambda: CAPE2d(8, extent=0.0), "extent"),
@@ -757,16 +770,18 @@ def test_property_no_crash_finite_padding_zero(data):
     training = data.draw(st.booleans())
     normalize = data.draw(st.booleans())
     pos_dim = data.draw(st.integers(1, 4)) if kind == "sine" else (2 if kind == "cape2d" else 1)
-    opts = dict(normalize=normalize)
+    fields: dict = dict(normalize=normalize)
+    opts: dict = {}
     if augment:
-        opts.update(
+        fields.update(
             max_global_shift=data.draw(st.floats(0, 10)),
             max_global_scaling=data.draw(st.floats(1, 3)),
         )
         if kind == "cape2d" and data.draw(st.booleans()):
-            opts["max_local_shift"] = "auto"
+            opts["auto_local_shift"] = True
         else:
-            opts["max_local_shift"] = data.draw(st.floats(0, 1))
+            fields["max_local_shift"] = data.draw(st.floats(0, 1))
+    opts["augmentation"] = Augmentation(**fields)
 
     invalid_dim = dim % (2 * pos_dim if kind == "sine" else 2) != 0
     try:
@@ -806,7 +821,7 @@ def test_property_no_crash_finite_padding_zero(data):
         kwargs["lengths"] = lengths
     else:
         kwargs["mask"] = mask
-    needs_grid = kind == "cape2d" and opts.get("max_local_shift") == "auto" and training
+    needs_grid = kind == "cape2d" and opts.get("auto_local_shift", False) and training
     try:
         out = enc(x, generator=gen(1), **kwargs)
     except (ValueError, TypeError):
@@ -816,3 +831,86 @@ def test_property_no_crash_finite_padding_zero(data):
     assert out.shape == (b, t, dim) and out.dtype == dtype
     assert torch.isfinite(out.float()).all()
     assert (out[~mask] == 0).all()
+
+
+# -- the deprecated flat keywords ------------------------------------------------------------
+
+_LEGACY = [
+    (CAPE1d, dict(max_global_shift=5.0, max_local_shift=0.5), {}),
+    (
+        CAPE1d,
+        dict(max_global_shift=60.0, max_local_shift=0.015, max_global_scaling=1.1, normalize=True),
+        {"freq_scale": 30.0},
+    ),
+    (CAPE2d, dict(max_global_shift=0.5, max_local_shift="auto", max_global_scaling=1.4), {}),
+    (CAPE2d, dict(max_local_shift="auto", normalize=True), {"fit_grid": (4, 4)}),
+    (CAPE2d, dict(max_global_shift=0.5, max_local_shift=(0.1, 0.2)), {}),
+    (SineND, dict(max_global_shift=3.0, max_local_shift=0.5, max_global_scaling=1.3), {}),
+]
+
+
+def _new_form(fields: dict) -> dict:
+    """The flat keywords -> augmentation= (and auto_local_shift=True for "auto")."""
+    fields = dict(fields)
+    auto = fields.get("max_local_shift") == "auto"
+    if auto:
+        del fields["max_local_shift"]
+    return {"augmentation": Augmentation(**fields), **({"auto_local_shift": True} if auto else {})}
+
+
+def _outputs(enc) -> list[torch.Tensor]:
+    out = []
+    for training in (True, False):
+        enc.train(training)
+        if isinstance(enc, CAPE1d):
+            x = torch.zeros(3, 7, enc.dim)
+            out += [
+                enc(x, generator=gen(1)),
+                enc(x, lengths=torch.tensor([7, 4, 1]), generator=gen(3)),
+            ]
+            out.append(enc(x, hop=0.03, generator=gen(2)))
+        elif isinstance(enc, CAPE2d):
+            out.append(enc(torch.zeros(2, 3, 5, enc.dim), generator=gen(1)))
+            pos = torch.cat([enc.grid_positions(2, 3), enc.grid_positions(3, 2)])
+            out.append(enc(positions=pos, grid=[(2, 3), (3, 2)], generator=gen(2)))
+        else:
+            pos = torch.rand(2, 6, 2, generator=gen(5)) * 4
+            out.append(enc(positions=pos, generator=gen(1)))
+    return out
+
+
+@pytest.mark.parametrize("case", range(len(_LEGACY)))
+def test_flat_keywords_still_work_warn_and_give_the_same_draws(case):
+    cls, fields, rest = _LEGACY[case]
+    with pytest.warns(DeprecationWarning, match=r"augmentation=cape\.Augmentation\(") as caught:
+        old = cls(16, **fields, **rest)
+    assert len(caught) == 1 and caught[0].filename == __file__  # the caller's line
+    if fields.get("max_local_shift") == "auto":
+        assert "auto_local_shift=True" in str(caught[0].message)
+    new = cls(16, **_new_form(fields), **rest)
+    assert old.augmentation == new.augmentation and repr(old) == repr(new)
+    for a, b in zip(_outputs(old), _outputs(new), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_flat_keywords_and_augmentation_together_are_refused():
+    aug = Augmentation(max_global_shift=1.0)
+    for cls in (CAPE1d, CAPE2d, SineND):
+        with pytest.raises(ValueError, match=r"augmentation=.*\['max_local_shift'\].*not both"):
+            cls(16, augmentation=aug, max_local_shift=0.5)
+    with pytest.raises(ValueError, match="max_local_shift"):
+        CAPE2d(8, max_local_shift="half")  # refused before any warning
+    with pytest.raises(TypeError, match=r"augmentation must be a cape\.Augmentation or None"):
+        CAPE1d(8, augmentation={"max_global_shift": 1.0})  # a mapping is cape.build's form
+
+
+def test_auto_local_shift_alone_draws_and_presets_write_it_auto():
+    enc = CAPE2d(8, auto_local_shift=True)
+    assert enc.augmentation == Augmentation() and enc.auto_local
+    x = torch.zeros(1, 3, 3, 8)
+    assert not torch.equal(enc.train()(x, generator=gen(0)), enc.eval()(x))
+    assert PRESETS["image"]["max_local_shift"] == "auto"
+    assert CAPE2d.preset(8).auto_local and not CAPE2d.preset(8, max_local_shift=0.0).auto_local
+    assert CAPE2d.preset(8, max_global_shift=0.1).augmentation == Augmentation(0.1, 0.0, 1.4)
+    with pytest.raises(TypeError, match="auto_local_shift=True"):
+        Augmentation(max_local_shift="auto")  # the hint names CAPE2d's keyword

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from .._checks import check_float, check_int
+from ..augment import Augmentation
 from ..functional.frequencies import grid_frequencies_1d
 from ..functional.sinusoidal import axial_sinusoidal, sinusoid_frequencies
 from ..positions import grid_indices
 from .base import PositionalEncoding
 from .grids import fit_grid_pair, max_scaling_of, sampling_of
-from .sinusoidal import _augmentation
+from .presets import _active, legacy_augmentation
 
 __all__ = ["SineND"]
 
@@ -19,7 +22,9 @@ class SineND(PositionalEncoding):
     """Per-axis sinusoids concatenated: LFF's Sine-2D (M=2) and Sine-4D (boxes, M=4).
 
     dim: D, divisible by 2M. Positions [B, T, M] are required (e.g. row/column indices or box
-    edges); each axis gets D/M channels of `sinusoidal_1d`. Augmentation options as CAPE1d.
+    edges); each axis gets D/M channels of `sinusoidal_1d`. augmentation: CAPE's
+    `cape.Augmentation` of the positions (None, or one that does nothing: none); the four fields
+    as keywords (`max_global_shift=`...) are deprecated.
     fit_grid (pos_dim 2): (H, W) of the training grid: each axis's frequencies fitted to its
     sampling (`grid_frequencies_1d`: from half a period across the grid to just under its
     Nyquist limit, divided by max_global_scaling) instead of base^(-2k/d).
@@ -32,18 +37,25 @@ class SineND(PositionalEncoding):
         *,
         base: float = 10000.0,
         freq_scale: float = 1.0,
-        max_global_shift: float = 0.0,
-        max_local_shift: float = 0.0,
-        max_global_scaling: float = 1.0,
-        normalize: bool = False,
+        augmentation: Augmentation | None = None,
         fit_grid: tuple[int, int] | None = None,
+        max_global_shift: float | Sequence[float] | None = None,
+        max_local_shift: float | Sequence[float] | None = None,
+        max_global_scaling: float | None = None,
+        normalize: bool | None = None,
     ) -> None:
         check_int("dim", dim)
         check_int("pos_dim", pos_dim)
         if dim % (2 * pos_dim):
             raise ValueError(f"dim must be divisible by 2 * pos_dim = {2 * pos_dim}, got {dim}")
-        aug = _augmentation(max_global_shift, max_local_shift, max_global_scaling, normalize)
-        super().__init__(dim, pos_dim, aug)
+        legacy = dict(
+            max_global_shift=max_global_shift,
+            max_local_shift=max_local_shift,
+            max_global_scaling=max_global_scaling,
+            normalize=normalize,
+        )
+        aug = legacy_augmentation("SineND", augmentation, legacy)
+        super().__init__(dim, pos_dim, _active(aug))
         self.base = check_float("base", base, minimum=1.0, strict=True)
         self.freq_scale = check_float("freq_scale", freq_scale, strict=True)
         self.fit_grid = fit_grid_pair(fit_grid)

@@ -40,7 +40,7 @@ from .._checks import (
     check_tensor,
     max_abs,
 )
-from ..augment import Augmentation
+from ..augment import Augmentation, check_augmentation
 from ..positions import as_positions, resolve_mask, timestamps, token_positions
 from .grids import check_grids, layout_grid, resolve_grid
 
@@ -66,11 +66,7 @@ class PositionalEncoding(nn.Module):
         super().__init__()
         self.dim = check_int("dim", dim)
         self.pos_dim = check_int("pos_dim", pos_dim)
-        if augmentation is not None and not isinstance(augmentation, Augmentation):
-            raise TypeError(
-                f"augmentation must be a cape.Augmentation or None, got {augmentation!r}"
-            )
-        self.augmentation = augmentation
+        self.augmentation = check_augmentation(augmentation)
 
     # -- to implement ----------------------------------------------------------------------
     def embed(self, positions: torch.Tensor) -> torch.Tensor:

@@ -11,8 +11,8 @@ from dataclasses import replace
 
 import torch
 
-from .._checks import check_choice, check_float, check_generator, check_int
-from ..augment import Amount, Augmentation, augment_positions
+from .._checks import check_bool, check_choice, check_float, check_generator, check_int
+from ..augment import Augmentation, augment_positions
 from ..functional.frequencies import grid_frequencies_2d
 from ..functional.sinusoidal import (
     cape2d_frequencies,
@@ -24,26 +24,9 @@ from ..positions import grid_positions
 from .base import PositionalEncoding, float32_region
 from .cache import TableCache
 from .grids import fit_grid_pair, max_scaling_of, resolve_grid, sampling_of
+from .presets import PRESETS, _active, _is_auto, legacy_augmentation, preset_options
 
 __all__ = ["CAPE1d", "CAPE2d", "PRESETS"]
-
-# The papers' values per modality (CAPE sec. 5, appendices C.2, D.1).
-PRESETS: dict[str, dict[str, object]] = {
-    # MT: Dmax 5-50 tokens (5 best for 6L-6L), emax 0.5 keeps token order, no scaling/mean-norm
-    "text": dict(
-        max_global_shift=5.0, max_local_shift=0.5, max_global_scaling=1.0, normalize=False
-    ),
-    # ASR: time in seconds, omega x30, Dmax 60 s, emax = half the 30 ms frame step, lambda 1.1-2
-    "audio": dict(
-        max_global_shift=60.0,
-        max_local_shift=0.015,
-        max_global_scaling=1.1,
-        normalize=True,
-        freq_scale=30.0,
-    ),
-    # ViT: Dmax 0.5, emax 1/N per axis ("auto"), lambda 1.4
-    "image": dict(max_global_shift=0.5, max_local_shift="auto", max_global_scaling=1.4),
-}
 
 
 class _PerSampleLocalShift:
@@ -100,18 +83,12 @@ class _Sinusoidal(PositionalEncoding):
         return self
 
 
-def _augmentation(
-    max_global_shift: Amount, max_local_shift: Amount, max_global_scaling: float, normalize: bool
-) -> Augmentation | None:
-    aug = Augmentation(max_global_shift, max_local_shift, max_global_scaling, normalize)
-    return aug if (aug.random or aug.normalize) else None
-
-
 class CAPE1d(_Sinusoidal):
     """CAPE over token indices or time in seconds; with no augmentation it is sinpos.
 
-    dim: D (even). max_global_shift / max_local_shift / max_global_scaling / normalize: CAPE's
-    augmentation (see `cape.augment`). freq_scale: 30 for seconds (sec. 3). base: 10000.
+    dim: D (even). augmentation: CAPE's `cape.Augmentation` (None, or one that does nothing:
+    sinpos). freq_scale: 30 for seconds (sec. 3). base: 10000. The four fields as keywords
+    (`max_global_shift=`...) are deprecated: `augmentation=cape.Augmentation(...)`.
 
     forward(x: [B, T, D] | None, *, positions: [B, T(, 1)], lengths: [B], mask: [B, T],
     hop: float | [B] | [B, T] seconds per frame, generator) -> [B, T, D] in x's dtype.
@@ -122,19 +99,25 @@ class CAPE1d(_Sinusoidal):
         self,
         dim: int,
         *,
-        max_global_shift: float = 0.0,
-        max_local_shift: float = 0.0,
-        max_global_scaling: float = 1.0,
-        normalize: bool = False,
+        augmentation: Augmentation | None = None,
         freq_scale: float = 1.0,
         base: float = 10000.0,
         cache_size: int = 8,
+        max_global_shift: float | Sequence[float] | None = None,
+        max_local_shift: float | Sequence[float] | None = None,
+        max_global_scaling: float | None = None,
+        normalize: bool | None = None,
     ) -> None:
         check_int("dim", dim)
         if dim % 2:
             raise ValueError(f"dim must be even for a sinusoid, got {dim}")
-        aug = _augmentation(max_global_shift, max_local_shift, max_global_scaling, normalize)
-        super().__init__(dim, 1, aug)
+        legacy = dict(
+            max_global_shift=max_global_shift,
+            max_local_shift=max_local_shift,
+            max_global_scaling=max_global_scaling,
+            normalize=normalize,
+        )
+        super().__init__(dim, 1, _active(legacy_augmentation("CAPE1d", augmentation, legacy)))
         self.freq_scale = check_float("freq_scale", freq_scale, strict=True)
         self.base = check_float("base", base, minimum=1.0, strict=True)
         self._cache = TableCache(check_int("cache_size", cache_size, minimum=0))
@@ -143,9 +126,11 @@ class CAPE1d(_Sinusoidal):
 
     @classmethod
     def preset(cls, modality: str, dim: int, **overrides: object) -> CAPE1d:
-        """The paper's values for "text" or "audio" (see `PRESETS`), with overrides."""
+        """The paper's values for "text" or "audio" (see `PRESETS`), with overrides: options,
+        augmentation fields (`max_global_shift=10.0` replaces the preset's one) or
+        `augmentation=` (replaces them all)."""
         check_choice("modality", modality, ("text", "audio"))
-        return cls(dim, **{**PRESETS[modality], **overrides})  # type: ignore[arg-type]
+        return cls(dim, **preset_options(modality, overrides))  # type: ignore[arg-type]
 
     def embed(self, positions: torch.Tensor) -> torch.Tensor:
         return shifted_sine(positions, self.freqs2, self.offset)
@@ -210,9 +195,13 @@ class CAPE2d(_Sinusoidal):
 
     dim: D (even). rho: "exact" or "linspace" (appendix A). freq_scale: multiplies every
     frequency (1 in the paper; 0.4 keeps them under an 8 x 8 grid's Nyquist limit, see
-    `cape2d_frequencies`). extent: grid span [-gamma, gamma] (Table 6). max_local_shift: a
-    float, one per axis (x, y), or "auto" = 1/N per axis for the grid being encoded (the
-    paper's emax = 1/N).
+    `cape2d_frequencies`). extent: grid span [-gamma, gamma] (Table 6).
+    augmentation: CAPE's `cape.Augmentation` (its max_local_shift a float or one per axis (x,
+    y)). auto_local_shift: emax = extent/N per axis (x, y) of the grid being encoded (the
+    paper's emax = 1/N; each image's own grid in a packed batch); the augmentation's
+    max_local_shift must then be 0. `PRESETS["image"]` and `cape.build("cape2d", ...)` write it
+    max_local_shift="auto". The four fields as keywords (`max_local_shift="auto"`...) are
+    deprecated: `augmentation=cape.Augmentation(...)` and `auto_local_shift=True`.
 
     fit_grid: (H, W) of the training grid: frequencies fitted to it instead of the paper's
     (`cape.functional.frequencies`: radii from half a period across the grid to its Nyquist limit
@@ -227,27 +216,46 @@ class CAPE2d(_Sinusoidal):
         self,
         dim: int,
         *,
-        max_global_shift: float = 0.0,
-        max_local_shift: float | str | Sequence[float] = 0.0,
-        max_global_scaling: float = 1.0,
-        normalize: bool = False,
+        augmentation: Augmentation | None = None,
+        auto_local_shift: bool = False,
         rho: str = "exact",
         freq_scale: float = 1.0,
         extent: float = 1.0,
         fit_grid: tuple[int, int] | None = None,
         cache_size: int = 8,
+        max_global_shift: float | Sequence[float] | None = None,
+        max_local_shift: float | str | Sequence[float] | None = None,
+        max_global_scaling: float | None = None,
+        normalize: bool | None = None,
     ) -> None:
         check_int("dim", dim)
         if dim % 2:
             raise ValueError(f"dim must be even for CAPE2d, got {dim}")
-        self.auto_local = max_local_shift == "auto"
-        if isinstance(max_local_shift, str) and not self.auto_local:
+        auto = check_bool("auto_local_shift", auto_local_shift)
+        if isinstance(max_local_shift, str) and not _is_auto(max_local_shift):
             raise ValueError(
                 "max_local_shift must be a number, per-axis numbers or 'auto', "
                 f"got {max_local_shift!r}"
             )
-        local = 1.0 if self.auto_local else max_local_shift  # placeholder; the grid sets 1/N
-        aug = _augmentation(max_global_shift, local, max_global_scaling, normalize)
+        legacy = dict(
+            max_global_shift=max_global_shift,
+            max_local_shift=max_local_shift,
+            max_global_scaling=max_global_scaling,
+            normalize=normalize,
+        )
+        auto = auto or _is_auto(max_local_shift)
+        extra = ", auto_local_shift=True" if _is_auto(max_local_shift) else ""
+        aug = legacy_augmentation("CAPE2d", augmentation, legacy, extra)
+        if auto:
+            aug = Augmentation() if aug is None else aug
+            if aug.max_local_shift != 0.0:
+                raise ValueError(
+                    "auto_local_shift=True sets max_local_shift = extent/N per axis: the "
+                    f"augmentation's max_local_shift must be 0, got {aug.max_local_shift}"
+                )
+        else:
+            aug = _active(aug)
+        self.auto_local = auto  # the grid sets emax; aug keeps max_local_shift = 0 meanwhile
         super().__init__(dim, 2, aug)
         self.rho = check_choice("rho", rho, ("exact", "linspace"))
         self.freq_scale = check_float("freq_scale", freq_scale, strict=True)
@@ -267,8 +275,9 @@ class CAPE2d(_Sinusoidal):
 
     @classmethod
     def preset(cls, dim: int, **overrides: object) -> CAPE2d:
-        """The paper's ViT values (Dmax 0.5, emax 1/N, lambda 1.4), with overrides."""
-        return cls(dim, **{**PRESETS["image"], **overrides})  # type: ignore[arg-type]
+        """The paper's ViT values (Dmax 0.5, emax 1/N, lambda 1.4), with overrides (as
+        `CAPE1d.preset`; max_local_shift=0.0 switches the 1/N local shift off)."""
+        return cls(dim, **preset_options("image", overrides, auto_local=True))  # type: ignore[arg-type]
 
     def embed(self, positions: torch.Tensor) -> torch.Tensor:
         return shifted_sine(positions, self.freqs2, self.offset)
@@ -289,7 +298,7 @@ class CAPE2d(_Sinusoidal):
     def grid_augmentation(
         self, grids: list[tuple[int, int]], extent: float | None, device: torch.device
     ) -> Augmentation | _PerSampleLocalShift | None:
-        """emax = extent/N per axis (x, y) of each sample's own grid when max_local_shift='auto'
+        """emax = extent/N per axis (x, y) of each sample's own grid with auto_local_shift
         (one grid: float amounts; several: a per-sample [B, 2] emax)."""
         if not (self.auto_local and self.augmentation is not None):
             return None
@@ -315,8 +324,8 @@ class CAPE2d(_Sinusoidal):
             and self.augmentation is not None
         ):
             raise ValueError(
-                "max_local_shift='auto' needs a grid: call with grid=(H, W), x [B, H, W, D], or "
-                "positions with grid= each sample's (H, W)"
+                "auto_local_shift (max_local_shift='auto') needs a grid: call with grid=(H, W), "
+                "x [B, H, W, D], or positions with grid= each sample's (H, W)"
             )
         return super().prepare(positions, mask, generator, augmentation, validate)
 
@@ -331,8 +340,8 @@ class CAPE2d(_Sinusoidal):
         ext = self.extent if extent is None else check_float("extent", extent, strict=True)
         device = x.device if x is not None else torch.device("cpu")
         dtype = x.dtype if x is not None else torch.float32
-        aug = self.augmentation  # a 0-size grid has nothing to augment (nor an emax = 1/N)
-        if aug is None or not (self.training and aug.random) or not height * width:
+        # a 0-size grid has nothing to augment (nor an emax = 1/N)
+        if not (self.training and self._draws()) or not height * width:
             key = (height, width, ext, device, dtype)
             table = self._cache.get(
                 key,
@@ -354,8 +363,13 @@ class CAPE2d(_Sinusoidal):
             out = self.embed(pos.reshape(shape[:-1] + (2,)))
         return out.to(dtype)
 
+    def _draws(self) -> bool:
+        """Whether training draws anything (the 1/N local shift included)."""
+        aug = self.augmentation
+        return aug is not None and (aug.random or self.auto_local)
+
     def extra_repr(self) -> str:
-        local = ", max_local_shift='auto'" if self.auto_local else ""
+        local = ", auto_local_shift=True" if self.auto_local else ""
         scale = f", freq_scale={self.freq_scale}" if self.freq_scale != 1.0 else ""
         scale += f", fit_grid={self.fit_grid}" if self.fit_grid is not None else ""
         return super().extra_repr() + f"{local}, rho={self.rho!r}{scale}, extent={self.extent}"
