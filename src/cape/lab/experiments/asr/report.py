@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from cape.lab.experiments.pairs import verdict_pairs
-from cape.lab.experiments.template import plot_ok, train_cost_table
+from cape.lab.experiments.reporting import plot_ok, train_cost_table
 from cape.lab.report import Report, claims_table, mean_std, pivot, summarize
 
 __all__ = ["render", "bin_table", "flatness", "paper_claims"]

@@ -12,7 +12,7 @@ from typing import Any
 
 from cape.lab.data.boxes import QUESTIONS
 from cape.lab.experiments.lff_boxes.verdict import verdict
-from cape.lab.experiments.template import plot_ok, train_cost_table
+from cape.lab.experiments.reporting import plot_ok, train_cost_table
 from cape.lab.report import Report, mean_std, pivot, summarize
 from cape.lab.stats import welch_t_test
 

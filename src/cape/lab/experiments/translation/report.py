@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from cape.lab.experiments.template import plot_ok, seeds_by_row, train_cost_table
+from cape.lab.experiments.reporting import plot_ok, seeds_by_row, train_cost_table
 from cape.lab.experiments.translation.verdict import verdict
 from cape.lab.report import Report, pivot, summarize
 

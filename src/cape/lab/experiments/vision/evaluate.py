@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from cape.lab.experiments.template import summed_accuracy
+from cape.lab.experiments.run_folders import summed_accuracy
 from cape.lab.experiments.vision.config import RowConfig, VisionConfig
 from cape.lab.experiments.vision.data import VisionData, resize_images, to_tensors
 from cape.lab.experiments.vision.verdict import NO_POSITIONS

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from cape.lab.experiments.template import plot_ok, train_cost_table
+from cape.lab.experiments.reporting import plot_ok, train_cost_table
 from cape.lab.experiments.vision.config import RowConfig
 from cape.lab.experiments.vision.verdict import removed_table_cells, verdict
 from cape.lab.io import atomic_write
