@@ -230,7 +230,7 @@ def test_archived_run_of_a_row_without_positions_needs_no_weights(tiny_run, tmp_
     # absolute encoding has no "positions removed" records, and must not need any
     import dataclasses
 
-    from cape.lab.experiments.template import run_dir, run_settings
+    from cape.lab.experiments.run_folders import run_dir, run_settings
 
     cfg, mapping, out, _ = tiny_run
     nopos = next(r for r in _cfg().rows if r.name == "nopos")

@@ -1,4 +1,4 @@
-"""The run cache every experiment shares (`cape.lab.experiments.template.cached_runs`): finished
+"""The run cache every experiment shares (`cape.lab.experiments.run_folders.cached_runs`): finished
 runs are read back, a change of what is measured evaluates again, a change of what is trained is
 refused with the keys named."""
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from cape.lab.experiments.template import cached_runs, run_settings
+from cape.lab.experiments.run_folders import cached_runs, run_settings
 
 
 @dataclass
@@ -98,7 +98,7 @@ def test_interrupted_reevaluation_is_not_mistaken_for_done(tmp_path):
 
 
 def test_train_cost_table_shares_and_unrecorded_runs() -> None:
-    from cape.lab.experiments.template import train_cost_table
+    from cape.lab.experiments.reporting import train_cost_table
     from cape.lab.report import Report
 
     timed = {
@@ -136,7 +136,7 @@ def test_train_cost_table_shares_and_unrecorded_runs() -> None:
 
 
 def test_finished_only_reads_back_and_writes_nothing(tmp_path):
-    from cape.lab.experiments.template import finished_rows
+    from cape.lab.experiments.run_folders import finished_rows
 
     calls: list = []
     _run(_Cfg(rows=[_Row("a")], seeds=[0]), tmp_path, calls)  # a/seed0 finished
@@ -159,7 +159,7 @@ def test_finished_only_reads_back_and_writes_nothing(tmp_path):
 
 
 def test_seeds_by_row_from_the_runs() -> None:
-    from cape.lab.experiments.template import seeds_by_row
+    from cape.lab.experiments.reporting import seeds_by_row
 
     got = seeds_by_row({"train": {"a/seed0": {}, "CAPE Δ=10/seed1": {}, "a/seed2": {}}})
     assert got == {"a": [0, 2], "CAPE Δ=10": [1]}

@@ -31,7 +31,7 @@ from cape.lab.cli import main as cli
 from cape.lab.data.images.render import load_split, make_split
 from cape.lab.data.translation.corpus import CorpusError, verify_translation_corpus
 from cape.lab.errors import DamagedFile, RunFolderBusy, UsageError
-from cape.lab.experiments.template import cached_runs, check_run_settings, read_results, run_dir
+from cape.lab.experiments.run_folders import cached_runs, check_run_settings, read_results, run_dir
 from cape.lab.train import TrainConfig, Trainer, pick_checkpoint, seed_everything
 from cape.lab.train.lock import FolderLock
 

@@ -149,6 +149,12 @@ def _convert(hint: Any, value: Any, key: str) -> Any:
         (inner, *_) = typing.get_args(hint) or (Any,)
         items = [_convert(inner, v, f"{key}[{i}]") for i, v in enumerate(value)]
         return tuple(items) if origin is tuple else items
+    return _convert_scalar(hint, value, key)
+
+
+def _convert_scalar(hint: Any, value: Any, key: str) -> Any:
+    """`value` checked against a bool, int, float or str annotation (a float accepts an int and
+    returns it as a float); any other annotation takes the value as it is."""
     if hint is bool and not isinstance(value, bool):
         raise ValueError(f"{key} must be true or false, got {value!r}")
     if hint is int and (isinstance(value, bool) or not isinstance(value, int)):

@@ -18,7 +18,16 @@ from typing import Any
 
 from cape.lab.io import write_json, write_text  # re-exported: the one JSON writer
 
-__all__ = ["summarize", "pivot", "mean_std", "claims_table", "write_json", "write_text", "Report"]
+__all__ = [
+    "summarize",
+    "pivot",
+    "summary_table",
+    "mean_std",
+    "claims_table",
+    "write_json",
+    "write_text",
+    "Report",
+]
 
 MISSING = "–"
 _BEST = ("max", "min", None)
@@ -111,6 +120,67 @@ def _format_value(col_format: str, value: Any) -> str:
         ) from None
 
 
+def _grid(
+    summary: Sequence[Mapping[str, Any]], rows: str, cols: str
+) -> tuple[dict[tuple[Any, Any], Mapping[str, Any]], list[Any], list[Any]]:
+    """`pivot`'s cells by (row value, column value), and the row and column values in order of
+    first appearance; ValueError for a cell without a key `pivot` reads, or two for one place."""
+    table: dict[tuple[Any, Any], Mapping[str, Any]] = {}
+    seen_rows: list[Any] = []
+    seen_cols: list[Any] = []
+    for i, cell in enumerate(summary):
+        for k in (rows, cols, "mean", "n"):
+            if k not in cell:
+                raise ValueError(
+                    f"summary cell {i} has no key {k!r} (keys: {sorted(map(str, cell))})"
+                )
+        r, c = cell[rows], cell[cols]
+        if (r, c) in table:
+            raise ValueError(
+                f"summary has two cells for {rows}={r!r}, {cols}={c!r}: summarize by exactly "
+                f"[{rows!r}, {cols!r}] (or filter the records) before pivoting"
+            )
+        table[r, c] = cell
+        if r not in seen_rows:
+            seen_rows.append(r)
+        if c not in seen_cols:
+            seen_cols.append(c)
+    return table, seen_rows, seen_cols
+
+
+def _best_cells(
+    table: Mapping[tuple[Any, Any], Mapping[str, Any]],
+    row_values: Sequence[Any],
+    col_values: Sequence[Any],
+    best: str | None,
+) -> set[tuple[Any, Any]]:
+    """The places of the best (`best` "max" or "min") non-NaN mean of each column; ties all."""
+    bold: set[tuple[Any, Any]] = set()
+    if best is None:
+        return bold
+    pick = max if best == "max" else min
+    for c in col_values:
+        means = {r: float(table[r, c]["mean"]) for r in row_values if (r, c) in table}
+        means = {r: m for r, m in means.items() if not math.isnan(m)}
+        if means:
+            target = pick(means.values())
+            bold |= {(r, c) for r, m in means.items() if m == target}
+    return bold
+
+
+def _cell_text(cell: Mapping[str, Any] | None, fmt: str, fmt_single: str, show_nan: bool) -> str:
+    """One `pivot` cell's text: MISSING, "NaN", or its format (with the NaN count)."""
+    if cell is None:
+        return MISSING
+    if int(cell["n"]) == 0:
+        return "NaN"
+    name, f = ("fmt_single", fmt_single) if int(cell["n"]) == 1 else ("fmt", fmt)
+    text = _escape(_format(f, name, cell))
+    if show_nan and int(cell.get("nan", 0)):
+        text += f" ({int(cell['nan'])} NaN)"
+    return text
+
+
 def pivot(
     summary: Sequence[Mapping[str, Any]],
     rows: str,
@@ -139,37 +209,10 @@ def pivot(
         raise ValueError(f"best must be one of {list(_BEST)}, got {best!r}")
     if not summary:
         raise ValueError("summary must hold at least one cell (summarize() of no records is empty)")
-    table: dict[tuple[Any, Any], Mapping[str, Any]] = {}
-    seen_rows: list[Any] = []
-    seen_cols: list[Any] = []
-    for i, cell in enumerate(summary):
-        for k in (rows, cols, "mean", "n"):
-            if k not in cell:
-                raise ValueError(
-                    f"summary cell {i} has no key {k!r} (keys: {sorted(map(str, cell))})"
-                )
-        r, c = cell[rows], cell[cols]
-        if (r, c) in table:
-            raise ValueError(
-                f"summary has two cells for {rows}={r!r}, {cols}={c!r}: summarize by exactly "
-                f"[{rows!r}, {cols!r}] (or filter the records) before pivoting"
-            )
-        table[r, c] = cell
-        if r not in seen_rows:
-            seen_rows.append(r)
-        if c not in seen_cols:
-            seen_cols.append(c)
+    table, seen_rows, seen_cols = _grid(summary, rows, cols)
     row_values, col_values = _order(seen_rows, row_order), _order(seen_cols, col_order)
 
-    bold: set[tuple[Any, Any]] = set()
-    if best is not None:
-        pick = max if best == "max" else min
-        for c in col_values:
-            means = {r: float(table[r, c]["mean"]) for r in row_values if (r, c) in table}
-            means = {r: m for r, m in means.items() if not math.isnan(m)}
-            if means:
-                target = pick(means.values())
-                bold |= {(r, c) for r, m in means.items() if m == target}
+    bold = _best_cells(table, row_values, col_values, best)
 
     header = [_escape(rows if row_label is None else row_label)]
     header += [_escape(_format_value(col_format, c)) for c in col_values]
@@ -177,19 +220,18 @@ def pivot(
     for r in row_values:
         cells = [_escape(r)]
         for c in col_values:
-            cell = table.get((r, c))
-            if cell is None:
-                text = MISSING
-            elif int(cell["n"]) == 0:
-                text = "NaN"
-            else:
-                name, f = ("fmt_single", fmt_single) if int(cell["n"]) == 1 else ("fmt", fmt)
-                text = _escape(_format(f, name, cell))
-            if cell is not None and show_nan and int(cell.get("nan", 0)) and int(cell["n"]):
-                text += f" ({int(cell['nan'])} NaN)"
+            text = _cell_text(table.get((r, c)), fmt, fmt_single, show_nan)
             cells.append(f"**{text}**" if (r, c) in bold else text)
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def summary_table(
+    records: Sequence[Mapping[str, Any]], rows: str, cols: str, value: str, **options: Any
+) -> str:
+    """`pivot` of `summarize(records, [rows, cols], value)`: `value` over seeds, one line per
+    `rows` value and one column per `cols` value; `options` are `pivot`'s."""
+    return pivot(summarize(records, [rows, cols], value), rows=rows, cols=cols, **options)
 
 
 def mean_std(cell: Mapping[str, Any], digits: int = 1) -> str:

@@ -12,7 +12,8 @@ from cape.lab.experiments.base import Experiment
 from cape.lab.experiments.length.experiment import LENGTH
 from cape.lab.experiments.lff_boxes.experiment import LFF_BOXES
 from cape.lab.experiments.lff_generation.experiment import LFF_GENERATION
-from cape.lab.experiments.template import merge, resolve_config, slug
+from cape.lab.experiments.run_folders import slug
+from cape.lab.experiments.study_config import merge, resolve_config
 from cape.lab.experiments.translation.experiment import TRANSLATION
 from cape.lab.experiments.vision.experiment import VISION
 

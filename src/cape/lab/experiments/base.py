@@ -24,13 +24,8 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from torch import nn
 
-from cape.lab.experiments.template import (
-    cached_runs,
-    fit_best,
-    read_results,
-    run_dir,
-    save_config,
-)
+from cape.lab.experiments.run_folders import cached_runs, fit_best, read_results, run_dir
+from cape.lab.experiments.study_config import save_config
 from cape.lab.experiments.train_as import trained_row
 from cape.lab.io import write_json
 from cape.lab.train import Trainer, seed_everything

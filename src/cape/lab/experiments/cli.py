@@ -15,7 +15,7 @@ from cape.lab.arguments import ArgumentParser, check_out_folder
 from cape.lab.config import from_mapping
 from cape.lab.errors import UsageError
 from cape.lab.experiments import EXPERIMENTS, Experiment, resolve_config
-from cape.lab.experiments.template import archive_runs, finished_rows, read_results
+from cape.lab.experiments.run_folders import archive_runs, finished_rows, read_results
 
 __all__ = ["experiment_main", "train_main", "eval_main", "plot_main"]
 

@@ -28,6 +28,18 @@ def _as_image(m: object, name: str) -> np.ndarray:
     return a
 
 
+def _as_images(
+    maps: Mapping[str, Mapping[str, torch.Tensor | np.ndarray]],
+) -> dict[str, dict[str, np.ndarray]]:
+    """The maps of each row checked and as float64 arrays, row and column keys as strings."""
+    images: dict[str, dict[str, np.ndarray]] = {}
+    for row, inner in maps.items():
+        if not isinstance(inner, Mapping) or not inner:
+            raise ValueError(f"maps[{row!r}] must be a non-empty mapping column -> [H, W] array")
+        images[str(row)] = {str(c): _as_image(m, f"[{row!r}][{c!r}]") for c, m in inner.items()}
+    return images
+
+
 def _maps_figure(
     maps: Mapping[str, Mapping[str, torch.Tensor | np.ndarray]],
     *,
@@ -45,11 +57,7 @@ def _maps_figure(
         raise ValueError(f"vmin and vmax must be given together, got vmin={vmin!r}, vmax={vmax!r}")
     if vmin is not None and not (_is_real(vmin) and _is_real(vmax) and vmin < vmax):
         raise ValueError(f"vmin must be a number below vmax, got vmin={vmin!r}, vmax={vmax!r}")
-    images: dict[str, dict[str, np.ndarray]] = {}
-    for row, inner in maps.items():
-        if not isinstance(inner, Mapping) or not inner:
-            raise ValueError(f"maps[{row!r}] must be a non-empty mapping column -> [H, W] array")
-        images[str(row)] = {str(c): _as_image(m, f"[{row!r}][{c!r}]") for c, m in inner.items()}
+    images = _as_images(maps)
     nrows, ncols = len(images), max(len(inner) for inner in images.values())
     labels = any(images)  # a row label column when some row is named
     plt = _pyplot()

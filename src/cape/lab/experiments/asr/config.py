@@ -17,7 +17,12 @@ from cape._checks import check_choice, check_float, check_int
 from cape.lab.data.speech.synth import MAX_TRAIN_SECONDS
 from cape.lab.data.text.sentences import TEXT_SOURCES
 from cape.lab.experiments.pairs import preset_augmentation
-from cape.lab.experiments.template import check_best_metric, check_position, check_runs
+from cape.lab.experiments.study_config import (
+    check_best_metric,
+    check_position,
+    check_runs,
+    train_preset,
+)
 from cape.lab.experiments.train_as import check_reuse_fields, check_train_as
 from cape.lab.train.config import TrainConfig
 
@@ -249,19 +254,8 @@ _PEERS = [
         options={"augmentation": _ROTARY_AUG, "draw": "per_layer"},
     ),
 ]
-_TRAIN = {
-    "batch_size": 16,
-    "lr": 2e-3,
-    "weight_decay": 0.01,
-    "warmup_steps": 150,
-    "schedule": "cosine",
-    "clip_norm": 1.0,
-    "eval_every": 250,
-    "checkpoint_every": 250,
-    "best_metric": "wer",
-    "best_mode": "min",
-    "log_every": 10,
-}
+_OPTIMISER = dict(batch_size=16, lr=2e-3, weight_decay=0.01, warmup_steps=150)
+_TRAIN = train_preset(_OPTIMISER, every=250, best="wer", log_every=10)
 
 # no dropout inside the Transformer on CPU: its Bernoulli draws took a quarter of a training
 # step (profiled), and a 1500-step run sees each training utterance ~6 times (no overfitting yet)

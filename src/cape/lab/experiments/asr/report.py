@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from cape.lab.experiments.pairs import verdict_pairs
-from cape.lab.experiments.template import plot_ok, train_cost_table
-from cape.lab.report import Report, claims_table, mean_std, pivot, summarize
+from cape.lab.experiments.reporting import plot_ok, train_cost_table
+from cape.lab.report import Report, claims_table, mean_std, summarize, summary_table
 
 __all__ = ["render", "bin_table", "flatness", "paper_claims"]
 
@@ -65,10 +65,11 @@ def bin_table(
         if r["split"] == split and r["hop_ms"] == hop and (rows is None or r["row"] in rows)
     ]
     order = rows or [r["name"] for r in results["config"]["rows"]]
-    table = pivot(
-        summarize(recs, ["row", "bin"], metric),
-        rows="row",
-        cols="bin",
+    table = summary_table(
+        recs,
+        "row",
+        "bin",
+        metric,
         row_order=[r for r in order if any(x["row"] == r for x in recs)],
         col_order=_bins(recs),
         best="min",

@@ -15,7 +15,12 @@ from typing import Any
 from cape._checks import check_int, check_rate
 from cape.build import build, encoding_class
 from cape.lab.experiments.pairs import preset_augmentation
-from cape.lab.experiments.template import check_best_metric, check_position, check_runs
+from cape.lab.experiments.study_config import (
+    check_best_metric,
+    check_position,
+    check_runs,
+    train_preset,
+)
 from cape.lab.experiments.train_as import check_reuse_fields, check_train_as, trained_row
 from cape.lab.train.config import TrainConfig
 from cape.models.plan import attention_size, resolve_options
@@ -201,20 +206,8 @@ class LengthConfig:
 # 800 steps: rotary's quick run took 52 ms a step (one thread, 2 cores shared with another
 # job), so ~42 s a row; FIRE's steps cost ~2.6x rotary's and relpos's ~1.5x, so cpu-full should
 # take ~35 minutes with its evaluation (FIRE's, over a 256 x 256 bias, ~27 s a run)
-_TRAIN = dict(
-    steps=800,
-    batch_size=64,
-    lr=1e-3,
-    weight_decay=0.01,
-    warmup_steps=100,
-    schedule="cosine",
-    clip_norm=1.0,
-    eval_every=400,
-    checkpoint_every=400,
-    best_metric="acc",
-    best_mode="max",
-    log_every=50,
-)
+_OPTIMISER = dict(steps=800, batch_size=64, lr=1e-3, weight_decay=0.01, warmup_steps=100)
+_TRAIN = train_preset(_OPTIMISER, every=400, best="acc", log_every=50)
 # CAPE's augmentation of token positions (the "text" preset: global shift 5, local shift 0.5),
 # as fields for the names that take no preset (alibi, fire)
 _CAPE_TEXT = preset_augmentation("text")

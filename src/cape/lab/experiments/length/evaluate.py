@@ -18,7 +18,7 @@ from cape.lab.data.text.lookup import (
 from cape.lab.experiments.base import rank_share
 from cape.lab.experiments.length.config import LengthConfig, RowConfig
 from cape.lab.experiments.length.model import make_model
-from cape.lab.experiments.template import summed_accuracy
+from cape.lab.experiments.run_folders import summed_accuracy
 from cape.lab.experiments.train_as import evaluation_model
 
 __all__ = ["accuracy", "eval_records", "format_records", "baselines"]

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from cape.lab.experiments.pairs import verdict_pairs
-from cape.lab.experiments.template import plot_ok, seeds_by_row, train_cost_table
+from cape.lab.experiments.reporting import plot_ok, seeds_by_row, train_cost_table
 from cape.lab.report import MISSING, Report, mean_std, summarize
 from cape.lab.stats import welch_t_test
 

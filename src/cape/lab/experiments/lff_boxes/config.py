@@ -17,7 +17,7 @@ from typing import Any
 
 from cape._checks import check_choice, check_float, check_int
 from cape.augment import Augmentation
-from cape.lab.experiments.template import check_best_metric, check_runs
+from cape.lab.experiments.study_config import check_best_metric, check_runs, train_preset
 from cape.lab.train.config import TrainConfig
 
 __all__ = [
@@ -233,20 +233,8 @@ class LffBoxesConfig:
                 raise ValueError(f"rows[{row.name}].options: {e}") from None
 
 
-_TRAIN_QUICK = dict(
-    steps=1500,
-    batch_size=128,
-    lr=2e-3,
-    weight_decay=0.01,
-    warmup_steps=100,
-    schedule="cosine",
-    clip_norm=1.0,
-    eval_every=500,
-    checkpoint_every=500,
-    best_metric="acc",
-    best_mode="max",
-    log_every=20,
-)
+_OPTIMISER = dict(steps=1500, batch_size=128, lr=2e-3, weight_decay=0.01, warmup_steps=100)
+_TRAIN_QUICK = train_preset(_OPTIMISER, every=500, best="acc", log_every=20)
 _CAPE_AUGMENT = {"max_global_shift": 0.05, "max_global_scaling": 1.05}
 _ROWS = [
     {"name": "Embed-4D", "position": "embed-4d"},

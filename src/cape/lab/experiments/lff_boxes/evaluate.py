@@ -17,7 +17,7 @@ from cape.lab.data.boxes import (
 )
 from cape.lab.experiments.base import rank_share
 from cape.lab.experiments.lff_boxes.config import LffBoxesConfig, RowConfig
-from cape.lab.experiments.template import summed_accuracy
+from cape.lab.experiments.run_folders import summed_accuracy
 
 __all__ = ["EVAL_SETS", "predict", "answered", "eval_records", "format_records", "baselines"]
 

@@ -23,7 +23,7 @@ from cape.lab.data.boxes import BoxDataset, Screens
 from cape.lab.experiments.base import Collected, Experiment, Run, Study
 from cape.lab.experiments.lff_boxes import data, evaluate, model, report
 from cape.lab.experiments.lff_boxes.config import PRESETS, LffBoxesConfig, RowConfig
-from cape.lab.experiments.template import summed_accuracy
+from cape.lab.experiments.run_folders import summed_accuracy
 
 __all__ = ["LffBoxesExperiment", "LFF_BOXES"]
 

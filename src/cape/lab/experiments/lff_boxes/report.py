@@ -12,9 +12,11 @@ from typing import Any
 
 from cape.lab.data.boxes import QUESTIONS
 from cape.lab.experiments.lff_boxes.verdict import verdict
-from cape.lab.experiments.template import plot_ok, train_cost_table
-from cape.lab.report import Report, mean_std, pivot, summarize
+from cape.lab.experiments.reporting import plot_ok, train_cost_table
+from cape.lab.report import Report, mean_std, summarize, summary_table
 from cape.lab.stats import welch_t_test
+
+_COLUMNS = ["all", *QUESTIONS]  # of the accuracy tables
 
 __all__ = ["render", "main_table"]
 
@@ -135,13 +137,7 @@ def render(out: Path, results: dict[str, Any]) -> Path:
         recs = [r for r in results["records"] if r["set"] == split]
         if recs:
             rep.table(
-                pivot(
-                    summarize(recs, ["row", "question"], "acc"),
-                    rows="row",
-                    cols="question",
-                    row_order=rows,
-                    col_order=["all", *QUESTIONS],
-                ),
+                summary_table(recs, "row", "question", "acc", row_order=rows, col_order=_COLUMNS),
                 caption=f"Accuracy (%) per question type, {label} coordinates.",
             )
     _plot(rep, out, results)

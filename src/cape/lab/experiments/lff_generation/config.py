@@ -16,7 +16,7 @@ from typing import Any
 from cape._checks import check_choice, check_float, check_int
 from cape.lab.data.images.render import CANVAS
 from cape.lab.experiments.lff_generation.model import POSITIONS, PixelPositions
-from cape.lab.experiments.template import check_best_metric, check_runs
+from cape.lab.experiments.study_config import check_best_metric, check_runs, train_preset
 from cape.lab.train.config import TrainConfig
 
 __all__ = [
@@ -138,20 +138,8 @@ class GenerationConfig:
                 raise type(e)(f"rows[{row.name}].options ({row.position}): {e}") from None
 
 
-_TRAIN_QUICK = dict(
-    steps=200,
-    batch_size=24,
-    lr=2e-3,
-    weight_decay=0.0,
-    warmup_steps=20,
-    schedule="cosine",
-    clip_norm=1.0,
-    eval_every=50,
-    checkpoint_every=50,
-    log_every=10,
-    best_metric="bpd",
-    best_mode="min",
-)
+_OPTIMISER = dict(steps=200, batch_size=24, lr=2e-3, weight_decay=0.0, warmup_steps=20)
+_TRAIN_QUICK = train_preset(_OPTIMISER, every=50, best="bpd", log_every=10)
 # Figure 3a (baselines and the method) then 3b (its components), then CAPE.
 _ROWS = [
     {"name": "Embed-1D", "position": "embed-1d"},

@@ -19,7 +19,7 @@ from typing import Any
 
 from scipy import stats
 
-from cape.lab.experiments.template import plot_ok, train_cost_table
+from cape.lab.experiments.reporting import plot_ok, train_cost_table
 from cape.lab.report import Report, mean_std, pivot, summarize
 
 __all__ = ["t_quantile_975", "confidence_cells", "render"]

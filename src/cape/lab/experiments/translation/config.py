@@ -16,7 +16,12 @@ from typing import Any
 
 from cape._checks import check_float, check_int
 from cape.lab.experiments.pairs import preset_augmentation
-from cape.lab.experiments.template import check_best_metric, check_position, check_runs
+from cape.lab.experiments.study_config import (
+    check_best_metric,
+    check_position,
+    check_runs,
+    train_preset,
+)
 from cape.lab.experiments.train_as import check_reuse_fields, check_train_as
 from cape.lab.train.config import TrainConfig
 
@@ -186,19 +191,8 @@ _PEERS = [
 # ~64 pairs of ~14 BPE tokens a side per batch. On CPU budgets a cosine decay to zero at a
 # high peak learns far faster than the fairseq recipe's inverse-sqrt (measured: 800 steps of
 # the quick model, val BLEU 13.5 with lr 3e-3 cosine against 6.3 with 1e-3 inverse-sqrt)
-_TRAIN = {
-    "batch_size": 64,
-    "lr": 3e-3,
-    "weight_decay": 0.0,
-    "warmup_steps": 200,
-    "schedule": "cosine",
-    "clip_norm": 1.0,
-    "eval_every": 250,
-    "checkpoint_every": 250,
-    "best_metric": "bleu",
-    "best_mode": "max",
-    "log_every": 20,
-}
+_OPTIMISER = dict(batch_size=64, lr=3e-3, weight_decay=0.0, warmup_steps=200)
+_TRAIN = train_preset(_OPTIMISER, every=250, best="bleu", log_every=20)
 
 _QUICK: dict[str, Any] = {
     "name": "translation-quick",

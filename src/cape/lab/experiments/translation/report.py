@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from cape.lab.experiments.template import plot_ok, seeds_by_row, train_cost_table
+from cape.lab.experiments.reporting import plot_ok, seeds_by_row, train_cost_table
 from cape.lab.experiments.translation.verdict import verdict
-from cape.lab.report import Report, pivot, summarize
+from cape.lab.report import Report, summarize, summary_table
 
 __all__ = ["render", "bleu_table", "nll_table", "nll_curve_cells"]
 
@@ -52,10 +52,11 @@ def bleu_table(results: dict[str, Any]) -> str:
         for r in results["records"]
         if (r["split"], r["bin"]) in _LABELS
     ]
-    return pivot(
-        summarize(recs, ["row", "col"], "bleu"),
-        rows="row",
-        cols="col",
+    return summary_table(
+        recs,
+        "row",
+        "col",
+        "bleu",
         row_order=_rows(results),
         col_order=[_LABELS[c] for c in _COLUMNS],
         best="max",
@@ -66,10 +67,11 @@ def nll_table(results: dict[str, Any]) -> str:
     """Markdown: mean NLL (nats/token) per output-position band on stacked pairs; lowest bold."""
     recs = [r for r in results["records"] if r["split"] == "stacked"]
     bands = sorted({r["bin"] for r in recs}, key=lambda b: int(b.split("-")[0]))
-    return pivot(
-        summarize(recs, ["row", "bin"], "nll"),
-        rows="row",
-        cols="bin",
+    return summary_table(
+        recs,
+        "row",
+        "bin",
+        "nll",
         row_order=_rows(results),
         col_order=bands,
         best="min",

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cape._checks import check_choice, check_int
-from cape.lab.experiments.template import check_position, check_runs
+from cape.lab.experiments.study_config import check_position, check_runs, train_preset
 from cape.lab.train.config import TrainConfig
 
 __all__ = ["DataConfig", "ModelConfig", "RowConfig", "EvalConfig", "VisionConfig", "PRESETS"]
@@ -173,20 +173,8 @@ class VisionConfig:
 
 
 _IMAGE_CAPE = {"preset": "image"}
-_TRAIN_QUICK = dict(
-    steps=600,
-    batch_size=128,
-    lr=2e-3,
-    weight_decay=0.05,
-    warmup_steps=60,
-    schedule="cosine",
-    clip_norm=1.0,
-    eval_every=150,
-    checkpoint_every=150,
-    best_metric="acc",
-    best_mode="max",
-    log_every=10,
-)
+_OPTIMISER = dict(steps=600, batch_size=128, lr=2e-3, weight_decay=0.05, warmup_steps=60)
+_TRAIN_QUICK = train_preset(_OPTIMISER, every=150, best="acc", log_every=10)
 _QUICK_ROWS = [
     {"name": "nopos", "position": "nopos"},
     {"name": "abspos", "position": "abspos2d"},

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from cape.lab.experiments.template import summed_accuracy
+from cape.lab.experiments.run_folders import summed_accuracy
 from cape.lab.experiments.vision.config import RowConfig, VisionConfig
 from cape.lab.experiments.vision.data import VisionData, resize_images, to_tensors
 from cape.lab.experiments.vision.verdict import NO_POSITIONS
@@ -165,9 +165,15 @@ def eval_records(
     device: torch.device,
 ) -> list[dict[str, Any]]:
     """Every measurement the config asks for, for one trained model."""
-    ev, patch, bs = cfg.eval, cfg.model.patch, cfg.eval.batch_size
+    ev, bs = cfg.eval, cfg.eval.batch_size
     base = {"row": row.name, "seed": seed, "bin": None}
     out: list[dict[str, Any]] = []
+
+    def record(split: str, size: int, method: str, acc: float, ips: float | None = None) -> None:
+        out.append(
+            {**base, "set": split, "size": size, "method": method, "acc": acc, "images_per_s": ips}
+        )
+
     sizes = sorted(set(ev.sizes) | {row.train_size})
     sets = ["test"] + (["test_fonts"] if cfg.data.test_fonts else [])
     sets = [s for s in sets if data.counts[s] > 0]
@@ -179,69 +185,48 @@ def eval_records(
             sh = rank_slice(len(y))
             probs, ips = predict(model, x[sh], bs, device=device)
             acc = accuracy(probs, y[sh])
-            out.append(
-                {
-                    **base,
-                    "set": split,
-                    "size": size,
-                    "method": "plain",
-                    "acc": acc,
-                    "images_per_s": ips,
-                }
-            )
+            record(split, size, "plain", acc, ips)
             if split == "test":
                 probs_at[size] = probs
                 with positions_removed(model) as had:
                     if had:  # does the model use its positions?
                         acc = accuracy(predict(model, x[sh], bs, device=device)[0], y[sh])
-                        out.append(
-                            {
-                                **base,
-                                "set": split,
-                                "size": size,
-                                "method": NO_POSITIONS,
-                                "acc": acc,
-                                "images_per_s": None,
-                            }
-                        )
+                        record(split, size, NO_POSITIONS, acc)
             if not cont:
                 continue
             for e in ev.extents:
                 gamma = extent_for(e, size, row.train_size)
                 if gamma != 1.0:
                     acc = accuracy(predict(model, x[sh], bs, extent=gamma, device=device)[0], y[sh])
-                out.append(
-                    {
-                        **base,
-                        "set": split,
-                        "size": size,
-                        "method": f"extent {e}",
-                        "acc": acc,
-                        "images_per_s": None,
-                    }
-                )
+                record(split, size, f"extent {e}", acc)
     if ev.tta and "test" in sets:
         for size in ev.sizes:
-            total = None
-            for s in tta_sizes(size, patch):
-                if s not in probs_at:
-                    x, y = data.tensors("test", s)
-                    probs_at[s] = predict(model, x[rank_slice(len(y))], bs, device=device)[0]
-                total = probs_at[s] if total is None else total + probs_at[s]
-            y = data.tensors("test", size)[1]
-            out.append(
-                {
-                    **base,
-                    "set": "test",
-                    "size": size,
-                    "method": "tta",
-                    "acc": accuracy(total, y[rank_slice(len(y))]),
-                    "images_per_s": None,
-                }
-            )
+            record("test", size, "tta", _tta_accuracy(cfg, model, data, device, size, probs_at))
     if cfg.data.native and data.cfg.source == "chars":
         out += _native_records(cfg, model, data, device, base)
     return out
+
+
+def _tta_accuracy(
+    cfg: VisionConfig,
+    model: ViT,
+    data: VisionData,
+    device: torch.device,
+    size: int,
+    probs_at: dict[int, torch.Tensor],
+) -> float:
+    """Test accuracy at `size` of the class probabilities summed over `tta_sizes`; `probs_at`
+    (size -> this rank's test probabilities) is read, and filled where a size is missing."""
+    total = None
+    for s in tta_sizes(size, cfg.model.patch):
+        if s not in probs_at:
+            x, y = data.tensors("test", s)
+            probs_at[s] = predict(model, x[rank_slice(len(y))], cfg.eval.batch_size, device=device)[
+                0
+            ]
+        total = probs_at[s] if total is None else total + probs_at[s]
+    y = data.tensors("test", size)[1]
+    return accuracy(total, y[rank_slice(len(y))])
 
 
 def _native_records(

@@ -6,17 +6,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from cape.lab.experiments.template import plot_ok, train_cost_table
+from cape.lab.experiments.reporting import plot_ok, train_cost_table
 from cape.lab.experiments.vision.config import RowConfig
 from cape.lab.experiments.vision.verdict import removed_table_cells, verdict
 from cape.lab.io import atomic_write
-from cape.lab.report import Report, claims_table, mean_std, pivot, summarize
+from cape.lab.report import Report, claims_table, mean_std, pivot, summarize, summary_table
 from cape.models.vit import ViT
 
 __all__ = ["position_maps", "saved_maps", "row_maps", "save_maps", "render", "paper_claims"]
@@ -123,7 +124,7 @@ def render(out: Path, results: dict[str, Any], maps: dict[str, np.ndarray] | Non
         recs = _records(results, set=split, method="plain")
         if recs:
             rep.table(
-                pivot(summarize(recs, ["row", "size"], "acc"), **opts),
+                summary_table(recs, value="acc", **opts),
                 caption=f"Top-1 accuracy (%) on {title}, by test resolution.",
             )
     plain = summarize(_records(results, set="test", method="plain"), ["row", "size"], "acc")
@@ -199,54 +200,32 @@ def render(out: Path, results: dict[str, Any], maps: dict[str, np.ndarray] | Non
 
 
 def _extra_tables(rep: Report, results: dict[str, Any], rows: list[str]) -> None:
-    recs = [
-        dict(r, label=f"{r['row']} ({r['method']})")
-        for r in _records(results, set="test")
-        if r["method"].startswith("extent")
-    ]
-    if recs:
+    def by_method(recs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [dict(r, label=f"{r['row']} ({r['method']})") for r in recs]
+
+    px = dict(rows="label", value="acc", col_format="{} px", best=None)
+    test = _records(results, set="test")
+    extents = by_method(r for r in test if r["method"].startswith("extent"))
+    if extents:
         rep.table(
-            pivot(
-                summarize(recs, ["label", "size"], "acc"),
-                rows="label",
-                cols="size",
-                col_format="{} px",
-                best=None,
-            ),
+            summary_table(extents, cols="size", **px),
             caption="Positions rescaled to [-γ, γ] at evaluation (Table 6): γ = 1, "
             "r/r_train ('ratio'), sqrt(r/r_train) ('sqrt').",
         )
-    tta = [
-        dict(r, label=f"{r['row']} ({r['method']})")
-        for r in _records(results, set="test")
-        if r["method"] in ("plain", "tta")
-    ]
+    tta = by_method(r for r in test if r["method"] in ("plain", "tta"))
     if any(r["method"] == "tta" for r in tta):
         sizes = sorted({r["size"] for r in tta if r["method"] == "tta"})
         tta = [r for r in tta if r["size"] in sizes]
         order = [f"{n} ({m})" for n in rows for m in ("plain", "tta")]
         rep.table(
-            pivot(
-                summarize(tta, ["label", "size"], "acc"),
-                rows="label",
-                cols="size",
-                row_order=order,
-                col_format="{} px",
-                best=None,
-            ),
+            summary_table(tta, cols="size", row_order=order, **px),
             caption="Test-time augmentation: class probabilities averaged over r - patch, "
             "r, r + patch (Table 1).",
         )
-    native = [dict(r, label=f"{r['row']} ({r['method']})") for r in _records(results, set="native")]
+    native = by_method(_records(results, set="native"))
     if native:
         rep.table(
-            pivot(
-                summarize(native, ["label", "bin"], "acc"),
-                rows="label",
-                cols="bin",
-                col_format="{} px",
-                best=None,
-            ),
+            summary_table(native, cols="bin", **px),
             caption="Accuracy (%) per native-size bin and resize strategy (Table 5).",
         )
 

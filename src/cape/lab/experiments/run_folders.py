@@ -1,69 +1,29 @@
-"""What every experiment shares: config resolution (preset -> files -> `--set`), run folders."""
+"""Run folders: `<out>/<slug(row)>/seed<k>` per (row, seed), what each was trained with
+(settings.json), the resumable run cache (eval.json), the results of a study and its archive."""
 
 from __future__ import annotations
 
-import copy
-import math
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from cape.lab.config import apply_overrides, from_mapping, load_file, to_mapping
 from cape.lab.errors import DamagedFile
 from cape.lab.io import atomic_write, read_json, set_aside
 
 __all__ = [
-    "merge",
-    "resolve_config",
     "slug",
-    "save_config",
-    "check_runs",
-    "check_best_metric",
     "run_dir",
+    "fit_best",
     "run_settings",
     "check_run_settings",
-    "fit_best",
     "cached_runs",
     "is_finished",
     "finished_rows",
     "read_results",
     "archive_runs",
     "summed_accuracy",
-    "plot_ok",
-    "seeds_by_row",
-    "train_cost_table",
 ]
-
-
-def merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
-    """Deep merge: mappings merge key by key, anything else (lists included) replaces."""
-    out = copy.deepcopy(dict(base))
-    for key, value in update.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
-def resolve_config(
-    cls: type,
-    presets: Mapping[str, Mapping[str, Any]],
-    preset: str | None = None,
-    files: Sequence[str | Path] = (),
-    overrides: Sequence[str] = (),
-) -> tuple[Any, dict[str, Any]]:
-    """The config dataclass `cls` from a preset, then each YAML/TOML file, then `key=value`
-    overrides; returns (config, the resolved plain mapping for the run record)."""
-    if preset is not None and preset not in presets:
-        raise ValueError(f"preset must be one of {sorted(presets)}, got {preset!r}")
-    mapping: dict[str, Any] = copy.deepcopy(dict(presets[preset])) if preset else {}
-    for f in files:
-        mapping = merge(mapping, load_file(f))
-    mapping = apply_overrides(mapping, overrides)
-    config = from_mapping(cls, mapping)
-    return config, to_mapping(config)
 
 
 _GREEK = {"λ": "lambda", "Δ": "delta", "ε": "eps", "γ": "gamma"}
@@ -75,45 +35,6 @@ def slug(name: str) -> str:
         name = name.replace(k, v)
     name = re.sub(r"[^a-z0-9.@+]+", "-", name.lower().replace("=", ""))
     return name.strip("-") or "row"
-
-
-def save_config(path: str | Path, mapping: Mapping[str, Any]) -> Path:
-    """The resolved config as YAML (atomic): `cape experiment --config` reads it back."""
-    import yaml
-
-    text = yaml.safe_dump(dict(mapping), sort_keys=False, allow_unicode=True)
-    return atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
-
-
-def check_position(key: str, name: object) -> str:
-    """A row's `position` must be a `cape.build` name (the one vocabulary of encodings)."""
-    from cape.build import ENCODINGS
-
-    if not isinstance(name, str) or name.lower() not in ENCODINGS:
-        raise ValueError(
-            f"{key} must be a cape.build name, one of {sorted(ENCODINGS)}, got {name!r}"
-        )
-    return name.lower()
-
-
-def check_runs(rows: Sequence[Any], seeds: Sequence[int]) -> None:
-    """What every experiment config needs: >= 1 row, >= 1 seed, unique `rows[].name`."""
-    if not rows:
-        raise ValueError("rows must list at least one model (name, position)")
-    if not seeds:
-        raise ValueError("seeds must list at least one seed")
-    names = [r.name for r in rows]
-    if len(set(names)) != len(names):
-        raise ValueError(f"rows[].name must be unique, got {names}")
-
-
-def check_best_metric(train: Any, metric: str, mode: str, what: str) -> None:
-    """The checkpoint is chosen on `metric` (`mode`), the only eval metric; `what` says why."""
-    if (train.best_metric, train.best_mode) != (metric, mode):
-        raise ValueError(
-            f"train.best_metric must be {metric!r} with train.best_mode {mode!r} "
-            f"({what}), got {train.best_metric!r}, {train.best_mode!r}"
-        )
 
 
 def run_dir(out: str | Path, row: Any, seed: int) -> Path:
@@ -338,56 +259,3 @@ def summed_accuracy(correct: float, count: int) -> float:
 
     m = D.all_reduce_mean({"correct": float(correct), "n": float(count)})
     return 100.0 * m["correct"] / m["n"] if m["n"] else float("nan")
-
-
-def plot_ok() -> bool:
-    """Whether matplotlib (the `plot` extra) is there: reports skip their PNGs without it."""
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def seeds_by_row(results: Mapping[str, Any]) -> dict[str, list[int]]:
-    """The seeds each row of `results` holds, from its runs (`results["train"]` keys
-    "row/seedN"), in the order they ran: a report drawn with `--finished` may hold fewer seeds
-    for some rows than the config lists."""
-    seeds: dict[str, list[int]] = {}
-    for key in results.get("train", {}):
-        row, _, seed = key.rpartition("/seed")
-        seeds.setdefault(row, []).append(int(seed))
-    return seeds
-
-
-def train_cost_table(
-    rep: Any, results: Mapping[str, Any], metric: str = "eval_acc", label: str = "final val acc"
-) -> None:
-    """The training cost of every run (`results["train"]`: name -> the Trainer's summary) as a
-    table of `rep` (`cape.lab.report.Report`): compute and data-loading seconds, the loader's share,
-    the engine's overhead and the final validation `metric`, with its best value (that of the
-    checkpoint kept, `best_<metric>` in the summary) where the run recorded one."""
-    lines = [
-        f"| run | train s | data s | loader share | engine overhead | {label} |",
-        "|---|---|---|---|---|---|",
-    ]
-    for name, s in results["train"].items():
-        total = sum(s.get(f"time_{k}", 0.0) for k in ("data", "compute", "log", "checkpoint"))
-        digits = 3 if metric == "eval_bpd" else 1
-        value, best = s.get(metric, float("nan")), s.get(f"best_{metric}")
-        value_s = "–" if math.isnan(value) else f"{value:.{digits}f}"
-        if best is not None and f"{best:.{digits}f}" != value_s:
-            value_s += f" (best {best:.{digits}f})"
-        if not total:  # re-evaluated from a checkpoint that predates the time record
-            lines.append(f"| {name} | – | – | – | – | {value_s} |")
-            continue
-        lines.append(
-            f"| {name} | {s.get('time_compute', 0):.0f} | {s.get('time_data', 0):.1f} | "
-            f"{s.get('time_data', 0.0) / total:.1%} | "
-            f"{s.get('engine_overhead', float('nan')):.1%} | {value_s} |"
-        )
-    rep.table(
-        "\n".join(lines),
-        caption="Training cost per run (every session of a resumed run); "
-        "–: not recorded (a run evaluated again from a checkpoint older than that record).",
-    )

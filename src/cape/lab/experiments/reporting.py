@@ -1,0 +1,63 @@
+"""What every experiment's report shares: whether plots can be drawn, the seeds of each row,
+the training cost table."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["plot_ok", "seeds_by_row", "train_cost_table"]
+
+
+def plot_ok() -> bool:
+    """Whether matplotlib (the `plot` extra) is there: reports skip their PNGs without it."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def seeds_by_row(results: Mapping[str, Any]) -> dict[str, list[int]]:
+    """The seeds each row of `results` holds, from its runs (`results["train"]` keys
+    "row/seedN"), in the order they ran: a report drawn with `--finished` may hold fewer seeds
+    for some rows than the config lists."""
+    seeds: dict[str, list[int]] = {}
+    for key in results.get("train", {}):
+        row, _, seed = key.rpartition("/seed")
+        seeds.setdefault(row, []).append(int(seed))
+    return seeds
+
+
+def train_cost_table(
+    rep: Any, results: Mapping[str, Any], metric: str = "eval_acc", label: str = "final val acc"
+) -> None:
+    """The training cost of every run (`results["train"]`: name -> the Trainer's summary) as a
+    table of `rep` (`cape.lab.report.Report`): compute and data-loading seconds, the loader's share,
+    the engine's overhead and the final validation `metric`, with its best value (that of the
+    checkpoint kept, `best_<metric>` in the summary) where the run recorded one."""
+    lines = [
+        f"| run | train s | data s | loader share | engine overhead | {label} |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, s in results["train"].items():
+        total = sum(s.get(f"time_{k}", 0.0) for k in ("data", "compute", "log", "checkpoint"))
+        digits = 3 if metric == "eval_bpd" else 1
+        value, best = s.get(metric, float("nan")), s.get(f"best_{metric}")
+        value_s = "–" if math.isnan(value) else f"{value:.{digits}f}"
+        if best is not None and f"{best:.{digits}f}" != value_s:
+            value_s += f" (best {best:.{digits}f})"
+        if not total:  # re-evaluated from a checkpoint that predates the time record
+            lines.append(f"| {name} | – | – | – | – | {value_s} |")
+            continue
+        lines.append(
+            f"| {name} | {s.get('time_compute', 0):.0f} | {s.get('time_data', 0):.1f} | "
+            f"{s.get('time_data', 0.0) / total:.1%} | "
+            f"{s.get('engine_overhead', float('nan')):.1%} | {value_s} |"
+        )
+    rep.table(
+        "\n".join(lines),
+        caption="Training cost per run (every session of a resumed run); "
+        "–: not recorded (a run evaluated again from a checkpoint older than that record).",
+    )

@@ -1,0 +1,117 @@
+"""What every experiment's config shares: resolution (preset -> files -> `--set`), the saved
+config.yaml, the checks of rows, seeds and the kept checkpoint, and the training presets."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from cape.lab.config import apply_overrides, from_mapping, load_file, to_mapping
+from cape.lab.io import atomic_write
+
+__all__ = [
+    "merge",
+    "resolve_config",
+    "save_config",
+    "check_position",
+    "check_runs",
+    "check_best_metric",
+    "train_preset",
+]
+
+
+def merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+    """Deep merge: mappings merge key by key, anything else (lists included) replaces."""
+    out = copy.deepcopy(dict(base))
+    for key, value in update.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def resolve_config(
+    cls: type,
+    presets: Mapping[str, Mapping[str, Any]],
+    preset: str | None = None,
+    files: Sequence[str | Path] = (),
+    overrides: Sequence[str] = (),
+) -> tuple[Any, dict[str, Any]]:
+    """The config dataclass `cls` from a preset, then each YAML/TOML file, then `key=value`
+    overrides; returns (config, the resolved plain mapping for the run record)."""
+    if preset is not None and preset not in presets:
+        raise ValueError(f"preset must be one of {sorted(presets)}, got {preset!r}")
+    mapping: dict[str, Any] = copy.deepcopy(dict(presets[preset])) if preset else {}
+    for f in files:
+        mapping = merge(mapping, load_file(f))
+    mapping = apply_overrides(mapping, overrides)
+    config = from_mapping(cls, mapping)
+    return config, to_mapping(config)
+
+
+def save_config(path: str | Path, mapping: Mapping[str, Any]) -> Path:
+    """The resolved config as YAML (atomic): `cape experiment --config` reads it back."""
+    import yaml
+
+    text = yaml.safe_dump(dict(mapping), sort_keys=False, allow_unicode=True)
+    return atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+
+
+def check_position(key: str, name: object) -> str:
+    """A row's `position` must be a `cape.build` name (the one vocabulary of encodings)."""
+    from cape.build import ENCODINGS
+
+    if not isinstance(name, str) or name.lower() not in ENCODINGS:
+        raise ValueError(
+            f"{key} must be a cape.build name, one of {sorted(ENCODINGS)}, got {name!r}"
+        )
+    return name.lower()
+
+
+def check_runs(rows: Sequence[Any], seeds: Sequence[int]) -> None:
+    """What every experiment config needs: >= 1 row, >= 1 seed, unique `rows[].name`."""
+    if not rows:
+        raise ValueError("rows must list at least one model (name, position)")
+    if not seeds:
+        raise ValueError("seeds must list at least one seed")
+    names = [r.name for r in rows]
+    if len(set(names)) != len(names):
+        raise ValueError(f"rows[].name must be unique, got {names}")
+
+
+def check_best_metric(train: Any, metric: str, mode: str, what: str) -> None:
+    """The checkpoint is chosen on `metric` (`mode`), the only eval metric; `what` says why."""
+    if (train.best_metric, train.best_mode) != (metric, mode):
+        raise ValueError(
+            f"train.best_metric must be {metric!r} with train.best_mode {mode!r} "
+            f"({what}), got {train.best_metric!r}, {train.best_mode!r}"
+        )
+
+
+# the direction in which each experiment's eval metric improves
+_BEST_MODE = {"acc": "max", "bleu": "max", "wer": "min", "bpd": "min", "loss": "min"}
+
+
+def train_preset(
+    optimiser: Mapping[str, Any], *, every: int, best: str, log_every: int
+) -> dict[str, Any]:
+    """The `train` section of a preset: the `TrainConfig` keys in `optimiser` (steps,
+    batch_size, lr, weight_decay, warmup_steps), a cosine schedule, gradients clipped at norm 1,
+    an evaluation and a checkpoint every `every` steps, the checkpoint of the best eval metric
+    `best` kept (the higher accuracy or BLEU, the lower WER, bits per dim or loss), a log line
+    every `log_every` steps."""
+    if best not in _BEST_MODE:
+        raise ValueError(f"best must be one of {sorted(_BEST_MODE)}, got {best!r}")
+    return {
+        **optimiser,
+        "schedule": "cosine",
+        "clip_norm": 1.0,
+        "eval_every": every,
+        "checkpoint_every": every,
+        "best_metric": best,
+        "best_mode": _BEST_MODE[best],
+        "log_every": log_every,
+    }
