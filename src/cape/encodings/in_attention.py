@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from .._checks import check_int
-from ..augment import Augmentation
+from ..augment import Augmentation, check_augmentation
 from ..positions import token_positions
 
 __all__ = [
@@ -35,15 +35,7 @@ __all__ = [
     "QKTransform",
     "AttentionBias",
     "BiasCall",
-    "check_augmentation_arg",
 ]
-
-
-def check_augmentation_arg(augmentation: object) -> Augmentation | None:
-    """`augmentation` must be a `cape.Augmentation` or None (the encodings' one argument)."""
-    if augmentation is not None and not isinstance(augmentation, Augmentation):
-        raise TypeError(f"augmentation must be a cape.Augmentation or None, got {augmentation!r}")
-    return augmentation
 
 
 class InAttentionEncoding(nn.Module):
@@ -56,7 +48,7 @@ class InAttentionEncoding(nn.Module):
 
     def __init__(self, augmentation: Augmentation | None = None) -> None:
         super().__init__()
-        self.augmentation = check_augmentation_arg(augmentation)
+        self.augmentation = check_augmentation(augmentation)
 
     @property
     def drawing(self) -> bool:
