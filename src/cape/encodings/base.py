@@ -42,7 +42,7 @@ from .._checks import (
 )
 from ..augment import Augmentation, check_augmentation
 from ..positions import as_positions, resolve_mask, timestamps, token_positions
-from .grids import check_grids, layout_grid, resolve_grid
+from .grids import GridLayout, check_grids, resolve_grid
 
 __all__ = ["PositionalEncoding", "float32_region"]
 
@@ -52,7 +52,7 @@ def float32_region(device: torch.device) -> contextlib.AbstractContextManager:
     return torch.autocast(device_type=device.type, enabled=False)
 
 
-class PositionalEncoding(nn.Module):
+class PositionalEncoding(GridLayout, nn.Module):
     """Base of the absolute encodings (module docstring: the protocol).
 
     dim: D, the embedding size. pos_dim: M, coordinates per position.
@@ -101,22 +101,6 @@ class PositionalEncoding(nn.Module):
                 "(frames are counted) or use an encoding with continuous units"
             )
         return timestamps(batch, length, hop, mask=mask, device=device)
-
-    def grid_positions(
-        self,
-        height: int,
-        width: int,
-        *,
-        extent: float | None = None,
-        batch: int = 1,
-        device: torch.device | str | None = None,
-    ) -> torch.Tensor:
-        """Positions of an H x W patch grid, row-major -> [B, H*W, M] (a broadcast view).
-
-        Continuous units: (x, y) in [-extent, extent] (`cape.grid_positions`, extent 1 by
-        default); index units: integer (column, row) indices (`cape.grid_indices`).
-        """
-        return layout_grid(self, height, width, extent=extent, batch=batch, device=device)
 
     # -- shared ----------------------------------------------------------------------------
     def prepare(

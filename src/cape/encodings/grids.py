@@ -59,6 +59,29 @@ def layout_grid(
     return grid_positions(height, width, extent=ext, batch=batch, device=device)
 
 
+class GridLayout:
+    """`grid_positions(H, W)`, for an encoding that says what it reads (`pos_dim`, `units`)."""
+
+    def grid_positions(
+        self,
+        height: int,
+        width: int,
+        *,
+        extent: float | None = None,
+        batch: int = 1,
+        device: torch.device | str | None = None,
+    ) -> torch.Tensor:
+        """Positions of an H x W patch grid, row-major -> [B, H*W, M] (a broadcast view).
+
+        Continuous units: (x, y) in [-extent, extent] (`cape.grid_positions`; extent: the
+        module's own `extent` if it has one, else 1); index units: integer (column, row)
+        indices (`cape.grid_indices`).
+        """
+        if extent is None:
+            extent = getattr(self, "extent", None)
+        return layout_grid(self, height, width, extent=extent, batch=batch, device=device)
+
+
 def fit_grid_pair(grid: object) -> tuple[int, int] | None:
     """fit_grid: None or a pair (H, W) of ints -> None or the pair as a tuple."""
     if grid is None:

@@ -34,13 +34,13 @@ from ..functional.sinusoidal import cape2d_frequencies, sinusoid_frequencies
 from ..positions import as_positions, token_positions
 from .base import float32_region
 from .extension import init_extension
-from .grids import fit_grid_pair, layout_grid, max_scaling_of, sampling_of
+from .grids import GridLayout, fit_grid_pair, max_scaling_of, sampling_of
 from .in_attention import QKTransform
 
 __all__ = ["Rotary"]
 
 
-class Rotary(QKTransform):
+class Rotary(GridLayout, QKTransform):
     """Rotates queries and keys by angles of (augmented) positions; no parameters.
 
     head_dim: hd, channels per head (even). pos_dim: 1 (tokens, seconds) or 2 (x, y: CAPE's
@@ -130,18 +130,6 @@ class Rotary(QKTransform):
                 None
             ]
         return cape2d_frequencies(self.head_dim, freq_scale=self.freq_scale)
-
-    def grid_positions(
-        self,
-        height: int,
-        width: int,
-        *,
-        extent: float | None = None,
-        batch: int = 1,
-        device: torch.device | str | None = None,
-    ) -> torch.Tensor:
-        """(x, y) of an H x W patch grid in [-extent, extent] (extent 1) -> [B, H*W, 2]."""
-        return layout_grid(self, height, width, extent=extent, batch=batch, device=device)
 
     def _angles(self, pos: torch.Tensor) -> torch.Tensor:
         return rotary_angles(

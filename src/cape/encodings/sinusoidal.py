@@ -282,19 +282,6 @@ class CAPE2d(_Sinusoidal):
     def embed(self, positions: torch.Tensor) -> torch.Tensor:
         return shifted_sine(positions, self.freqs2, self.offset)
 
-    def grid_positions(
-        self,
-        height: int,
-        width: int,
-        *,
-        extent: float | None = None,
-        batch: int = 1,
-        device: torch.device | str | None = None,
-    ) -> torch.Tensor:
-        """(x, y) of an H x W grid in [-extent, extent] (default: the module's extent)."""
-        ext = self.extent if extent is None else extent
-        return super().grid_positions(height, width, extent=ext, batch=batch, device=device)
-
     def grid_augmentation(
         self, grids: list[tuple[int, int]], extent: float | None, device: torch.device
     ) -> Augmentation | _PerSampleLocalShift | None:
