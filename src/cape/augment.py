@@ -108,6 +108,32 @@ class Augmentation:
             name=name,
         )
 
+    def pair(
+        self,
+        source: torch.Tensor,
+        target: torch.Tensor,
+        source_mask: torch.Tensor | None = None,
+        target_mask: torch.Tensor | None = None,
+        *,
+        alpha: float = 1.0,
+        training: bool = True,
+        generator: torch.Generator | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`augment_pair` with these settings: one global shift and scale per sample for both
+        sides, independent local shifts (mean-normalisation is the caller's)."""
+        return augment_pair(
+            source,
+            target,
+            source_mask,
+            target_mask,
+            alpha=alpha,
+            max_global_shift=self.max_global_shift,
+            max_local_shift=self.max_local_shift,
+            max_global_scaling=self.max_global_scaling,
+            training=training,
+            generator=generator,
+        )
+
 
 # the fields, as keywords of `cape.build` and keys of config files (`cape.PRESETS` too)
 AUGMENTATION_FIELDS = ("max_global_shift", "max_local_shift", "max_global_scaling", "normalize")

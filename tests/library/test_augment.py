@@ -499,3 +499,16 @@ def test_check_augmentation_takes_an_augmentation_or_none_and_names_the_argument
     for bad in ({"max_global_shift": 1.0}, "aug", 3, (1.0, 0.5)):
         with pytest.raises(TypeError, match=r"^position_aug must be a cape\.Augmentation or None"):
             check_augmentation(bad, "position_aug")
+
+
+def test_augmentation_pair_is_augment_pair_with_its_fields() -> None:
+    aug = Augmentation(max_global_shift=3.0, max_local_shift=0.4, max_global_scaling=1.5)
+    src, tgt = torch.randn(2, 5, 1), torch.randn(2, 4, 1)
+    got = aug.pair(src, tgt, alpha=1.2, generator=torch.Generator().manual_seed(0))
+    want = augment_pair(
+        src, tgt, alpha=1.2, max_global_shift=3.0, max_local_shift=0.4, max_global_scaling=1.5,
+        generator=torch.Generator().manual_seed(0),
+    )  # fmt: skip
+    for a, b in zip(got, want, strict=True):
+        assert torch.equal(a, b)
+    assert not torch.equal(got[0], src * 1.2)  # something was drawn

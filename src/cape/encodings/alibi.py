@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from .._checks import check_bool, check_generator, check_tensor
-from ..augment import Augmentation, augment_pair
+from ..augment import Augmentation
 from ..functional.alibi import alibi_bias, alibi_slopes, check_slopes
 from ..positions import as_positions
 from .base import float32_region
@@ -123,14 +123,5 @@ def bias_positions(
             q, k = q.expand(b, -1, -1), k.expand(b, -1, -1)
             mask = None if mask is None else mask.expand(b, -1)
             k_mask = None if k_mask is None else k_mask.expand(b, -1)
-        q, k = augment_pair(
-            q,
-            k,
-            mask,
-            k_mask,
-            max_global_shift=aug.max_global_shift,
-            max_local_shift=aug.max_local_shift,
-            max_global_scaling=aug.max_global_scaling,
-            generator=generator,
-        )
+        q, k = aug.pair(q, k, mask, k_mask, generator=generator)
         return q, k, mask, k_mask

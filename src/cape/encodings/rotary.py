@@ -19,7 +19,7 @@ from .._checks import (
     check_phases,
     check_tensor,
 )
-from ..augment import Augmentation, augment_pair, mean_normalize
+from ..augment import Augmentation, mean_normalize
 from ..functional.frequencies import grid_frequencies_2d
 from ..functional.rope_scaling import (
     extension_factor,
@@ -244,17 +244,7 @@ class Rotary(GridLayout, QKTransform):
                 if aug.normalize and k.shape[1]:  # no keys: no mean to take
                     offset = k - mean_normalize(k, k_mask)  # [B, 1, M] mean broadcast
                     q, k = q - offset[:, :1], k - offset[:, :1]
-                q, k = augment_pair(
-                    q,
-                    k,
-                    mask,
-                    k_mask,
-                    max_global_shift=aug.max_global_shift,
-                    max_local_shift=aug.max_local_shift,
-                    max_global_scaling=aug.max_global_scaling,
-                    training=self.training,
-                    generator=generator,
-                )
+                q, k = aug.pair(q, k, mask, k_mask, training=self.training, generator=generator)
             return self._extended(q, k, mask, k_mask)
 
     def forward(

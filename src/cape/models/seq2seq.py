@@ -46,7 +46,6 @@ import torch
 from torch import nn
 
 from .._checks import _may_inspect_values, check_float, check_int, check_rate, check_tensor
-from ..augment import augment_pair
 from ..build import encoding_class
 from ..positions import token_positions
 from .decode_cache import DecoderCache
@@ -226,17 +225,8 @@ class Seq2Seq(nn.Module):
         # no target: augment the source alone (the same draws a zero-length target would get)
         tgt_in = src.new_zeros(batch, 0, 1) if tgt is None else tgt
         tgt_m = src_mask.new_zeros(batch, 0) if tgt_mask is None else tgt_mask
-        src, tgt_out = augment_pair(
-            src,
-            tgt_in,
-            src_mask,
-            tgt_m,
-            alpha=self.alpha,
-            max_global_shift=aug.max_global_shift,
-            max_local_shift=aug.max_local_shift,
-            max_global_scaling=aug.max_global_scaling,
-            training=training,
-            generator=generator,
+        src, tgt_out = aug.pair(
+            src, tgt_in, src_mask, tgt_m, alpha=self.alpha, training=training, generator=generator
         )
         return src, (None if tgt is None else tgt_out)
 
