@@ -26,7 +26,9 @@ def test_twins_of_the_presets() -> None:
         ("RoPE-Mixed+CAPE", "RoPE-Mixed"),
     ]
     assert twins(vision, ("fit_grid",)) == [("CAPE grid", "CAPE")]
+    assert twins(vision, ("draw",)) == [("rotary+CAPE grid per layer", "rotary+CAPE grid")]
     asr = _rows("asr", "digits-k3-peers")
+    assert twins(asr, ("draw",)) == [("rotary+CAPE per layer", "rotary+CAPE")]
     assert twins(asr, AUGMENTATION_KEYS) == [("rotary+CAPE", "rotary"), ("ALiBi+CAPE", "ALiBi")]
     # translation's plain rotary turns the model's default augmentation off (None): a twin
     translation = _rows("translation", "quick-peers")
@@ -77,6 +79,7 @@ def test_verdict_pairs_compare_augmentation_and_extensions_on_the_same_weights()
         for name, mean in (
             ("rotary", 10.0), ("rotary+CAPE", 7.0), ("rotary+PI", 30.0), ("rotary+NTK", 10.2),
             ("rotary+YaRN", 12.0), ("ALiBi", 5.0), ("ALiBi+CAPE", 4.8),
+            ("rotary+CAPE per layer", 9.0),
         )
     }  # fmt: skip
     said = verdict_pairs(rows, lambda r, c: cells.get((r, c)), ["all"], str, "WER points")
@@ -91,4 +94,6 @@ def test_verdict_pairs_compare_augmentation_and_extensions_on_the_same_weights()
         "points: +0.2 at all (level).",
         "**Extended at inference**: `rotary+YaRN` against `rotary` (the same weights), WER "
         "points: +2.0 at all.",
+        "**Augmentation drawn in every layer**: `rotary+CAPE per layer` against `rotary+CAPE` "
+        "(one draw shared by the layers), WER points: +2.0 at all.",
     ]

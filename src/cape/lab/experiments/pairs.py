@@ -123,8 +123,9 @@ def verdict_pairs(
     unit: str = "points",
 ) -> list[str]:
     """What every study's verdict says of its pairs (`pair_sentences`): CAPE's augmentation
-    against the same row without it, and each length extension chosen at inference against the
-    row whose weights it evaluates (`train_as`)."""
+    against the same row without it, each length extension chosen at inference against the
+    row whose weights it evaluates (`train_as`), and an augmentation drawn in every layer
+    (`draw: per_layer`) against the same row whose layers share one draw (the method)."""
     reuse = [(r["name"], r["train_as"]) for r in rows if r.get("train_as")]
     return [
         *pair_sentences(
@@ -134,5 +135,9 @@ def verdict_pairs(
         *pair_sentences(
             "Extended at inference", reuse, cell, columns, label, unit,
             twin_note=" (the same weights)",
+        ),
+        *pair_sentences(
+            "Augmentation drawn in every layer", twins(rows, ("draw",)), cell, columns, label,
+            unit, twin_note=" (one draw shared by the layers)",
         ),
     ]  # fmt: skip

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from cape.lab.experiments.pairs import AUGMENTATION_KEYS, level, pair_sentences, twins
+from cape.lab.experiments.pairs import level, pair_sentences, twins, verdict_pairs
 from cape.lab.report import mean_std, summarize
 
 __all__ = ["verdict", "removed_table_cells", "NO_POSITIONS", "USES_POSITIONS_POINTS"]
@@ -152,10 +152,7 @@ def verdict(
         px,
         twin_note=" (the paper's frequencies)",
     )
-    augmented = twins(config["rows"], AUGMENTATION_KEYS)
-    out += pair_sentences(
-        "CAPE's augmentation", augmented, cell, every, px, twin_note=" (not augmented)"
-    )
+    out += verdict_pairs(config["rows"], cell, every, px)  # augmented, drawn per layer
     return "\n\n".join(out)
 
 
