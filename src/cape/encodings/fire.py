@@ -14,14 +14,12 @@ from torch import nn
 from .._checks import check_bool, check_float, check_int, check_tensor
 from ..augment import Augmentation
 from ..functional.fire import fire_bias
-from .alibi import bias_positions
-from .base import float32_region
-from .in_attention import AttentionBias
+from .in_attention import PositionBias
 
 __all__ = ["FIRE"]
 
 
-class FIRE(AttentionBias):
+class FIRE(PositionBias):
     """Functional interpolation for relative positions: `FIRE(heads)(q_positions)` -> bias.
 
     heads: H, the MLP's outputs (one bias per head). hidden: the MLP's width (the paper: 32).
@@ -64,35 +62,16 @@ class FIRE(AttentionBias):
         """The current threshold L = |threshold_scale| x the initial one (a 0-dim tensor)."""
         return self.threshold_scale.float().abs() * self.threshold0
 
-    def forward(
-        self,
-        q_positions: torch.Tensor,
-        k_positions: torch.Tensor | None = None,
-        *,
-        mask: torch.Tensor | None = None,
-        k_mask: torch.Tensor | None = None,
-        attn_mask: torch.Tensor | None = None,
-        generator: torch.Generator | None = None,
-    ) -> torch.Tensor:
-        """-> bias float32 [B, H, Tq, Tk] to add to the logits (B = 1: shared by the batch).
-
-        q_positions: [B, Tq] or [B, Tq, 1]; k_positions: [B, Tk(, 1)], None = self-attention
-        (one augmentation draw for both). mask / k_mask: [B, Tq] / [B, Tk] bool, True at real
-        tokens (padded positions count as 0, padded keys not in the normaliser). attn_mask:
-        [B or 1, (1,) Tq or 1, Tk] bool, True where query i sees key j (the attention's mask):
-        only visible keys set the normaliser n_i. Augmentation as `ALiBi.forward`.
-        """
-        q, k, _, k_mask = bias_positions(
-            self.augmentation, self.training, q_positions, k_positions, mask, k_mask, generator
-        )
+    def bias_from(self, q, k, k_mask, attn_mask, q_positions, k_positions):
+        """f(psi(d_ij) / psi(n_i)) (`fire_bias`); only visible keys (`k_mask`, `attn_mask`) set
+        the normaliser n_i."""
         seen = None if k_mask is None else k_mask[:, None, :]
         if attn_mask is not None:  # its shape is checked against the given positions
             attn_mask = self._visible(attn_mask, q_positions, k_positions)
             seen = attn_mask if seen is None else seen & attn_mask
         lin1, lin2 = self.mlp[0], self.mlp[2]
         weights = (lin1.weight, lin1.bias, lin2.weight, lin2.bias)
-        with float32_region(q.device):
-            return fire_bias(q, k, weights, self.c, self.threshold, self.causal, seen)
+        return fire_bias(q, k, weights, self.c, self.threshold, self.causal, seen)
 
     @staticmethod
     def _visible(
@@ -118,12 +97,6 @@ class FIRE(AttentionBias):
                 f"{list(attn_mask.shape)}"
             )
         return m
-
-    def bias_of(self, q_positions, k_positions, mask, k_mask, allowed, generator):
-        return self(
-            q_positions, k_positions, mask=mask, k_mask=k_mask, attn_mask=allowed,
-            generator=generator,
-        )  # fmt: skip
 
     def extra_repr(self) -> str:
         return self._bias_repr(heads=self.heads, hidden=self.hidden, causal=self.causal)
