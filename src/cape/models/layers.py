@@ -13,7 +13,6 @@ host sync per layer.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import torch
 from torch import nn
@@ -46,19 +45,46 @@ def _drop_layer(p: float, training: bool, generator: torch.Generator | None) -> 
     return bool(torch.rand((), generator=gen) < p)
 
 
+def _causal(causal: object, decoder: bool) -> bool:
+    """A layer's `causal`: a bool, or None (an encoder layer's default False); a decoder layer's
+    self-attention is always causal."""
+    if causal is None:
+        return decoder
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    if decoder and not causal:
+        raise ValueError("causal=False: a decoder layer's self-attention is causal")
+    return causal
+
+
 class _Block(nn.Module):
-    """What both layer kinds share: options, the FFN sub-block and the residual wiring."""
+    """What both layer kinds share: options, the FFN sub-block and the residual wiring.
+
+    dim: D (divisible by heads). ffn_dim: FFN hidden size. dropout: on attention
+    probabilities, the FFN hidden layer and both residual branches. layer_drop: probability of
+    skipping the FFN branch in training (module docstring). activation: "gelu" or "relu".
+    rotary / biases: the self-attention's in-attention encodings (`MultiheadAttention`; head_dim
+    = D / heads); relative / position_bias: their former slots, deprecated. causal: token i
+    attends to tokens j <= i only (None: False for an encoder layer; a decoder layer is causal).
+    """
+
+    decoder = False  # a decoder layer: causal, with cross-attention over a memory
 
     def __init__(
         self,
         dim: int,
         heads: int,
         ffn_dim: int,
-        dropout: float,
-        layer_drop: float,
-        norm_first: bool,
-        activation: str,
-        positions: dict[str, Any],
+        *,
+        dropout: float = 0.1,
+        layer_drop: float = 0.0,
+        norm_first: bool = True,
+        activation: str = "gelu",
+        rotary: QKTransform | None = None,
+        biases: Sequence[AttentionBias] = (),
+        causal: bool | None = None,
+        relative: AttentionBias | None = None,
+        position_bias: AttentionBias | None = None,
     ) -> None:
         super().__init__()
         check_int("ffn_dim", ffn_dim)
@@ -67,8 +93,12 @@ class _Block(nn.Module):
         check_choice("activation", activation, tuple(_ACTIVATIONS))
         if not isinstance(norm_first, bool):
             raise TypeError(f"norm_first must be a bool, got {type(norm_first).__name__}")
+        self.causal = _causal(causal, self.decoder)
         self.norm_first = norm_first
-        self.self_attn = MultiheadAttention(dim, heads, dropout=dropout, **positions)
+        self.self_attn = MultiheadAttention(
+            dim, heads, dropout=dropout, rotary=rotary, biases=biases, relative=relative,
+            position_bias=position_bias,
+        )  # fmt: skip
         self.self_norm = nn.LayerNorm(dim)
         self.ffn = nn.Sequential(
             nn.Linear(dim, ffn_dim),
@@ -78,6 +108,9 @@ class _Block(nn.Module):
         )
         self.ffn_norm = nn.LayerNorm(dim)
         self.dropout = nn.Dropout(dropout)
+        if self.decoder:  # made last: the parameters' order (and initialisation) as before
+            self.cross_attn = MultiheadAttention(dim, heads, dropout=dropout)
+            self.cross_norm = nn.LayerNorm(dim)
 
     def _residual(
         self,
@@ -115,41 +148,8 @@ class _Block(nn.Module):
 
 
 class TransformerEncoderLayer(_Block):
-    """Self-attention + FFN, pre-norm (`norm_first=True`) or post-norm.
-
-    dim: D (divisible by heads). ffn_dim: FFN hidden size. dropout: on attention
-    probabilities, the FFN hidden layer and both residual branches. layer_drop: probability of
-    skipping the FFN branch in training (module docstring). activation: "gelu" or "relu".
-    relative / rotary: in-attention positions (head_dim = D / heads); position_bias: a bias
-    encoding, `ALiBi(heads)` or `FIRE(heads)`.
-    causal: token i attends to tokens j <= i only (a decoder-only model, e.g. autoregressive
-    pixels).
-    """
-
-    def __init__(
-        self,
-        dim: int,
-        heads: int,
-        ffn_dim: int,
-        *,
-        dropout: float = 0.1,
-        layer_drop: float = 0.0,
-        norm_first: bool = True,
-        activation: str = "gelu",
-        rotary: QKTransform | None = None,
-        biases: Sequence[AttentionBias] = (),
-        causal: bool = False,
-        relative: AttentionBias | None = None,
-        position_bias: AttentionBias | None = None,
-    ) -> None:
-        positions = dict(rotary=rotary, biases=biases, relative=relative,
-                         position_bias=position_bias)  # fmt: skip
-        super().__init__(
-            dim, heads, ffn_dim, dropout, layer_drop, norm_first, activation, positions
-        )
-        if not isinstance(causal, bool):
-            raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
-        self.causal = causal
+    """Self-attention + FFN, pre-norm (`norm_first=True`) or post-norm; the options are
+    `_Block`'s. causal=True: a decoder-only model (e.g. autoregressive pixels)."""
 
     def forward(
         self,
@@ -182,32 +182,11 @@ class TransformerEncoderLayer(_Block):
 class TransformerDecoderLayer(_Block):
     """Causal self-attention + cross-attention over the memory + FFN.
 
-    Same options as `TransformerEncoderLayer`; relative / rotary / position_bias act in the
+    Same options as `TransformerEncoderLayer`; the in-attention encodings act in the
     self-attention only (the cross-attention is content-only, as in the paper's seq2seq decoder).
     """
 
-    def __init__(
-        self,
-        dim: int,
-        heads: int,
-        ffn_dim: int,
-        *,
-        dropout: float = 0.1,
-        layer_drop: float = 0.0,
-        norm_first: bool = True,
-        activation: str = "gelu",
-        rotary: QKTransform | None = None,
-        biases: Sequence[AttentionBias] = (),
-        relative: AttentionBias | None = None,
-        position_bias: AttentionBias | None = None,
-    ) -> None:
-        positions = dict(rotary=rotary, biases=biases, relative=relative,
-                         position_bias=position_bias)  # fmt: skip
-        super().__init__(
-            dim, heads, ffn_dim, dropout, layer_drop, norm_first, activation, positions
-        )
-        self.cross_attn = MultiheadAttention(dim, heads, dropout=dropout)
-        self.cross_norm = nn.LayerNorm(dim)
+    decoder = True
 
     def _check_decoder(
         self,

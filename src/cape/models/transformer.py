@@ -50,22 +50,28 @@ def _slots(made: object) -> dict[str, Any]:
 
 
 class _Stack(nn.Module):
-    """The position plan's input encoding, a list of layers, an optional final norm."""
+    """The position plan's input encoding, a list of layers (`layer_cls`), an optional final
+    norm. The options are `TransformerEncoder`'s."""
+
+    layer_cls: type[_Block] = TransformerEncoderLayer
 
     def __init__(
         self,
-        layer_cls: type[_Block],
         layers: int,
         dim: int,
         heads: int,
         ffn_dim: int,
-        position: str | nn.Module | PositionPlan | None,
-        position_options: dict[str, Any] | None,
-        relative_factory: Callable[[], nn.Module] | None,
-        relative_layers: str,
-        final_norm: bool | None,
-        decoder: bool = False,
-        **options: Any,
+        *,
+        position: str | nn.Module | PositionPlan | None = None,
+        position_options: dict[str, Any] | None = None,
+        relative_factory: Callable[[], nn.Module] | None = None,
+        relative_layers: str = "all",
+        final_norm: bool | None = None,
+        dropout: float = 0.1,
+        layer_drop: float = 0.0,
+        norm_first: bool = True,
+        activation: str = "gelu",
+        causal: bool | None = None,
     ) -> None:
         super().__init__()
         check_int("layers", layers)
@@ -76,9 +82,12 @@ class _Stack(nn.Module):
                     "give position (a name or a plan) or relative_factory, not both: the plan "
                     "builds the layers' encodings"
                 )
-            causal = decoder or bool(options.get("causal", False))
             plan = position_plan(
-                position, dim=dim, heads=heads, options=position_options, causal=causal
+                position,
+                dim=dim,
+                heads=heads,
+                options=position_options,
+                causal=self.layer_cls.decoder or bool(causal),
             )
         else:
             if position_options:
@@ -92,12 +101,14 @@ class _Stack(nn.Module):
         params = inspect.signature(plan.absolute.forward).parameters if plan.absolute else {}
         any_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
         self._pos_kw = {k for k in ("mask", "generator") if any_kw or k in params}
+        options = dict(dropout=dropout, layer_drop=layer_drop, norm_first=norm_first,
+                       activation=activation, causal=causal)  # fmt: skip
         blocks = []
         for i in range(layers):
             made = plan.layer() if relative_layers == "all" or i == 0 else None
-            blocks.append(layer_cls(dim, heads, ffn_dim, **_slots(made), **options))
+            blocks.append(self.layer_cls(dim, heads, ffn_dim, **_slots(made), **options))
         self.layers = nn.ModuleList(blocks)
-        final_norm = options.get("norm_first", True) if final_norm is None else final_norm
+        final_norm = norm_first if final_norm is None else final_norm
         self.norm = nn.LayerNorm(dim) if final_norm else None
 
     def _layer_positions(
@@ -149,41 +160,7 @@ class TransformerEncoder(_Stack):
     for pre-norm. options: dropout, layer_drop, norm_first, activation, causal (see the layer).
     """
 
-    def __init__(
-        self,
-        layers: int,
-        dim: int,
-        heads: int,
-        ffn_dim: int,
-        *,
-        position: str | nn.Module | PositionPlan | None = None,
-        position_options: dict[str, Any] | None = None,
-        relative_factory: Callable[[], nn.Module] | None = None,
-        relative_layers: str = "all",
-        final_norm: bool | None = None,
-        dropout: float = 0.1,
-        layer_drop: float = 0.0,
-        norm_first: bool = True,
-        activation: str = "gelu",
-        causal: bool = False,
-    ) -> None:
-        super().__init__(
-            TransformerEncoderLayer,
-            layers,
-            dim,
-            heads,
-            ffn_dim,
-            position,
-            position_options,
-            relative_factory,
-            relative_layers,
-            final_norm,
-            dropout=dropout,
-            layer_drop=layer_drop,
-            norm_first=norm_first,
-            activation=activation,
-            causal=causal,
-        )
+    layer_cls = TransformerEncoderLayer
 
     def forward(
         self,
@@ -217,40 +194,7 @@ class TransformerDecoder(_Stack):
     MT setting) for the targets.
     """
 
-    def __init__(
-        self,
-        layers: int,
-        dim: int,
-        heads: int,
-        ffn_dim: int,
-        *,
-        position: str | nn.Module | PositionPlan | None = None,
-        position_options: dict[str, Any] | None = None,
-        relative_factory: Callable[[], nn.Module] | None = None,
-        relative_layers: str = "all",
-        final_norm: bool | None = None,
-        dropout: float = 0.1,
-        layer_drop: float = 0.0,
-        norm_first: bool = True,
-        activation: str = "gelu",
-    ) -> None:
-        super().__init__(
-            TransformerDecoderLayer,
-            layers,
-            dim,
-            heads,
-            ffn_dim,
-            position,
-            position_options,
-            relative_factory,
-            relative_layers,
-            final_norm,
-            True,
-            dropout=dropout,
-            layer_drop=layer_drop,
-            norm_first=norm_first,
-            activation=activation,
-        )
+    layer_cls = TransformerDecoderLayer
 
     def start_cache(
         self, memory: torch.Tensor, memory_mask: torch.Tensor | None = None
