@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from cape.lab.experiments.run_folders import cached_runs, run_settings
+from cape.lab.experiments.run_folders import cached_runs, check_run_settings, run_settings
 
 
 @dataclass
@@ -163,3 +163,17 @@ def test_seeds_by_row_from_the_runs() -> None:
 
     got = seeds_by_row({"train": {"a/seed0": {}, "CAPE Δ=10/seed1": {}, "a/seed2": {}}})
     assert got == {"a": [0, 2], "CAPE Δ=10": [1]}
+
+
+def test_a_run_of_chosen_rows_is_finished_in_the_whole_study(tmp_path):
+    """`--rows` keeps only the chosen rows in eval lists of row names (hop_rows): what such a
+    list says of a run is whether it names the run's own row."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    chosen = {"row.name": "rotary", "eval.hop_rows": [], "train.steps": 10}
+    (folder / "settings.json").write_text(json.dumps(chosen))
+    whole = {**chosen, "eval.hop_rows": ["sinpos", "CAPE"]}
+    assert check_run_settings(folder, whole) is False  # nothing to measure again
+    named = {**chosen, "row.name": "sinpos", "eval.hop_rows": ["sinpos"]}
+    (folder / "settings.json").write_text(json.dumps({**named, "eval.hop_rows": []}))
+    assert check_run_settings(folder, named) is True  # sinpos is now measured at other hops

@@ -90,6 +90,19 @@ def run_settings(cfg: Any, row: Any) -> dict[str, Any]:
     return json.loads(json.dumps(flat))  # tuples -> lists, as they come back from the file
 
 
+def _own_rows(settings: dict[str, Any]) -> dict[str, Any]:
+    """An eval list of row names (`eval.hop_rows`...) matters to a run only as whether it names
+    the run's own row: `--rows` keeps the chosen rows in such lists, and a run trained so must
+    count as finished in the whole study."""
+    name = settings.get("row.name")
+    return {
+        k: (name in v)
+        if k.startswith("eval.") and k.endswith("_rows") and isinstance(v, list)
+        else v
+        for k, v in settings.items()
+    }
+
+
 def check_run_settings(folder: Path, settings: dict[str, Any]) -> bool:
     """Compare a run folder's `settings.json` (if any) with `settings`; reads only. True when
     `eval.*` keys differ (what was measured must be measured again), False when nothing does or
@@ -107,6 +120,7 @@ def check_run_settings(folder: Path, settings: dict[str, Any]) -> bool:
             "(it is written again), else delete the run folder",
             path,
         ) from e
+    old, settings = _own_rows(old), _own_rows(settings)
     diff = sorted(
         k
         for k in set(old) | set(settings)
