@@ -151,7 +151,7 @@ def test_settings_object_matches_the_keywords():
     assert (
         SpecAugment(settings).settings
         == settings
-        == MaskSettings().with_overrides({"freq_width": 10, "time_masks": 3, "value": -1.5})
+        == MaskSettings.resolve(None, {"freq_width": 10, "time_masks": 3, "value": -1.5})
     )
     with pytest.raises(ValueError, match="time_ratio"):
         MaskSettings(time_ratio=1.5)

@@ -37,7 +37,7 @@ fixed size, so the first n screens of a stream do not depend on how many are ask
 
 from __future__ import annotations
 
-from dataclasses import astuple, dataclass, replace
+from dataclasses import astuple, dataclass
 from typing import Any
 
 import numpy as np
@@ -45,6 +45,7 @@ import torch
 from torch.utils.data import Dataset
 
 from cape._checks import check_float, check_int
+from cape.lab.data.settings import Settings
 
 __all__ = [
     "WIDGETS",
@@ -53,7 +54,6 @@ __all__ = [
     "SPLITS",
     "Screens",
     "ScreenSettings",
-    "check_screen_settings",
     "answer_questions",
     "generate",
     "make_splits",
@@ -200,27 +200,8 @@ def _draw(
     return {"boxes": boxes, "types": types * mask, "mask": mask, "question": question}
 
 
-def check_screen_settings(settings: Any, prefix: str = "") -> None:
-    """Check the screen fields of `settings` (a `ScreenSettings`, or a config with fields of the
-    same names, e.g. the LFF boxes `DataConfig`); `prefix` starts each name in the messages."""
-    canvas, max_size, plant = settings.canvas, settings.max_size, settings.plant
-    check_int(f"{prefix}canvas", canvas, minimum=8)
-    if canvas % 2:
-        raise ValueError(f"{prefix}canvas must be even (coordinates 2 g + parity), got {canvas}")
-    min_boxes = check_int(f"{prefix}min_boxes", settings.min_boxes, minimum=2)
-    check_int(f"{prefix}max_boxes", settings.max_boxes, minimum=min_boxes)
-    check_int(f"{prefix}max_size", max_size, minimum=2)
-    if max_size % 2 or max_size > canvas - 2:
-        raise ValueError(
-            f"{prefix}max_size must be even and <= {prefix}canvas - 2 = {canvas - 2}, "
-            f"got {max_size}"
-        )
-    if not 0.0 <= check_float(f"{prefix}plant", plant) <= 1.0:
-        raise ValueError(f"{prefix}plant must lie in [0, 1], got {plant}")
-
-
 @dataclass(frozen=True)
-class ScreenSettings:
+class ScreenSettings(Settings):
     """How screens are drawn. canvas: even, coordinates in [0, canvas - 1]; min_boxes to
     max_boxes boxes per screen; max_size: the largest box side in cells (even, the grid has
     canvas/2 lines); plant: probability that "above", "left-aligned" and "contains" questions
@@ -232,15 +213,26 @@ class ScreenSettings:
     max_size: int = 16
     plant: float = 0.7
 
-    def __post_init__(self) -> None:
-        check_screen_settings(self)
-
-
-def _settings(settings: ScreenSettings | None, overrides: dict[str, Any]) -> ScreenSettings:
-    if settings is not None and not isinstance(settings, ScreenSettings):
-        raise TypeError(f"settings must be a ScreenSettings or None, got {type(settings).__name__}")
-    settings = settings or ScreenSettings()
-    return replace(settings, **overrides) if overrides else settings
+    @staticmethod
+    def check(settings: Any, prefix: str = "") -> None:
+        """Check the screen fields of `settings` (this class, or a config with fields of the
+        same names: the LFF boxes `DataConfig`); `prefix` starts each name in the messages."""
+        canvas, max_size, plant = settings.canvas, settings.max_size, settings.plant
+        check_int(f"{prefix}canvas", canvas, minimum=8)
+        if canvas % 2:
+            raise ValueError(
+                f"{prefix}canvas must be even (coordinates 2 g + parity), got {canvas}"
+            )
+        min_boxes = check_int(f"{prefix}min_boxes", settings.min_boxes, minimum=2)
+        check_int(f"{prefix}max_boxes", settings.max_boxes, minimum=min_boxes)
+        check_int(f"{prefix}max_size", max_size, minimum=2)
+        if max_size % 2 or max_size > canvas - 2:
+            raise ValueError(
+                f"{prefix}max_size must be even and <= {prefix}canvas - 2 = {canvas - 2}, "
+                f"got {max_size}"
+            )
+        if not 0.0 <= check_float(f"{prefix}plant", plant) <= 1.0:
+            raise ValueError(f"{prefix}plant must lie in [0, 1], got {plant}")
 
 
 def generate(
@@ -258,7 +250,7 @@ def generate(
     check_int("seed", seed, minimum=0)
     if parity not in (0, 1):
         raise ValueError(f"parity must be 0 (even coordinates) or 1 (odd), got {parity!r}")
-    s = _settings(settings, overrides)
+    s = ScreenSettings.resolve(settings, overrides)
     canvas, min_boxes, max_boxes, max_size, plant = astuple(s)
     grid = canvas // 2
     rng = np.random.default_rng(seed)
@@ -304,7 +296,7 @@ def make_splits(
     """train, val, test_seen (even coordinates, independent streams of `seed`) and test_unseen
     (test_seen's screens moved by one cell: odd coordinates). The settings and keywords are
     `generate`'s."""
-    s = _settings(settings, overrides)
+    s = ScreenSettings.resolve(settings, overrides)
     streams = [int(v) for v in np.random.SeedSequence(seed).generate_state(3)]
     return {
         "train": generate(train, seed=streams[0], settings=s),

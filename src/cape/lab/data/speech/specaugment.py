@@ -19,37 +19,22 @@ Python loop over masks or samples and no host synchronisation, on CPU and CUDA a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
 from torch import nn
 
 from cape._checks import check_float, check_int, check_lengths, check_tensor
+from cape.lab.data.settings import Settings
 
-__all__ = [
-    "MaskSettings",
-    "SpecAugment",
-    "check_mask_settings",
-    "spec_augment",
-    "spec_augment_masks",
-]
+__all__ = ["MaskSettings", "SpecAugment", "spec_augment", "spec_augment_masks"]
 
 _MASK_COUNTS = ("freq_masks", "freq_width", "time_masks", "time_width")
 
 
-def check_mask_settings(settings: object, prefix: str = "") -> None:
-    """Check the mask fields of `settings` (a `MaskSettings`, or a config with fields of the same
-    names, e.g. the ASR `FeatureConfig`); `prefix` starts each name in the messages."""
-    for key in _MASK_COUNTS:
-        check_int(f"{prefix}{key}", getattr(settings, key), minimum=0)
-    ratio = settings.time_ratio  # type: ignore[attr-defined]
-    if check_float(f"{prefix}time_ratio", ratio) > 1.0:
-        raise ValueError(f"{prefix}time_ratio must lie in [0, 1], got {ratio}")
-
-
 @dataclass(frozen=True)
-class MaskSettings:
+class MaskSettings(Settings):
     """SpecAugment's masks (the paper's defaults) and the value masked entries become.
 
     freq_masks masks of at most freq_width bands; time_masks masks of at most
@@ -63,26 +48,20 @@ class MaskSettings:
     time_width: int = 50
     value: float = 0.0
 
+    @staticmethod
+    def check(settings: Any, prefix: str = "") -> None:
+        """Check the mask fields of `settings` (this class, or a config with fields of the same
+        names: the ASR `FeatureConfig`); `prefix` starts each name in the messages."""
+        for key in _MASK_COUNTS:
+            check_int(f"{prefix}{key}", getattr(settings, key), minimum=0)
+        ratio = settings.time_ratio
+        if check_float(f"{prefix}time_ratio", ratio) > 1.0:
+            raise ValueError(f"{prefix}time_ratio must lie in [0, 1], got {ratio}")
+
     def __post_init__(self) -> None:
-        check_mask_settings(self)
+        super().__post_init__()
         object.__setattr__(self, "time_ratio", float(self.time_ratio))
         object.__setattr__(self, "value", check_float("value", self.value, minimum=-float("inf")))
-
-    @classmethod
-    def of(cls, config: object) -> MaskSettings:
-        """The settings from the fields of the same names on `config`; the others default."""
-        names = [f.name for f in fields(cls) if hasattr(config, f.name)]
-        return cls(**{name: getattr(config, name) for name in names})
-
-    def with_overrides(self, overrides: dict[str, Any]) -> MaskSettings:
-        """These settings with some fields replaced (the old keywords of `spec_augment`)."""
-        return replace(self, **overrides) if overrides else self
-
-
-def _settings(settings: MaskSettings | None, overrides: dict[str, Any]) -> MaskSettings:
-    if settings is not None and not isinstance(settings, MaskSettings):
-        raise TypeError(f"settings must be a MaskSettings or None, got {type(settings).__name__}")
-    return (settings or MaskSettings()).with_overrides(overrides)
 
 
 def _uniform_ints(upper: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
@@ -122,7 +101,7 @@ def spec_augment_masks(
     check_int("batch", batch, minimum=0)
     check_int("frames", frames, minimum=0)
     check_int("bands", bands)
-    s = _settings(settings, overrides)
+    s = MaskSettings.resolve(settings, overrides)
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(
             f"generator must be a torch.Generator or None, got {type(generator).__name__}"
@@ -170,7 +149,7 @@ def spec_augment(
     gradient). No host syncs.
     """
     check_tensor("features", features, ndims=(2, 3), floating=True)
-    s = _settings(settings, overrides)
+    s = MaskSettings.resolve(settings, overrides)
     batched = features.dim() == 3
     x = features if batched else features[None]
     batch, frames, bands = x.shape
@@ -195,7 +174,7 @@ class SpecAugment(nn.Module):
 
     def __init__(self, settings: MaskSettings | None = None, **overrides: Any) -> None:
         super().__init__()
-        self.settings = _settings(settings, overrides)
+        self.settings = MaskSettings.resolve(settings, overrides)
 
     def forward(
         self,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cape._checks import check_choice, check_float, check_int
-from cape.lab.data.speech.specaugment import check_mask_settings
+from cape.lab.data.speech.specaugment import MaskSettings
 from cape.lab.data.speech.synth import MAX_TRAIN_SECONDS
 from cape.lab.data.text.sentences import TEXT_SOURCES
 from cape.lab.experiments.pairs import preset_augmentation
@@ -84,7 +84,7 @@ class FeatureConfig:
         check_int("features.n_mels", self.n_mels, minimum=8)
         check_float("features.win_ms", self.win_ms, strict=True)
         check_float("features.hop_ms", self.hop_ms, strict=True)
-        check_mask_settings(self, "features.")
+        MaskSettings.check(self, "features.")
 
 
 @dataclass

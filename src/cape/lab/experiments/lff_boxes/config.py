@@ -17,7 +17,7 @@ from typing import Any
 
 from cape._checks import check_choice, check_float, check_int
 from cape.augment import Augmentation
-from cape.lab.data.boxes import check_screen_settings
+from cape.lab.data.boxes import ScreenSettings
 from cape.lab.experiments.study_config import check_best_metric, check_runs, train_preset
 from cape.lab.train.config import TrainConfig
 
@@ -57,7 +57,7 @@ class DataConfig:
     def __post_init__(self) -> None:
         for key in ("train", "val", "test"):
             check_int(f"data.{key}", getattr(self, key))
-        check_screen_settings(self, "data.")
+        ScreenSettings.check(self, "data.")
         check_int("data.seed", self.seed, minimum=0)
 
 
