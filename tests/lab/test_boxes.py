@@ -13,6 +13,7 @@ from cape.lab.data.boxes import (
     QUESTIONS,
     WIDGETS,
     BoxDataset,
+    ScreenSettings,
     answer_questions,
     content_only_accuracy,
     generate,
@@ -195,3 +196,19 @@ def test_dataset_collates_batches():
     assert 0.0 <= float(batch["positions"].min()) and float(batch["positions"].max()) <= 1.0
     assert batch["mask"].dtype == torch.bool
     assert batch["answer"].tolist() == s.answer[[3, 1, 4]].tolist()
+
+
+def test_settings_object_matches_the_keywords():
+    settings = ScreenSettings(canvas=32, max_size=8, plant=0.3)
+    a = generate(300, seed=9, settings=settings)
+    b = generate(300, seed=9, canvas=32, max_size=8, plant=0.3)
+    assert np.array_equal(a.boxes, b.boxes) and np.array_equal(a.answer, b.answer)
+    split = make_splits(50, 10, 20, seed=1, settings=settings)["test_unseen"]
+    assert split.canvas == 32 and np.array_equal(
+        split.boxes,
+        make_splits(50, 10, 20, seed=1, canvas=32, max_size=8, plant=0.3)["test_unseen"].boxes,
+    )
+    with pytest.raises(ValueError, match="max_size"):
+        ScreenSettings(max_size=7)
+    with pytest.raises(TypeError, match="settings"):
+        generate(10, seed=0, settings={"canvas": 32})

@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cape.lab.data.speech.specaugment import SpecAugment, spec_augment, spec_augment_masks
+from cape.lab.data.speech.specaugment import (
+    MaskSettings,
+    SpecAugment,
+    spec_augment,
+    spec_augment_masks,
+)
 
 
 def _runs(mask: torch.Tensor) -> list[tuple[int, int]]:
@@ -132,3 +137,23 @@ def test_bad_features_and_lengths():
         spec_augment(torch.zeros(2, 10, 8, dtype=torch.int64))
     with pytest.raises(ValueError, match="lengths"):
         spec_augment(torch.randn(2, 10, 8), torch.tensor([11, 3]))
+
+
+def test_settings_object_matches_the_keywords():
+    settings = MaskSettings(freq_width=10, time_masks=3, value=-1.5)
+    x, lengths = torch.randn(2, 120, 40), torch.tensor([120, 70])
+    a = spec_augment(x, lengths, settings, generator=torch.Generator().manual_seed(4))
+    b = spec_augment(
+        x, lengths, freq_width=10, time_masks=3, value=-1.5,
+        generator=torch.Generator().manual_seed(4),
+    )  # fmt: skip
+    assert torch.equal(a, b)
+    assert (
+        SpecAugment(settings).settings
+        == settings
+        == MaskSettings.resolve(None, {"freq_width": 10, "time_masks": 3, "value": -1.5})
+    )
+    with pytest.raises(ValueError, match="time_ratio"):
+        MaskSettings(time_ratio=1.5)
+    with pytest.raises(TypeError, match="settings"):
+        spec_augment(x, lengths, {"freq_width": 10})

@@ -20,17 +20,9 @@ from collections.abc import Sequence
 import jiwer
 import numpy as np
 
+from cape.lab.data.speech.synth import DURATION_BINS  # the test corpus' bins: wer_by_bin's default
+
 __all__ = ["DURATION_BINS", "wer", "cer", "error_counts", "wer_by_bin"]
-
-DURATION_BINS: tuple[tuple[float, float], ...] = (
-    (0, 6),
-    (6, 10),
-    (10, 15),
-    (15, 20),
-    (20, 30),
-    (30, 45),
-)
-
 
 _COUNTS = ("words", "chars", "word_edits", "char_edits")
 

@@ -50,7 +50,12 @@ from cape.lab.data.speech.corpus import (
 )
 from cape.lab.data.speech.espeak import Espeak, Synthesis, espeak_available, get_espeak
 from cape.lab.data.speech.features import frame_hop_seconds, hop_samples, log_mel, mel_filterbank
-from cape.lab.data.speech.specaugment import SpecAugment, spec_augment, spec_augment_masks
+from cape.lab.data.speech.specaugment import (
+    MaskSettings,
+    SpecAugment,
+    spec_augment,
+    spec_augment_masks,
+)
 from cape.lab.data.speech.synth import (
     DURATION_BINS,
     HELDOUT_VOICES,
@@ -135,6 +140,7 @@ __all__ = [
     "TOKENS",
     "VOCAB_SIZE",
     "DurationBatchSampler",
+    "MaskSettings",
     "SpecAugment",
     "SpeechBatch",
     "ctc_beam_decode",

@@ -37,13 +37,15 @@ fixed size, so the first n screens of a stream do not depend on how many are ask
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
+from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
 from cape._checks import check_float, check_int
+from cape.lab.data.settings import Settings
 
 __all__ = [
     "WIDGETS",
@@ -51,6 +53,7 @@ __all__ = [
     "NONE",
     "SPLITS",
     "Screens",
+    "ScreenSettings",
     "answer_questions",
     "generate",
     "make_splits",
@@ -197,35 +200,58 @@ def _draw(
     return {"boxes": boxes, "types": types * mask, "mask": mask, "question": question}
 
 
+@dataclass(frozen=True)
+class ScreenSettings(Settings):
+    """How screens are drawn. canvas: even, coordinates in [0, canvas - 1]; min_boxes to
+    max_boxes boxes per screen; max_size: the largest box side in cells (even, the grid has
+    canvas/2 lines); plant: probability that "above", "left-aligned" and "contains" questions
+    get a planted answer box."""
+
+    canvas: int = 64
+    min_boxes: int = 5
+    max_boxes: int = 9
+    max_size: int = 16
+    plant: float = 0.7
+
+    @staticmethod
+    def check(settings: Any, prefix: str = "") -> None:
+        """Check the screen fields of `settings` (this class, or a config with fields of the
+        same names: the LFF boxes `DataConfig`); `prefix` starts each name in the messages."""
+        canvas, max_size, plant = settings.canvas, settings.max_size, settings.plant
+        check_int(f"{prefix}canvas", canvas, minimum=8)
+        if canvas % 2:
+            raise ValueError(
+                f"{prefix}canvas must be even (coordinates 2 g + parity), got {canvas}"
+            )
+        min_boxes = check_int(f"{prefix}min_boxes", settings.min_boxes, minimum=2)
+        check_int(f"{prefix}max_boxes", settings.max_boxes, minimum=min_boxes)
+        check_int(f"{prefix}max_size", max_size, minimum=2)
+        if max_size % 2 or max_size > canvas - 2:
+            raise ValueError(
+                f"{prefix}max_size must be even and <= {prefix}canvas - 2 = {canvas - 2}, "
+                f"got {max_size}"
+            )
+        if not 0.0 <= check_float(f"{prefix}plant", plant) <= 1.0:
+            raise ValueError(f"{prefix}plant must lie in [0, 1], got {plant}")
+
+
 def generate(
     n: int,
     *,
     seed: int,
     parity: int = 0,
-    canvas: int = 64,
-    min_boxes: int = 5,
-    max_boxes: int = 9,
-    max_size: int = 16,
-    plant: float = 0.7,
+    settings: ScreenSettings | None = None,
+    **overrides: Any,
 ) -> Screens:
     """n screens, deterministic by `seed` (the same seed with parity 1 gives the same screens
-    moved by one cell). canvas: even, coordinates in [0, canvas - 1]. max_size: the largest
-    box side in cells (even, the grid has canvas/2 lines). plant: probability that "above",
-    "left-aligned" and "contains" questions get a planted answer box."""
+    moved by one cell). settings: how they are drawn (None = `ScreenSettings()`); keywords named
+    like its fields (canvas=32, plant=0.5, ...) override them."""
     check_int("n", n, minimum=0)
     check_int("seed", seed, minimum=0)
     if parity not in (0, 1):
         raise ValueError(f"parity must be 0 (even coordinates) or 1 (odd), got {parity!r}")
-    check_int("canvas", canvas, minimum=8)
-    if canvas % 2:
-        raise ValueError(f"canvas must be even (coordinates 2 g + parity), got {canvas}")
-    check_int("min_boxes", min_boxes, minimum=2)
-    check_int("max_boxes", max_boxes, minimum=min_boxes)
-    check_int("max_size", max_size, minimum=2)
-    if max_size % 2 or max_size > canvas - 2:
-        raise ValueError(f"max_size must be even and <= canvas - 2 = {canvas - 2}, got {max_size}")
-    if not 0.0 <= check_float("plant", plant) <= 1.0:
-        raise ValueError(f"plant must lie in [0, 1], got {plant}")
+    s = ScreenSettings.resolve(settings, overrides)
+    canvas, min_boxes, max_boxes, max_size, plant = astuple(s)
     grid = canvas // 2
     rng = np.random.default_rng(seed)
     parts: list[dict[str, np.ndarray]] = []
@@ -264,23 +290,19 @@ def make_splits(
     test: int,
     *,
     seed: int = 0,
-    canvas: int = 64,
-    min_boxes: int = 5,
-    max_boxes: int = 9,
-    max_size: int = 16,
-    plant: float = 0.7,
+    settings: ScreenSettings | None = None,
+    **overrides: Any,
 ) -> dict[str, Screens]:
     """train, val, test_seen (even coordinates, independent streams of `seed`) and test_unseen
-    (test_seen's screens moved by one cell: odd coordinates). Other options: `generate`'s."""
-    options = dict(
-        canvas=canvas, min_boxes=min_boxes, max_boxes=max_boxes, max_size=max_size, plant=plant
-    )
-    streams = [int(s) for s in np.random.SeedSequence(seed).generate_state(3)]
+    (test_seen's screens moved by one cell: odd coordinates). The settings and keywords are
+    `generate`'s."""
+    s = ScreenSettings.resolve(settings, overrides)
+    streams = [int(v) for v in np.random.SeedSequence(seed).generate_state(3)]
     return {
-        "train": generate(train, seed=streams[0], **options),
-        "val": generate(val, seed=streams[1], **options),
-        "test_seen": generate(test, seed=streams[2], **options),
-        "test_unseen": generate(test, seed=streams[2], parity=1, **options),
+        "train": generate(train, seed=streams[0], settings=s),
+        "val": generate(val, seed=streams[1], settings=s),
+        "test_seen": generate(test, seed=streams[2], settings=s),
+        "test_unseen": generate(test, seed=streams[2], parity=1, settings=s),
     }
 
 

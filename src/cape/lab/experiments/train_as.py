@@ -4,12 +4,27 @@ chosen at inference from the training length). Shared by the experiments whose r
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from torch import nn
 
-__all__ = ["check_reuse_fields", "check_train_as", "trained_row", "evaluation_model"]
+__all__ = ["ReusableRow", "check_reuse_fields", "check_train_as", "trained_row", "evaluation_model"]
+
+
+@dataclass
+class ReusableRow:
+    """The fields first in a row whose weights other rows may reuse (the length and translation
+    experiments' `RowConfig`): its name, `position` (a `cape.build` name) with `options`, then
+    `eval_options` and `train_as` as above. Subclasses add their own fields and checks."""
+
+    name: str = ""
+    position: str = ""
+    options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    eval_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    train_as: str | None = None
 
 
 def check_reuse_fields(key: str, row: Any) -> None:

@@ -5,12 +5,11 @@ Validated, drawn by `_maps_figure` (tests read the images back from it), written
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from cape.lab.viz.plots import _is_real, _pyplot, _save
+from cape.lab.viz.plots import _is_real, _plotter, _pyplot
 
 if TYPE_CHECKING:
     import torch
@@ -92,28 +91,10 @@ def _maps_figure(
     return fig
 
 
-def plot_maps(
-    maps: Mapping[str, Mapping[str, torch.Tensor | np.ndarray]],
-    path: str | Path,
-    *,
-    title: str = "",
-    cmap: str = "viridis",
-    symmetric: bool = True,
-    col_titles: bool = True,
-    vmin: float | None = None,
-    vmax: float | None = None,
-) -> Path:
+plot_maps = _plotter(
+    _maps_figure,
     """A grid of 2D maps: one row per outer key (its label at the left; "" for none), one image
     per inner key (titled with it when `col_titles`). Images may have different shapes [H, W].
     Colour limits: `vmin`/`vmax` when given (shared), else ±max|v| per image when `symmetric`,
-    else each image's own range. Returns `path`."""
-    fig = _maps_figure(
-        maps,
-        title=title,
-        cmap=cmap,
-        symmetric=symmetric,
-        col_titles=col_titles,
-        vmin=vmin,
-        vmax=vmax,
-    )
-    return _save(fig, path)
+    else each image's own range. Returns `path`.""",
+)

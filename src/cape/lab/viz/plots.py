@@ -8,13 +8,15 @@
 
 Each `plot_*` validates its arguments (ValueError), builds the figure with a private
 `_*_figure` function (tests read the plotted data back from it), writes it atomically
-(`cape.lab.io.atomic_write`) at 100 dpi and closes it. matplotlib is imported lazily (Agg backend).
+(`cape.lab.io.atomic_write`) at 100 dpi and closes it; `_plotter` makes it from the figure
+function, whose keywords it takes. matplotlib is imported lazily (Agg backend).
 """
 
 from __future__ import annotations
 
+import inspect
 import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +49,31 @@ def _save(fig: Figure, path: str | Path) -> Path:
         return atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=DPI))
     finally:
         _pyplot().close(fig)
+
+
+def _plotter(figure: Callable[..., Figure], doc: str) -> Callable[..., Path]:
+    """The public `plot_*` of a `_*_figure` function, its keywords written once: `figure`'s
+    arguments with `path` after the positional ones (the data); it draws the figure, writes it to
+    `path` (`_save`) and returns `path`. The signature (`inspect`, `help`) shows all of them."""
+    sig = inspect.signature(figure)
+    params = list(sig.parameters.values())
+    data = sum(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params)
+    path = inspect.Parameter(
+        "path", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation="str | Path"
+    )
+    signature = sig.replace(parameters=[*params[:data], path, *params[data:]])
+    signature = signature.replace(return_annotation="Path")
+
+    def plot(*args: Any, **kwargs: Any) -> Path:
+        arguments = signature.bind(*args, **kwargs).arguments
+        out = arguments.pop("path")
+        return _save(figure(**arguments), out)
+
+    name = figure.__name__.removeprefix("_").removesuffix("_figure")
+    plot.__name__ = plot.__qualname__ = f"plot_{name}"
+    plot.__module__, plot.__doc__ = figure.__module__, doc
+    plot.__signature__ = signature  # type: ignore[attr-defined]
+    return plot
 
 
 def _check_cells(summary: Sequence[Cell], name: str, keys: Sequence[str]) -> None:
@@ -222,43 +249,15 @@ def _curves_figure(
     return fig
 
 
-def plot_curves(
-    summary: Sequence[Cell],
-    path: str | Path,
-    *,
-    x: str,
-    series: str,
-    y_label: str,
-    x_label: str,
-    title: str = "",
-    series_order: Sequence[Any] | None = None,
-    vline: float | None = None,
-    vline_label: str = "train size",
-    logx: bool = False,
-    percent: bool = False,
-    band: tuple[str, str] | None = None,
-) -> Path:
+plot_curves = _plotter(
+    _curves_figure,
     """One line (with markers) per `series` value of the cells' mean over `x` (numbers, sorted);
     error bars of one std where n > 1; a dashed vertical line at `vline` (e.g. the training
     resolution). `series_order` puts those series first (and in that order). With `percent` the
     means are fractions shown as percentages. `band=(low, high)` names two keys of every cell
     (e.g. a confidence interval's ends): a shaded band between them replaces the error bars.
-    Returns `path`."""
-    fig = _curves_figure(
-        summary,
-        x=x,
-        series=series,
-        y_label=y_label,
-        x_label=x_label,
-        title=title,
-        series_order=series_order,
-        vline=vline,
-        vline_label=vline_label,
-        logx=logx,
-        percent=percent,
-        band=band,
-    )
-    return _save(fig, path)
+    Returns `path`.""",
+)
 
 
 def _tradeoff_points(
@@ -340,32 +339,10 @@ def _tradeoff_figure(
     return fig
 
 
-def plot_tradeoff(
-    summary_x: Sequence[Cell],
-    summary_y: Sequence[Cell],
-    path: str | Path,
-    *,
-    key: str,
-    series: str,
-    x_label: str,
-    y_label: str,
-    title: str = "",
-    logx: bool = True,
-    annotate: str | None = None,
-) -> Path:
+plot_tradeoff = _plotter(
+    _tradeoff_figure,
     """y means (`summary_y`) against x means (`summary_x`), points matched by (`series`, `key`)
     and joined per series in `key` order (e.g. x = images/s, y = accuracy, key = eval size);
     error bars of one std where n > 1; each point labelled with its cell's `annotate` value
-    (e.g. annotate="size"). Returns `path`."""
-    fig = _tradeoff_figure(
-        summary_x,
-        summary_y,
-        key=key,
-        series=series,
-        x_label=x_label,
-        y_label=y_label,
-        title=title,
-        logx=logx,
-        annotate=annotate,
-    )
-    return _save(fig, path)
+    (e.g. annotate="size"). Returns `path`.""",
+)

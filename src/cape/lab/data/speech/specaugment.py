@@ -19,12 +19,49 @@ Python loop over masks or samples and no host synchronisation, on CPU and CUDA a
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
+from typing import Any
+
 import torch
 from torch import nn
 
 from cape._checks import check_float, check_int, check_lengths, check_tensor
+from cape.lab.data.settings import Settings
 
-__all__ = ["spec_augment", "spec_augment_masks", "SpecAugment"]
+__all__ = ["MaskSettings", "SpecAugment", "spec_augment", "spec_augment_masks"]
+
+_MASK_COUNTS = ("freq_masks", "freq_width", "time_masks", "time_width")
+
+
+@dataclass(frozen=True)
+class MaskSettings(Settings):
+    """SpecAugment's masks (the paper's defaults) and the value masked entries become.
+
+    freq_masks masks of at most freq_width bands; time_masks masks of at most
+    min(time_width, floor(time_ratio * length)) frames; time_ratio in [0, 1].
+    """
+
+    freq_masks: int = 2
+    freq_width: int = 30
+    time_masks: int = 10
+    time_ratio: float = 0.1
+    time_width: int = 50
+    value: float = 0.0
+
+    @staticmethod
+    def check(settings: Any, prefix: str = "") -> None:
+        """Check the mask fields of `settings` (this class, or a config with fields of the same
+        names: the ASR `FeatureConfig`); `prefix` starts each name in the messages."""
+        for key in _MASK_COUNTS:
+            check_int(f"{prefix}{key}", getattr(settings, key), minimum=0)
+        ratio = settings.time_ratio
+        if check_float(f"{prefix}time_ratio", ratio) > 1.0:
+            raise ValueError(f"{prefix}time_ratio must lie in [0, 1], got {ratio}")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(self, "time_ratio", float(self.time_ratio))
+        object.__setattr__(self, "value", check_float("value", self.value, minimum=-float("inf")))
 
 
 def _uniform_ints(upper: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
@@ -47,32 +84,24 @@ def spec_augment_masks(
     frames: int,
     bands: int,
     lengths: torch.Tensor | None = None,
+    settings: MaskSettings | None = None,
     *,
-    freq_masks: int = 2,
-    freq_width: int = 30,
-    time_masks: int = 10,
-    time_ratio: float = 0.1,
-    time_width: int = 50,
     generator: torch.Generator | None = None,
     device: torch.device | str | None = None,
+    **overrides: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Draw SpecAugment masks -> (time_mask [B, T] bool, freq_mask [B, F] bool); True = masked.
 
     lengths: [B] valid frames per sample (None = all `frames`); time masks lie inside
     [0, lengths[b]). The entry (b, t, f) of the features is masked when
     `time_mask[b, t] | freq_mask[b, f]` and t < lengths[b] (`spec_augment` applies that).
-    generator: random source; its device is where the uniforms are drawn.
+    settings: the masks (None = the paper's); keywords named like its fields (freq_masks=...)
+    override them. generator: random source; its device is where the uniforms are drawn.
     """
     check_int("batch", batch, minimum=0)
     check_int("frames", frames, minimum=0)
     check_int("bands", bands)
-    check_int("freq_masks", freq_masks, minimum=0)
-    check_int("freq_width", freq_width, minimum=0)
-    check_int("time_masks", time_masks, minimum=0)
-    ratio = check_float("time_ratio", time_ratio)
-    if ratio > 1.0:
-        raise ValueError(f"time_ratio must lie in [0, 1], got {ratio}")
-    check_int("time_width", time_width, minimum=0)
+    s = MaskSettings.resolve(settings, overrides)
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(
             f"generator must be a torch.Generator or None, got {type(generator).__name__}"
@@ -87,14 +116,15 @@ def spec_augment_masks(
     dev = lengths.device
 
     # frequency masks: the same width limit for every sample
-    f_upper = torch.full((batch, freq_masks), min(freq_width, bands), dtype=torch.int64, device=dev)
+    f_limit = min(s.freq_width, bands)
+    f_upper = torch.full((batch, s.freq_masks), f_limit, dtype=torch.int64, device=dev)
     f_width = _uniform_ints(f_upper, generator)  # [B, Mf]
     f_start = _uniform_ints(bands - f_width, generator)  # in {0, ..., F - w}
     freq_mask = _band_mask(f_start, f_width, bands)
 
     # time masks: width <= min(time_width, floor(ratio * L)), start in {0, ..., L - w}
-    ratio_cap = torch.floor(lengths.to(torch.float64) * ratio).to(torch.int64)
-    t_upper = torch.clamp(ratio_cap, max=time_width)[:, None].expand(batch, time_masks)
+    ratio_cap = torch.floor(lengths.to(torch.float64) * s.time_ratio).to(torch.int64)
+    t_upper = torch.clamp(ratio_cap, max=s.time_width)[:, None].expand(batch, s.time_masks)
     t_width = _uniform_ints(t_upper, generator)  # [B, Mt]
     t_start = _uniform_ints(lengths[:, None] - t_width, generator)
     time_mask = _band_mask(t_start, t_width, frames)
@@ -104,73 +134,47 @@ def spec_augment_masks(
 def spec_augment(
     features: torch.Tensor,
     lengths: torch.Tensor | None = None,
+    settings: MaskSettings | None = None,
     *,
-    freq_masks: int = 2,
-    freq_width: int = 30,
-    time_masks: int = 10,
-    time_ratio: float = 0.1,
-    time_width: int = 50,
-    value: float = 0.0,
     generator: torch.Generator | None = None,
+    **overrides: Any,
 ) -> torch.Tensor:
     """SpecAugment (no time warping): features [B, T, F] or [T, F] -> same shape, a new tensor.
 
-    lengths: [B] valid frames (None = all T; for [T, F] input a [1] tensor or None). Defaults are
-    the paper's: 2 frequency masks of at most 30 bands, 10 time masks of at most
-    min(50, floor(0.1 * length)) frames. Masked entries become `value`; padding is untouched.
-    Differentiable w.r.t. features (masked entries get zero gradient). No host syncs.
+    lengths: [B] valid frames (None = all T; for [T, F] input a [1] tensor or None).
+    settings: the masks and the masked value (None = the paper's: 2 frequency masks of at most
+    30 bands, 10 time masks of at most min(50, floor(0.1 * length)) frames, value 0); keywords
+    named like its fields (freq_width=10, value=-1.5, ...) override them. Masked entries become
+    `value`; padding is untouched. Differentiable w.r.t. features (masked entries get zero
+    gradient). No host syncs.
     """
     check_tensor("features", features, ndims=(2, 3), floating=True)
-    value = float(check_float("value", value, minimum=-float("inf")))
+    s = MaskSettings.resolve(settings, overrides)
     batched = features.dim() == 3
     x = features if batched else features[None]
     batch, frames, bands = x.shape
     time_mask, freq_mask = spec_augment_masks(
-        batch,
-        frames,
-        bands,
-        lengths,
-        freq_masks=freq_masks,
-        freq_width=freq_width,
-        time_masks=time_masks,
-        time_ratio=time_ratio,
-        time_width=time_width,
-        generator=generator,
-        device=x.device,
+        batch, frames, bands, lengths, s, generator=generator, device=x.device
     )
     masked = time_mask[:, :, None] | freq_mask[:, None, :]  # [B, T, F]
     if lengths is not None:
         valid = torch.arange(frames, device=x.device) < lengths.to(x.device)[:, None]
         masked = masked & valid[:, :, None]
-    out = torch.where(masked, torch.as_tensor(value, dtype=x.dtype, device=x.device), x)
+    out = torch.where(masked, torch.as_tensor(s.value, dtype=x.dtype, device=x.device), x)
     return out if batched else out[0]
 
 
 class SpecAugment(nn.Module):
     """`spec_augment` as a module, active only in training mode (identity in eval mode).
 
+    SpecAugment(settings=None, **overrides): the masks as for `spec_augment`.
     forward(features [B, T, F] or [T, F], lengths [B] | None, *, generator) -> same shape.
     In eval mode the input tensor itself is returned.
     """
 
-    def __init__(
-        self,
-        freq_masks: int = 2,
-        freq_width: int = 30,
-        time_masks: int = 10,
-        time_ratio: float = 0.1,
-        time_width: int = 50,
-        value: float = 0.0,
-    ) -> None:
+    def __init__(self, settings: MaskSettings | None = None, **overrides: Any) -> None:
         super().__init__()
-        self.freq_masks = check_int("freq_masks", freq_masks, minimum=0)
-        self.freq_width = check_int("freq_width", freq_width, minimum=0)
-        self.time_masks = check_int("time_masks", time_masks, minimum=0)
-        self.time_ratio = check_float("time_ratio", time_ratio)
-        if self.time_ratio > 1.0:
-            raise ValueError(f"time_ratio must lie in [0, 1], got {time_ratio}")
-        self.time_width = check_int("time_width", time_width, minimum=0)
-        self.value = check_float("value", value, minimum=-float("inf"))
+        self.settings = MaskSettings.resolve(settings, overrides)
 
     def forward(
         self,
@@ -181,21 +185,8 @@ class SpecAugment(nn.Module):
     ) -> torch.Tensor:
         if not self.training:
             return features
-        return spec_augment(
-            features,
-            lengths,
-            freq_masks=self.freq_masks,
-            freq_width=self.freq_width,
-            time_masks=self.time_masks,
-            time_ratio=self.time_ratio,
-            time_width=self.time_width,
-            value=self.value,
-            generator=generator,
-        )
+        return spec_augment(features, lengths, self.settings, generator=generator)
 
     def extra_repr(self) -> str:
-        return (
-            f"freq_masks={self.freq_masks}, freq_width={self.freq_width}, "
-            f"time_masks={self.time_masks}, time_ratio={self.time_ratio}, "
-            f"time_width={self.time_width}"
-        )
+        shown = [f.name for f in fields(MaskSettings) if f.name != "value"]
+        return ", ".join(f"{name}={getattr(self.settings, name)}" for name in shown)

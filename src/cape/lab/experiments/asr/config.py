@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cape._checks import check_choice, check_float, check_int
+from cape.lab.data.speech.specaugment import MaskSettings
 from cape.lab.data.speech.synth import MAX_TRAIN_SECONDS
 from cape.lab.data.text.sentences import TEXT_SOURCES
 from cape.lab.experiments.pairs import preset_augmentation
@@ -83,10 +84,7 @@ class FeatureConfig:
         check_int("features.n_mels", self.n_mels, minimum=8)
         check_float("features.win_ms", self.win_ms, strict=True)
         check_float("features.hop_ms", self.hop_ms, strict=True)
-        for key in ("freq_masks", "freq_width", "time_masks", "time_width"):
-            check_int(f"features.{key}", getattr(self, key), minimum=0)
-        if not 0.0 <= check_float("features.time_ratio", self.time_ratio) <= 1.0:
-            raise ValueError(f"features.time_ratio must lie in [0, 1], got {self.time_ratio}")
+        MaskSettings.check(self, "features.")
 
 
 @dataclass

@@ -7,7 +7,7 @@ import dataclasses
 import torch
 import torch.nn.functional as F
 
-from cape.lab.data.speech.specaugment import SpecAugment
+from cape.lab.data.speech.specaugment import MaskSettings, SpecAugment
 from cape.lab.data.speech.tokens import VOCAB_SIZE
 from cape.lab.experiments.asr.config import AsrConfig, FeatureConfig, RowConfig
 from cape.lab.experiments.train_as import trained_row
@@ -35,17 +35,7 @@ def ctc_loss_fn(features: FeatureConfig, row: RowConfig):
     """loss_fn(model, batch) -> (CTC loss, {}) for the engine. SpecAugment (when the row has
     it) draws from the global torch RNG; padding-free batches feed each kept frame's original
     time (`frame_times`), padded ones the 10 ms hop."""
-    augment = (
-        SpecAugment(
-            features.freq_masks,
-            features.freq_width,
-            features.time_masks,
-            features.time_ratio,
-            features.time_width,
-        )
-        if row.specaugment
-        else None
-    )
+    augment = SpecAugment(MaskSettings.of(features)) if row.specaugment else None
     free = row.batching == "padding-free"
 
     def loss_fn(model: torch.nn.Module, batch: dict[str, torch.Tensor]):

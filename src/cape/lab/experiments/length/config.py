@@ -21,7 +21,12 @@ from cape.lab.experiments.study_config import (
     check_runs,
     train_preset,
 )
-from cape.lab.experiments.train_as import check_reuse_fields, check_train_as, trained_row
+from cape.lab.experiments.train_as import (
+    ReusableRow,
+    check_reuse_fields,
+    check_train_as,
+    trained_row,
+)
 from cape.lab.train.config import TrainConfig
 from cape.models.plan import attention_size, resolve_options
 
@@ -83,17 +88,11 @@ class ModelConfig:
 
 
 @dataclass
-class RowConfig:
+class RowConfig(ReusableRow):
     """One row: `position` (a 1-D `cape.build` name) with `options` over the experiment's
     defaults (`position_options`); `eval_options` replace or add options at evaluation only;
     `train_as`: the name of an earlier row whose trained weights this row evaluates (with that
     row's options and its own `eval_options`) instead of training; checked in `LengthConfig`."""
-
-    name: str = ""
-    position: str = ""
-    options: dict[str, Any] = field(default_factory=dict)
-    eval_options: dict[str, Any] = field(default_factory=dict)
-    train_as: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:

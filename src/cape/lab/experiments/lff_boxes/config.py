@@ -17,6 +17,7 @@ from typing import Any
 
 from cape._checks import check_choice, check_float, check_int
 from cape.augment import Augmentation
+from cape.lab.data.boxes import ScreenSettings
 from cape.lab.experiments.study_config import check_best_metric, check_runs, train_preset
 from cape.lab.train.config import TrainConfig
 
@@ -56,19 +57,7 @@ class DataConfig:
     def __post_init__(self) -> None:
         for key in ("train", "val", "test"):
             check_int(f"data.{key}", getattr(self, key))
-        check_int("data.canvas", self.canvas, minimum=8)
-        if self.canvas % 2:
-            raise ValueError(f"data.canvas must be even, got {self.canvas}")
-        check_int("data.min_boxes", self.min_boxes, minimum=2)
-        check_int("data.max_boxes", self.max_boxes, minimum=self.min_boxes)
-        check_int("data.max_size", self.max_size, minimum=2)
-        if self.max_size % 2 or self.max_size > self.canvas - 2:
-            raise ValueError(
-                f"data.max_size must be even and <= data.canvas - 2 = "
-                f"{self.canvas - 2}, got {self.max_size}"
-            )
-        if not 0.0 <= check_float("data.plant", self.plant) <= 1.0:
-            raise ValueError(f"data.plant must lie in [0, 1], got {self.plant}")
+        ScreenSettings.check(self, "data.")
         check_int("data.seed", self.seed, minimum=0)
 
 

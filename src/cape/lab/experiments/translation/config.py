@@ -22,7 +22,7 @@ from cape.lab.experiments.study_config import (
     check_runs,
     train_preset,
 )
-from cape.lab.experiments.train_as import check_reuse_fields, check_train_as
+from cape.lab.experiments.train_as import ReusableRow, check_reuse_fields, check_train_as
 from cape.lab.train.config import TrainConfig
 
 __all__ = ["DataConfig", "ModelConfig", "RowConfig", "EvalConfig", "TranslationConfig", "PRESETS"]
@@ -83,19 +83,13 @@ class ModelConfig:
 
 
 @dataclass
-class RowConfig:
+class RowConfig(ReusableRow):
     """One model: `position` (a `cape.build` name) and its options over Seq2Seq's defaults.
     `options.alpha` (the experiment's, not the encoding's): `auto` (the default) takes the
     training set's target/source token ratio; Seq2Seq uses it when the encoding augments.
     `eval_options` replace or add options at evaluation only; `train_as` names an earlier row
     whose trained weights this row evaluates instead of training
     (`cape.lab.experiments.train_as`)."""
-
-    name: str = ""
-    position: str = ""
-    options: dict[str, Any] = field(default_factory=dict)
-    eval_options: dict[str, Any] = field(default_factory=dict)
-    train_as: str | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
