@@ -203,12 +203,17 @@ def as_positions(
     dims: int | None = None,
     name: str = "positions",
     mask_name: str = "mask",
+    validate: bool = True,
 ) -> torch.Tensor:
     """Given coordinates `[B, T]` or `[B, T, M]` -> float32 `[B, T, M]`, checked finite.
 
     dims: the number of coordinates M the caller expects (None = any). mask: [B, T] bool.
-    name, mask_name: the arguments named in errors.
+    name, mask_name: the arguments named in errors. validate: False for positions a caller has
+    checked already (converted and zeroed at padding only).
     """
+    if not validate:
+        pos = positions.to(torch.float32)
+        return _zero_padding(pos if pos.dim() == 3 else pos[..., None], mask)
     check_tensor(name, positions, ndims=(2, 3))
     if dims is not None:
         check_int("dims", dims)

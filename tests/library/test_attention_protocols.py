@@ -119,3 +119,17 @@ def test_slots_refuse_the_other_protocol() -> None:
         MultiheadAttention(D, H, biases=[cape.Rotary(HD)])
     with pytest.raises(ValueError, match="at most one bias may add values"):
         MultiheadAttention(D, H, biases=[cape.RelPos(HD, values=True)] * 2)
+
+
+def test_positions_with_the_wrong_number_of_coordinates_are_refused_by_name() -> None:
+    """Checked once at the attention's (or the stack's) boundary: the encodings inside then
+    skip their own checks, so the boundary names the argument."""
+    att = MultiheadAttention(32, 4, rotary=cape.build("rotary2d", 8))
+    with pytest.raises(ValueError, match=r"q_positions must have 2 coordinate"):
+        att(torch.randn(1, 5, 32), q_positions=torch.randn(1, 5))
+    enc = TransformerEncoder(1, 32, 4, 64, position="rotary2d")
+    with pytest.raises(ValueError, match=r"^positions must have 2 coordinate"):
+        enc(torch.randn(1, 5, 32), positions=torch.randn(1, 5, 1))
+    alibi = MultiheadAttention(32, 4, biases=[cape.ALiBi(4)])
+    with pytest.raises(ValueError, match=r"q_positions must have 1 coordinate"):
+        alibi(torch.randn(1, 5, 32), q_positions=torch.randn(1, 5, 2))

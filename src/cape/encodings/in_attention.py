@@ -193,6 +193,7 @@ class PositionBias(AttentionBias):
         k_mask: torch.Tensor | None = None,
         attn_mask: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
+        validate: bool = True,
     ) -> torch.Tensor:
         """-> bias float32 [B, H, Tq, Tk] to add to the logits (B = 1: shared by the batch).
 
@@ -203,10 +204,12 @@ class PositionBias(AttentionBias):
         biases that read it (`reads_mask`: FIRE's normaliser). In train mode the augmentation
         perturbs the positions (per sample: give [B, T] positions, not [1, T]);
         cross-attention draws one global shift and scale for both sides (`augment_pair`).
+        validate: False when the caller checked these inputs (`MultiheadAttention`).
         """
         q, k, _, k_mask = bias_positions(
-            self.augmentation, self.training, q_positions, k_positions, mask, k_mask, generator
-        )
+            self.augmentation, self.training, q_positions, k_positions, mask, k_mask, generator,
+            validate,
+        )  # fmt: skip
         with float32_region(q.device):
             return self.bias_from(q, k, k_mask, attn_mask, q_positions, k_positions)
 
@@ -225,7 +228,7 @@ class PositionBias(AttentionBias):
     def bias_of(self, q_positions, k_positions, mask, k_mask, allowed, generator):
         return self(
             q_positions, k_positions, mask=mask, k_mask=k_mask, attn_mask=allowed,
-            generator=generator,
+            generator=generator, validate=False,
         )  # fmt: skip
 
 
@@ -237,25 +240,30 @@ def bias_positions(
     mask: torch.Tensor | None,
     k_mask: torch.Tensor | None,
     generator: torch.Generator | None,
+    validate: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """The query and key positions an attention bias (ALiBi, FIRE) reads -> (q [B, Tq, 1],
     k [B, Tk, 1], mask, k_mask), augmented in training. k_positions None: self-attention, the
     keys are the queries (one draw for both). Cross-attention draws one global shift and scale
     for both sides (`augment_pair`), per sample: a batch of 1 on one side is expanded."""
-    check_generator("generator", generator)
-    check_tensor("q_positions", q_positions, ndims=(2, 3))
-    if k_positions is not None:
-        check_tensor("k_positions", k_positions, ndims=(2, 3))
-    elif k_mask is not None:
-        raise ValueError("k_mask describes k_positions: give k_positions too")
+    if validate:
+        check_generator("generator", generator)
+        check_tensor("q_positions", q_positions, ndims=(2, 3))
+        if k_positions is not None:
+            check_tensor("k_positions", k_positions, ndims=(2, 3))
+        elif k_mask is not None:
+            raise ValueError("k_mask describes k_positions: give k_positions too")
     with float32_region(q_positions.device):  # autocast must not touch the positions
-        q = as_positions(q_positions, mask=mask, dims=1, name="q_positions")
+        q = as_positions(q_positions, mask=mask, dims=1, name="q_positions", validate=validate)
         aug = augmentation
         if k_positions is None:
             if aug is not None:
                 q = aug(q, mask, training=training, generator=generator, name="q_positions")
             return q, q, mask, mask
-        k = as_positions(k_positions, mask=k_mask, dims=1, name="k_positions", mask_name="k_mask")
+        k = as_positions(
+            k_positions, mask=k_mask, dims=1, name="k_positions", mask_name="k_mask",
+            validate=validate,
+        )  # fmt: skip
         if aug is None or not (training and aug.random):
             return q, k, mask, k_mask  # mean-normalisation is a common offset: a bias ignores it
         if q.shape[0] != k.shape[0]:  # per-sample draws need the batch on both sides

@@ -73,11 +73,15 @@ class RelPos(AttentionBias):
         length: int,
         device: torch.device,
         mask: torch.Tensor | None,
+        validate: bool = True,
     ) -> torch.Tensor:
         """[B, T] or [B, T, 1] -> float32 [B, T]; None -> token indices [1, T] (shared by the
-        batch)."""
+        batch). validate: False for positions the caller checked (`MultiheadAttention`)."""
         if positions is None:
             return torch.arange(length, device=device, dtype=torch.float32)[None]
+        if not validate:
+            fits = mask is not None and tuple(mask.shape) == tuple(positions.shape[:2])
+            return as_positions(positions, mask=mask if fits else None, validate=False)[..., 0]
         check_tensor(name, positions, ndims=(2, 3))
         if mask is not None:
             check_tensor("key_padding_mask", mask, ndims=(2,))
@@ -110,8 +114,8 @@ class RelPos(AttentionBias):
         q_pos, k_pos, mask, k_mask = call.q_positions, call.k_positions, call.mask, call.k_mask
         if call.self_attention:
             k_pos, k_mask = q_pos, mask
-        qp = self._positions("q_positions", q_pos, tq, call.q.device, mask)
-        kp = self._positions("k_positions", k_pos, tk, call.k.device, k_mask)
+        qp = self._positions("q_positions", q_pos, tq, call.q.device, mask, validate=False)
+        kp = self._positions("k_positions", k_pos, tk, call.k.device, k_mask, validate=False)
         index, rel_key, rel_value = self.index(qp, kp), self.rel_key, self.rel_value
         if q_pos is None and k_pos is None:  # token indices 0..T-1
             used = min(self.k_max, round((max(tq, tk) - 1) / self.step))

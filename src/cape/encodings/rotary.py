@@ -154,14 +154,14 @@ class Rotary(GridLayout, QKTransform):
         """
         return self._self_rotation(positions, mask, generator)[0]
 
-    def _self_rotation(self, positions, mask, generator):
+    def _self_rotation(self, positions, mask, generator, validate=True):
         with float32_region(positions.device):
-            pos = as_positions(positions, mask=mask, dims=self.pos_dim)
+            pos = as_positions(positions, mask=mask, dims=self.pos_dim, validate=validate)
             if self.augmentation is not None:
                 pos = self.augmentation(pos, mask, training=self.training, generator=generator)
-            return self._extended(pos, pos, mask, mask)
+            return self._extended(pos, pos, mask, mask, validate)
 
-    def _extended(self, q, k, q_mask, k_mask):
+    def _extended(self, q, k, q_mask, k_mask, validate=True):
         """Positions [B, T, 1] of q and k -> (q angles, k angles, q's and k's magnitudes
         [B, 1, T, hd] or [B, 1, 1, 1], None = 1): length extension and xPos (class docstring)."""
         if self.scaling is None and not self.xpos:
@@ -187,9 +187,10 @@ class Rotary(GridLayout, QKTransform):
             else:
                 assert self.train_length is not None
                 s = extension_factor(position_span(both, both_mask), self.train_length)
-            check_phases("positions", q, self.freq_scale)  # every method lowers frequencies
-            if k is not q:
-                check_phases("k_positions", k, self.freq_scale)
+            if validate:  # every method lowers frequencies: the plain ones bound the phases
+                check_phases("positions", q, self.freq_scale)
+                if k is not q:
+                    check_phases("k_positions", k, self.freq_scale)
             omega = sinusoid_frequencies(
                 self.head_dim, base=self.base, freq_scale=self.freq_scale, device=q.device
             )
@@ -233,19 +234,20 @@ class Rotary(GridLayout, QKTransform):
         """
         return self._pair_rotation(positions, k_positions, mask, k_mask, generator)[:2]
 
-    def _pair_rotation(self, positions, k_positions, mask, k_mask, generator):
+    def _pair_rotation(self, positions, k_positions, mask, k_mask, generator, validate=True):
         with float32_region(positions.device):
-            q = as_positions(positions, mask=mask, dims=self.pos_dim)
+            q = as_positions(positions, mask=mask, dims=self.pos_dim, validate=validate)
             k = as_positions(
-                k_positions, mask=k_mask, dims=self.pos_dim, name="k_positions", mask_name="k_mask"
-            )
+                k_positions, mask=k_mask, dims=self.pos_dim, name="k_positions",
+                mask_name="k_mask", validate=validate,
+            )  # fmt: skip
             aug = self.augmentation
             if aug is not None:
                 if aug.normalize and k.shape[1]:  # no keys: no mean to take
                     offset = k - mean_normalize(k, k_mask)  # [B, 1, M] mean broadcast
                     q, k = q - offset[:, :1], k - offset[:, :1]
                 q, k = aug.pair(q, k, mask, k_mask, training=self.training, generator=generator)
-            return self._extended(q, k, mask, k_mask)
+            return self._extended(q, k, mask, k_mask, validate)
 
     def forward(
         self,
@@ -257,23 +259,17 @@ class Rotary(GridLayout, QKTransform):
         mask: torch.Tensor | None = None,
         k_mask: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
+        validate: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """q: [B, H, Tq, hd], k: [B, H, Tk, hd] -> (q_rot, k_rot), same shapes and dtypes.
 
         positions: [B, Tq] or [B, Tq, M]; None = token indices (1D only, padding from `mask`).
         k_positions: [B, Tk(, M)]; None = self-attention: the same (augmented) angles rotate
         q and k, so Tq must equal Tk. mask / k_mask: [B, Tq] / [B, Tk] bool, True at real tokens.
+        validate: False when the caller checked these inputs (`MultiheadAttention`).
         """
-        check_generator("generator", generator)
-        for name, t in (("q", q), ("k", k)):
-            check_tensor(name, t, ndims=(4,), floating=True)
-            if t.dim() != 4 or t.shape[-1] != self.head_dim:
-                raise ValueError(
-                    f"{name} must have shape [B, H, T, {self.head_dim}], got {tuple(t.shape)}"
-                )
-        for name, p in (("positions", positions), ("k_positions", k_positions)):
-            if p is not None:  # values and M are checked with the angles
-                check_tensor(name, p, ndims=(2, 3))
+        if validate:
+            self._check_call(q, k, positions, k_positions, generator)
         batch, tq, tk = q.shape[0], q.shape[2], k.shape[2]
         if positions is None:
             if self.pos_dim != 1:
@@ -287,12 +283,25 @@ class Rotary(GridLayout, QKTransform):
                     f"k_positions is required when Tq ({tq}) != Tk ({tk}); "
                     "without it q and k share the same positions"
                 )
-            q_ang, k_ang, q_mag, k_mag = self._self_rotation(positions, mask, generator)
+            rotation = self._self_rotation(positions, mask, generator, validate)
         else:
-            q_ang, k_ang, q_mag, k_mag = self._pair_rotation(
-                positions, k_positions, mask, k_mask, generator
+            rotation = self._pair_rotation(
+                positions, k_positions, mask, k_mask, generator, validate
             )
+        q_ang, k_ang, q_mag, k_mag = rotation
         return _rotate(q, q_ang, q_mag), _rotate(k, k_ang, k_mag)
+
+    def _check_call(self, q, k, positions, k_positions, generator) -> None:
+        check_generator("generator", generator)
+        for name, t in (("q", q), ("k", k)):
+            check_tensor(name, t, ndims=(4,), floating=True)
+            if t.dim() != 4 or t.shape[-1] != self.head_dim:
+                raise ValueError(
+                    f"{name} must have shape [B, H, T, {self.head_dim}], got {tuple(t.shape)}"
+                )
+        for name, p in (("positions", positions), ("k_positions", k_positions)):
+            if p is not None:  # values and M are checked with the angles
+                check_tensor(name, p, ndims=(2, 3))
 
     cacheable_rule = (
         "a rotary whose key rotation reads the key's own position only: no active augmentation, "

@@ -72,10 +72,18 @@ def check_modules(
 def _check_positions(
     attn: MultiheadAttention, positions: tuple, masks: tuple, names: tuple[str, str]
 ) -> None:
+    dims = {enc.pos_dim for enc in (attn.rotary, *attn.biases) if enc is not None}
     for name, pos, pmask in zip(names, positions, masks, strict=True):
         if pos is None:  # named here: the encodings call them positions / k_positions
             continue
         check_tensor(name, pos, ndims=(2, 3))
+        given = pos.shape[-1] if pos.dim() == 3 else 1
+        if dims and dims != {given}:
+            want = " and ".join(f"{m}" for m in sorted(dims))
+            raise ValueError(
+                f"{name} must have {want} coordinate(s) per token for this attention's "
+                f"encodings ([B, T, M]), got shape {tuple(pos.shape)}"
+            )
         same = pmask is not None and tuple(pos.shape[:2]) == tuple(pmask.shape)
         check_finite(name, pos, pmask if same else None)
         rot = attn.rotary

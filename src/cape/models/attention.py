@@ -193,7 +193,9 @@ class MultiheadAttention(nn.Module):
             if key_mask is not None:
                 positions = torch.where(key_mask[..., None], positions, 0.0)
         if self.rotary is not None:
-            q, k = self.rotary(q, k, positions=positions, mask=key_mask, generator=generator)
+            q, k = self.rotary(
+                q, k, positions=positions, mask=key_mask, generator=generator, validate=False
+            )
         keys_mask, k_positions = key_mask, None
         if cache is not None:
             k, v, keys_mask, k_positions = cache.extend(k, v, key_mask, positions)
@@ -231,7 +233,8 @@ class MultiheadAttention(nn.Module):
             if k_positions is None:
                 k_positions = token_positions(b, tk, mask=key_mask, device=device)
             q, k = self.rotary(q, k, positions=q_positions, k_positions=k_positions,
-                               mask=query_mask, k_mask=key_mask, generator=generator)  # fmt: skip
+                               mask=query_mask, k_mask=key_mask, generator=generator,
+                               validate=False)  # fmt: skip
         allowed = _visible(key_mask, causal, tq, tk, 0, device)
         ctx = dict(self_attention=False, mask=query_mask, k_mask=key_mask)
         out = attend(self, q, k, v, allowed, (q_positions, k_positions), ctx, generator, self._p())
