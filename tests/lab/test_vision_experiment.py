@@ -638,3 +638,40 @@ def test_an_image_folder_reports_its_own_counts_and_test_images(tmp_path) -> Non
     report = (tmp_path / "run" / "report.md").read_text()
     assert f"16 training images ({tmp_path / 'imgs'})" in report
     assert "on the folder's test images" in report and "train fonts" not in report
+
+
+def test_extent_one_is_the_plain_accuracy_when_positions_are_also_measured_removed(monkeypatch):
+    """Table 6's gamma = 1 record is the plain accuracy, not the one measured just before with
+    the positions taken out (a model that needs its positions: 100% with them, 0% without)."""
+    import contextlib
+    from types import SimpleNamespace
+
+    import cape.lab.experiments.vision.evaluate as ev
+
+    removed = {"now": False}
+
+    @contextlib.contextmanager
+    def positions_removed(model):
+        removed["now"] = True
+        yield True
+        removed["now"] = False
+
+    def predict(model, x, batch_size, extent=None, device=None):
+        probs = torch.zeros(len(x), 2)
+        probs[:, 0 if removed["now"] else 1] = 1.0  # labels are 1: right only with positions
+        return probs, 1.0
+
+    monkeypatch.setattr(ev, "positions_removed", positions_removed)
+    monkeypatch.setattr(ev, "predict", predict)
+    cfg = SimpleNamespace(
+        eval=SimpleNamespace(sizes=[8], batch_size=4, extents=["1"], tta=False),
+        data=SimpleNamespace(test_fonts=0, native=0),
+    )
+    data = SimpleNamespace(
+        counts={"test": 4},
+        tensors=lambda split, size: (torch.zeros(4, 3, 8, 8), torch.ones(4).long()),
+    )
+    row, model = SimpleNamespace(name="r", train_size=8), SimpleNamespace(takes_extent=True)
+    recs = {r["method"]: r["acc"] for r in ev.eval_records(cfg, row, 0, model, data, "cpu")}
+    assert recs["plain"] == 100.0 and recs[ev.NO_POSITIONS] == 0.0
+    assert recs["extent 1"] == 100.0

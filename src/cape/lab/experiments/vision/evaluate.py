@@ -189,9 +189,9 @@ def eval_records(
             if split == "test":
                 probs_at[size] = probs
                 with positions_removed(model) as had:
-                    if had:  # does the model use its positions?
-                        acc = accuracy(predict(model, x[sh], bs, device=device)[0], y[sh])
-                        record(split, size, NO_POSITIONS, acc)
+                    if had:  # does the model use its positions? (`acc` stays the plain one)
+                        gone = accuracy(predict(model, x[sh], bs, device=device)[0], y[sh])
+                        record(split, size, NO_POSITIONS, gone)
             if not cont:
                 continue
             for e in ev.extents:

@@ -68,11 +68,13 @@ def verdict(
     train_size: int,
     num_classes: int | None,
 ) -> str | None:
-    """The paragraph (markdown), or None without positions-removed measurements (older runs)."""
+    """The paragraph (markdown), or None unless every row with positions was also measured
+    without them (a study of older runs, or one whose later rerun alone measured it)."""
     removed = _cells(records, NO_POSITIONS)
-    if not removed:
-        return None
     plain = _cells(records, "plain")
+    with_positions = {r for (r, _) in plain} - set(_rows_of(config, "nopos"))
+    if not removed or not with_positions <= {r for (r, _) in removed}:
+        return None
     out: list[str] = []
     at = lambda row, size: plain.get((row, size))  # noqa: E731
     nopos = [r for r in _rows_of(config, "nopos") if at(r, train_size)]
