@@ -98,16 +98,22 @@ def relative_index(
 
 
 def allowed_keys(
-    key_mask: torch.Tensor | None, causal: bool, tq: int, tk: int, device: torch.device
+    key_mask: torch.Tensor | None,
+    causal: bool,
+    tq: int,
+    tk: int,
+    device: torch.device,
+    past: int = 0,
 ) -> torch.Tensor | None:
     """Which keys each query may see: bool [B or 1, 1, Tq or 1, Tk], None when all may.
 
-    key_mask: [B, Tk] bool, True at real keys. causal: key j visible from query i iff j <= i
-    (top-left aligned, as scaled_dot_product_attention's is_causal).
+    key_mask: [B, Tk] bool, True at real keys. causal: key j visible from query i iff
+    j <= i + past (top-left aligned, as scaled_dot_product_attention's is_causal, when past is
+    0; past: keys cached before the queries, which every query sees).
     """
     mask = None if key_mask is None else key_mask[:, None, None, :]
     if causal:
-        tril = torch.ones(tq, tk, dtype=torch.bool, device=device).tril()
+        tril = torch.ones(tq, tk, dtype=torch.bool, device=device).tril(diagonal=past)
         mask = tril[None, None] if mask is None else mask & tril
     return mask
 

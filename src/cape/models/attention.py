@@ -55,18 +55,6 @@ def attention_mask(
     return mask | dead, dead
 
 
-def _visible(
-    key_mask: torch.Tensor | None, causal: bool, tq: int, tk: int, past: int, device: torch.device
-) -> torch.Tensor | None:
-    """Keys each new query sees, [B or 1, 1, Tq or 1, Tk] bool (None = all): real keys, and
-    with `causal` the `past` cached ones and the new ones up to itself."""
-    allowed = None if key_mask is None else key_mask[:, None, None, :]
-    if causal and tq > 1:
-        tri = torch.ones(tq, tk, dtype=torch.bool, device=device).tril(diagonal=past)
-        allowed = tri[None, None] if allowed is None else allowed & tri
-    return allowed
-
-
 class MultiheadAttention(nn.Module):
     """Multi-head (self- or cross-) attention with in-attention positions.
 
@@ -200,7 +188,8 @@ class MultiheadAttention(nn.Module):
         if cache is not None:
             k, v, keys_mask, k_positions = cache.extend(k, v, key_mask, positions)
         tk = k.shape[2]
-        allowed = _visible(keys_mask, causal, tq, tk, past, device)
+        # one new token sees every cached key and itself: no causal mask to build
+        allowed = allowed_keys(keys_mask, causal and tq > 1, tq, tk, device, past)
         if not self.biases and causal and past == 0 and keys_mask is None:
             # nothing can leave a row without keys: let SDPA pick its fused causal kernels
             out = F.scaled_dot_product_attention(q, k, v, dropout_p=self._p(), is_causal=True)
@@ -235,7 +224,7 @@ class MultiheadAttention(nn.Module):
             q, k = self.rotary(q, k, positions=q_positions, k_positions=k_positions,
                                mask=query_mask, k_mask=key_mask, generator=generator,
                                validate=False)  # fmt: skip
-        allowed = _visible(key_mask, causal, tq, tk, 0, device)
+        allowed = allowed_keys(key_mask, causal and tq > 1, tq, tk, device)
         ctx = dict(self_attention=False, mask=query_mask, k_mask=key_mask)
         out = attend(self, q, k, v, allowed, (q_positions, k_positions), ctx, generator, self._p())
         return self._merge(out)
