@@ -5,6 +5,7 @@ Data flow: positions (`cape.positions`) -> augmentation (`cape.augment`) -> enco
 """
 
 from . import functional, models
+from ._checks import value_checks, value_checks_enabled
 from .augment import Augmentation, augment_pair, augment_positions, mean_normalize
 from .build import ENCODINGS, build, encoding_class, encoding_options
 from .encodings import (
@@ -69,4 +70,6 @@ __all__ = [
     "lengths_to_mask",
     "timestamps",
     "token_positions",
+    "value_checks",
+    "value_checks_enabled",
 ]

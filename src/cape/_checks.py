@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import torch
 
@@ -147,16 +150,73 @@ def _autocast(device_type: str) -> bool:
         return True
 
 
+class _ValueChecks(threading.local):
+    # per thread, as torch.set_grad_enabled: the user's switch, and how deep we are inside
+    # calls whose inputs a public boundary has already checked
+    enabled = True
+    inner = 0
+
+
+_STATE = _ValueChecks()
+
+
+class value_checks:  # noqa: N801 - used like torch.set_grad_enabled, as a function or a `with`
+    """Turn cape's checks of tensor values (finite positions, phases that float32 holds,
+    lengths in range, ...) on or off for this thread. On by default, on every device, so CPU
+    and accelerators refuse the same inputs; each check reads a value, which on an accelerator
+    waits for it (a host sync, a few per forward: the public boundary checks once, layers do not).
+
+    `cape.value_checks(False)` turns them off until turned on again; `with
+    cape.value_checks(False): ...` only inside the block. Under torch.compile and while a CUDA
+    graph is captured they are off by themselves. Shapes, dtypes and options are always checked.
+    """
+
+    def __init__(self, enabled: bool) -> None:
+        self.previous = _STATE.enabled
+        _STATE.enabled = check_bool("enabled", enabled)
+
+    def __enter__(self) -> value_checks:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _STATE.enabled = self.previous
+
+
+def value_checks_enabled() -> bool:
+    """Whether `value_checks` is on in this thread."""
+    return _STATE.enabled
+
+
+@contextlib.contextmanager
+def _inner_calls() -> Iterator[None]:
+    _STATE.inner += 1
+    try:
+        yield
+    finally:
+        _STATE.inner -= 1
+
+
+def checked_inputs() -> contextlib.AbstractContextManager[Any]:
+    """A block whose inputs a public boundary has checked: the value checks of the calls inside
+    it (each layer's rotary, biases, ...) are skipped. A no-op under torch.compile."""
+    if torch.compiler.is_compiling():
+        return contextlib.nullcontext()
+    return _inner_calls()
+
+
 def _may_inspect_values(t: torch.Tensor) -> bool:
-    # Looking at values needs the host: only on CPU and outside torch.compile, so that
-    # forward never syncs with an accelerator nor breaks a compiled graph.
-    return t.device.type == "cpu" and not torch.compiler.is_compiling()
+    # Values are read on every device (the same inputs refused everywhere), but never while
+    # compiling (no graph break) or capturing a CUDA graph (no sync allowed), nor on meta
+    # tensors (no values), nor inside a block a boundary has checked, nor when turned off.
+    if torch.compiler.is_compiling() or not _STATE.enabled or _STATE.inner or t.is_meta:
+        return False
+    return not (t.is_cuda and torch.cuda.is_current_stream_capturing())
 
 
 def check_finite(
     name: str, t: torch.Tensor, mask: torch.Tensor | None = None, what: str = ""
 ) -> None:
-    """Raise ValueError when `t` has NaN/inf at valid tokens (CPU only; see
+    """Raise ValueError when `t` has NaN/inf at valid tokens (when values may be read: see
     `_may_inspect_values`). what: how the values were made (overflow hints)."""
     if not _may_inspect_values(t):
         return
@@ -187,17 +247,15 @@ def max_abs(t: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
 
 def check_phases(name: str, positions: torch.Tensor, scale: object, what: str = "") -> None:
     """The phases sum_m |p_m| x scale_m (scale: the largest |frequency| per coordinate, a float
-    or a CPU tensor [M], or a function giving it, called only when checking) must stay within
-    `LIMIT`, or cos/sin turn them into NaN. CPU only, nothing at all under torch.compile."""
+    or a tensor [M], or a function giving it, called only when checking) must stay within
+    `LIMIT`, or cos/sin turn them into NaN. Nothing at all under torch.compile."""
     if not _may_inspect_values(positions) or positions.numel() == 0:
         return
     if callable(scale):
         scale = scale()
     if isinstance(scale, torch.Tensor):
-        if scale.device.type != "cpu":
-            return
-        scale = scale.detach().to(torch.float64).abs()
-    reach = float((max_abs(positions) * scale).sum())
+        scale = scale.detach().to("cpu", torch.float64).abs()
+    reach = float((max_abs(positions).cpu() * scale).sum())
     if reach > LIMIT:
         raise ValueError(
             f"{name}: the phases |position| x frequency reach {reach:.3g}{what}, beyond "
@@ -216,8 +274,8 @@ def check_lengths(name: str, lengths: torch.Tensor, batch: int, maximum: int) ->
 
 
 def check_positive_tensor(name: str, t: torch.Tensor, mask: torch.Tensor | None = None) -> None:
-    """Every entry of `t` (at `mask`'s True entries, same shape) must be finite and > 0 (CPU
-    only, like `check_finite`: nothing is computed elsewhere, not even the masked selection)."""
+    """Every entry of `t` (at `mask`'s True entries, same shape) must be finite and > 0 (when
+    values may be read, like `check_finite`: else nothing is computed, not even the selection)."""
     if not _may_inspect_values(t):
         return
     bad = ~torch.isfinite(t) | (t <= 0)

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._checks import check_bool, check_int, check_mask, check_rate, check_tensor
+from .._checks import check_bool, check_int, check_mask, check_rate, check_tensor, checked_inputs
 from ..encodings.in_attention import AttentionBias, QKTransform
 from ..functional.relative import allowed_keys
 from ..positions import token_positions
@@ -153,12 +153,13 @@ class MultiheadAttention(nn.Module):
         if validate:
             check_call(self, query, key_value, key_mask, causal, (q_positions, k_positions),
                        query_mask, cache)  # fmt: skip
-        if cache is not None and cache.static:
-            return self._cross_cached(query, key_value, key_mask, cache)
-        if key_value is not None:
-            return self._cross(query, key_value, key_mask, causal, q_positions, k_positions,
-                               query_mask, generator)  # fmt: skip
-        return self._self(query, key_mask, causal, q_positions, generator, cache)
+        with checked_inputs():  # the encodings' own value checks would repeat these per layer
+            if cache is not None and cache.static:
+                return self._cross_cached(query, key_value, key_mask, cache)
+            if key_value is not None:
+                return self._cross(query, key_value, key_mask, causal, q_positions, k_positions,
+                                   query_mask, generator)  # fmt: skip
+            return self._self(query, key_mask, causal, q_positions, generator, cache)
 
     def _self(
         self,
