@@ -18,7 +18,11 @@ LIMIT = 1e38
 
 
 def check_int(name: str, value: object, *, minimum: int = 1) -> int:
-    """`value` must be an int >= `minimum` (bools are rejected)."""
+    """`value` must be an int >= `minimum` (bools are rejected). A symbolic size (torch.export,
+    dynamic shapes) passes: the bound becomes a check of the exported graph."""
+    if isinstance(value, torch.SymInt):
+        torch._check(value >= minimum, lambda: f"{name} must be an int >= {minimum}")
+        return value  # type: ignore[return-value]
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int >= {minimum}, got {type(value).__name__} {value!r}")
     if value < minimum:

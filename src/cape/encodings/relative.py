@@ -117,7 +117,9 @@ class RelPos(AttentionBias):
         qp = self._positions("q_positions", q_pos, tq, call.q.device, mask, validate=False)
         kp = self._positions("k_positions", k_pos, tk, call.k.device, k_mask, validate=False)
         index, rel_key, rel_value = self.index(qp, kp), self.rel_key, self.rel_value
-        if q_pos is None and k_pos is None:  # token indices 0..T-1
+        # token indices 0..T-1; not when traced, where T may be symbolic (torch.export): the
+        # slice would tie the graph to T's side of K
+        if q_pos is None and k_pos is None and not torch.compiler.is_compiling():
             used = min(self.k_max, round((max(tq, tk) - 1) / self.step))
             if used < self.k_max:
                 lo, hi = self.k_max - used, self.k_max + used + 1

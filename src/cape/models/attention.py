@@ -256,6 +256,10 @@ class MultiheadAttention(nn.Module):
     def _merge(self, out: torch.Tensor) -> torch.Tensor:
         """[B, H, Tq, d] -> the output projection of [B, Tq, D]."""
         b, _, tq, _ = out.shape
+        if torch.compiler.is_compiling():
+            # traced (export, ONNX): SDPA's traced layout can differ from its decomposition's,
+            # and the reshape below would be recorded as a view that fails on the other one
+            out = out.clone(memory_format=torch.contiguous_format)
         return self.out_proj(out.transpose(1, 2).reshape(b, tq, self.dim))
 
     def memory_cache(
