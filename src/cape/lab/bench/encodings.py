@@ -86,6 +86,22 @@ def _grid(x: torch.Tensor) -> torch.Tensor:
     return grid_positions(x.shape[1], x.shape[2], batch=x.shape[0], device=x.device)
 
 
+def _cape_cases(
+    family: str,
+    name: str,
+    shape: tuple[int, ...],
+    make: Callable[[int], nn.Module],
+    inputs: Callable[[torch.Tensor], tuple[torch.Tensor, dict[str, Any]]],
+    targets: tuple[float | None, float | None] = (2.5, 1.3),
+) -> list[Case]:
+    """CAPE measured twice: in training (every augmentation drawn) and in evaluation (none);
+    `targets`: the ratios the core issue asks of each."""
+    return [
+        Case(family, f"{name} train, all aug", shape, make, inputs, True, targets[0]),
+        Case(family, f"{name} eval", shape, make, inputs, False, targets[1]),
+    ]
+
+
 def _sequence_cases(family: str, shape: tuple[int, ...], audio: bool) -> list[Case]:
     given = _with(hop=_AUDIO_HOP) if audio else _with()
     pos = _with_positions(_seconds if audio else _tokens)
@@ -96,23 +112,13 @@ def _sequence_cases(family: str, shape: tuple[int, ...], audio: bool) -> list[Ca
     long = shape[1] >= 1000
     text_target = None if audio else (2.0 if long else 4.0)
     return [
-        Case(
+        *_cape_cases(
             family,
-            "cape1d train, all aug",
+            "cape1d",
             shape,
             lambda d: build("cape1d", d, **cape),
             given,
-            True,
-            text_target,
-        ),
-        Case(
-            family,
-            "cape1d eval",
-            shape,
-            lambda d: build("cape1d", d, **cape),
-            given,
-            False,
-            1.3 if long and not audio else None,
+            (text_target, 1.3 if long and not audio else None),
         ),
         Case(family, "sinpos", shape, lambda d: build("sinpos", d, **freq), given),
         Case(family, "abspos", shape, lambda d: build("abspos", d, num_positions=shape[1])),
@@ -150,22 +156,7 @@ def _vit_cases(shape: tuple[int, ...]) -> list[Case]:
     half = (grid[0] // 2, grid[1] // 2)
     pos = _with_positions(_grid)
     return [
-        Case(
-            "vit",
-            "cape2d train, all aug",
-            shape,
-            lambda d: build("cape2d", d, preset="image"),
-            train=True,
-            target=2.5,
-        ),
-        Case(
-            "vit",
-            "cape2d eval",
-            shape,
-            lambda d: build("cape2d", d, preset="image"),
-            train=False,
-            target=1.3,
-        ),
+        *_cape_cases("vit", "cape2d", shape, lambda d: build("cape2d", d, preset="image"), _with()),
         Case("vit", "sinpos2d", shape, lambda d: build("sinpos2d", d)),
         Case("vit", "abspos2d", shape, lambda d: build("abspos2d", d, grid=grid)),
         Case(

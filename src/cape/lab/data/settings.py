@@ -1,13 +1,16 @@
 """`Settings`: the base of the data generators' settings objects (`MaskSettings` of SpecAugment,
 `ScreenSettings` of the boxes): a frozen dataclass checked on creation, which a function takes
-as `settings=None` (the defaults) with keywords named like its fields overriding it."""
+as `settings=None` (the defaults) with keywords named like its fields overriding it; and
+`check_made_with`, the check that a cached corpus was made with the settings a call asks for."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields, replace
+from pathlib import Path
 from typing import Any, TypeVar
 
-__all__ = ["Settings"]
+__all__ = ["Settings", "check_made_with"]
 
 S = TypeVar("S", bound="Settings")
 
@@ -39,3 +42,18 @@ class Settings:
         """The settings from the fields of the same names on `config`; the others default."""
         names = [f.name for f in fields(cls) if hasattr(config, f.name)]
         return cls(**{name: getattr(config, name) for name in names})
+
+
+def check_made_with(
+    root: Path, what: str, made: Mapping[str, Any], asked: Mapping[str, Any], keys: Iterable[str]
+) -> None:
+    """ValueError when the `what` (e.g. "corpus") in `root` was `made` with other values than
+    the call `asked` for, among `keys`: both sides of each difference named."""
+    diff = sorted(k for k in keys if made.get(k) != asked.get(k))
+    if diff:
+        old = ", ".join(f"{k}={made.get(k)!r}" for k in diff)
+        new = ", ".join(f"{k}={asked.get(k)!r}" for k in diff)
+        raise ValueError(
+            f"{root} holds a {what} made with {old}; this call asks for {new}: "
+            "pass the same settings or use a new root"
+        )

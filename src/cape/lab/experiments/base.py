@@ -105,6 +105,16 @@ class Experiment(ABC, Generic[ConfigT, DataT]):
     best_weights: ClassVar[bool] = False
     loads_for_evaluation: ClassVar[bool] = False
 
+    def __init_subclass__(cls, *, evaluate: Any = None, report: Any = None, **kwargs: Any) -> None:
+        """`evaluate`, `report`: the experiment package's modules (the layout above), whose
+        `eval_records`, `format_records` and `render` the subclass takes as its own."""
+        super().__init_subclass__(**kwargs)
+        if evaluate is not None:
+            cls.eval_records = staticmethod(evaluate.eval_records)
+            cls.format_records = staticmethod(evaluate.format_records)
+        if report is not None:
+            cls.render = staticmethod(report.render)
+
     # --- what each experiment provides -------------------------------------------------------
 
     @abstractmethod

@@ -1,13 +1,14 @@
-"""What every experiment's report shares: whether plots can be drawn, the seeds of each row,
-the training cost table."""
+"""What every experiment's report shares: whether plots can be drawn, the figures drawn and
+added to a report, the seeds of each row, the training cost table."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-__all__ = ["plot_ok", "seeds_by_row", "train_cost_table"]
+__all__ = ["plot_ok", "add_curves", "add_tradeoff", "seeds_by_row", "train_cost_table"]
 
 
 def plot_ok() -> bool:
@@ -17,6 +18,36 @@ def plot_ok() -> bool:
     except ImportError:
         return False
     return True
+
+
+def add_curves(
+    rep: Any, out: Path, name: str, caption: str, cells: Sequence[Mapping[str, Any]], **options: Any
+) -> None:
+    """Draw `cells` (summary cells, one curve per row) as `out / name` with
+    `cape.lab.viz.plot_curves` (`options`: its x, labels, title, ...) and add the figure to
+    `rep` under `caption`."""
+    from cape.lab.viz import plot_curves
+
+    plot_curves(cells, out / name, series="row", **options)
+    rep.image(name, caption)
+
+
+def add_tradeoff(
+    rep: Any,
+    out: Path,
+    name: str,
+    caption: str,
+    x_cells: Sequence[Mapping[str, Any]],
+    y_cells: Sequence[Mapping[str, Any]],
+    **options: Any,
+) -> None:
+    """Draw `y_cells` against `x_cells` (summary cells, one series per row) as `out / name`
+    with `cape.lab.viz.plot_tradeoff` (`options`: its key, labels, title, ...) and add the
+    figure to `rep` under `caption`."""
+    from cape.lab.viz import plot_tradeoff
+
+    plot_tradeoff(x_cells, y_cells, out / name, series="row", **options)
+    rep.image(name, caption)
 
 
 def seeds_by_row(results: Mapping[str, Any]) -> dict[str, list[int]]:

@@ -1,5 +1,6 @@
 """What every experiment's config shares: resolution (preset -> files -> `--set`), the saved
-config.yaml, the checks of rows, seeds and the kept checkpoint, and the training presets."""
+config.yaml, the checks of rows, seeds, the kept checkpoint and a Transformer's sizes, and the
+training presets."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from cape._checks import check_float, check_int
 from cape.lab.config import apply_overrides, from_mapping, load_file, to_mapping
 from cape.lab.io import atomic_write
 
@@ -18,6 +20,7 @@ __all__ = [
     "check_position",
     "check_runs",
     "check_best_metric",
+    "check_transformer",
     "train_preset",
 ]
 
@@ -89,6 +92,22 @@ def check_best_metric(train: Any, metric: str, mode: str, what: str) -> None:
             f"train.best_metric must be {metric!r} with train.best_mode {mode!r} "
             f"({what}), got {train.best_metric!r}, {train.best_mode!r}"
         )
+
+
+def check_transformer(model: Any, sizes: Sequence[str], rates: Sequence[str]) -> None:
+    """The `model` section of a Transformer whose encodings may rotate (an even head size):
+    each of `sizes` an int >= 1, dim / heads an even integer, each of `rates` (dropouts) in
+    [0, 1); errors name `model.<key>`."""
+    for key in sizes:
+        check_int(f"model.{key}", getattr(model, key))
+    if model.dim % model.heads or (model.dim // model.heads) % 2:
+        raise ValueError(
+            f"model.dim / model.heads must be an even integer, got "
+            f"dim={model.dim}, heads={model.heads}"
+        )
+    for key in rates:
+        if not 0.0 <= check_float(f"model.{key}", getattr(model, key)) < 1.0:
+            raise ValueError(f"model.{key} must lie in [0, 1), got {getattr(model, key)}")
 
 
 # the direction in which each experiment's eval metric improves

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from cape._checks import check_choice, check_int
 from cape.lab.arguments import ArgumentParser, check_out_folder, report_error
+from cape.lab.data.settings import check_made_with
 from cape.lab.data.speech.audio import read_wav, write_wav
 from cape.lab.data.speech.synth import (
     DURATION_BINS,
@@ -143,14 +144,7 @@ def _check_config(root: Path, config: dict) -> None:
             set_aside(path, f"{e}; it is written again")
             return _check_config(root, config)
         old = {"text": "wordnet", **old}  # older corpora: WordNet
-        diff = sorted(k for k in set(old) | set(config) if old.get(k) != config.get(k))
-        if diff:
-            made = ", ".join(f"{k}={old.get(k)!r}" for k in diff)
-            asked = ", ".join(f"{k}={config.get(k)!r}" for k in diff)
-            raise ValueError(
-                f"{root} holds a corpus made with {made}; this call asks for {asked}: "
-                "pass the same settings or use a new root"
-            )
+        check_made_with(root, "corpus", old, config, set(old) | set(config))
     else:
         write_json(path, config)
 

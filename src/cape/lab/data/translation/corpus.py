@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from cape._checks import check_choice, check_int
+from cape.lab.data.settings import check_made_with
 from cape.lab.data.text.sentences import WORDNET_DIR
 from cape.lab.data.translation.apertium import (
     FORTUNES_DIR,
@@ -251,14 +252,7 @@ def make_translation_corpus(
     manifest_path = root / "manifest.json"
     old = _manifest(manifest_path, set_damaged_aside=True)
     if old is not None:
-        diff = sorted(k for k in settings if old["settings"].get(k) != settings[k])
-        if diff:
-            made = ", ".join(f"{k}={old['settings'].get(k)!r}" for k in diff)
-            asked = ", ".join(f"{k}={settings[k]!r}" for k in diff)
-            raise ValueError(
-                f"{root} holds a translation corpus made with {made}; this call asks for {asked}: "
-                "pass the same settings or use a new root"
-            )
+        check_made_with(root, "translation corpus", old["settings"], settings, settings)
         if all((root / f"{s}.tsv").is_file() for s in old["counts"]):
             return old
     start = time.perf_counter()

@@ -22,6 +22,7 @@ from cape.lab.experiments.study_config import (
     check_best_metric,
     check_position,
     check_runs,
+    check_transformer,
     train_preset,
 )
 from cape.lab.experiments.train_as import check_reuse_fields, check_train_as
@@ -102,16 +103,11 @@ class ModelConfig:
     layer_drop: float = 0.0
 
     def __post_init__(self) -> None:
-        for key in ("dim", "depth", "heads", "ffn_dim", "kernel", "stride"):
-            check_int(f"model.{key}", getattr(self, key))
-        if self.dim % self.heads or (self.dim // self.heads) % 2:
-            raise ValueError(
-                f"model.dim / model.heads must be an even integer, got "
-                f"dim={self.dim}, heads={self.heads}"
-            )
-        for key in ("conv_dropout", "dropout", "layer_drop"):
-            if not 0.0 <= check_float(f"model.{key}", getattr(self, key)) < 1.0:
-                raise ValueError(f"model.{key} must lie in [0, 1), got {getattr(self, key)}")
+        check_transformer(
+            self,
+            sizes=("dim", "depth", "heads", "ffn_dim", "kernel", "stride"),
+            rates=("conv_dropout", "dropout", "layer_drop"),
+        )
 
 
 @dataclass

@@ -25,15 +25,12 @@ from cape.models.asr import CTCModel
 __all__ = ["AsrExperiment", "ASR"]
 
 
-class AsrExperiment(Experiment[AsrConfig, AsrData]):
+class AsrExperiment(Experiment[AsrConfig, AsrData], evaluate=evaluate, report=report):
     """Rows of `AsrConfig`; the results add each row's parameter count and the data summary."""
 
     name, config_cls, presets = "asr", AsrConfig, PRESETS
     best_weights = loads_for_evaluation = True
     make_data = staticmethod(AsrData)
-    eval_records = staticmethod(evaluate.eval_records)
-    format_records = staticmethod(evaluate.format_records)
-    render = staticmethod(report.render)
 
     def fit(
         self, run: Run[AsrConfig], data: AsrData, model: nn.Module

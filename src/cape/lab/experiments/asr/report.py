@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from cape.lab.experiments.pairs import verdict_pairs
-from cape.lab.experiments.reporting import plot_ok, train_cost_table
+from cape.lab.experiments.reporting import add_curves, add_tradeoff, plot_ok, train_cost_table
 from cape.lab.report import Report, claims_table, mean_std, summarize, summary_table
 
 __all__ = ["render", "bin_table", "flatness", "paper_claims"]
@@ -330,8 +330,6 @@ def _examples(rep: Report, results: dict[str, Any]) -> None:
 def _plots(rep: Report, out: Path, results: dict[str, Any], rows: list[str]) -> None:
     if not plot_ok():
         return
-    from cape.lab.viz import plot_curves, plot_tradeoff
-
     hop = results["config"]["features"]["hop_ms"]
     for split in SPLITS:
         recs = [
@@ -340,12 +338,14 @@ def _plots(rep: Report, out: Path, results: dict[str, Any], rows: list[str]) -> 
             if r["split"] == split and r["hop_ms"] == hop and r["bin"] != "all"
         ]
         for metric in ("wer", "cer") if recs else ():
-            name = f"{metric}_by_duration_{split}.png"
-            plot_curves(
+            add_curves(
+                rep,
+                out,
+                f"{metric}_by_duration_{split}.png",
+                f"{metric.upper()} per duration bin on {split} (error bars: std over "
+                "seeds); the dashed line is the longest training utterance.",
                 summarize(recs, ["row", "mid"], metric),
-                out / name,
                 x="mid",
-                series="row",
                 y_label=f"{metric.upper()} (%)",
                 x_label="test utterance duration (s, bin centre)",
                 title=f"{metric.upper()} vs duration ({split})",
@@ -353,28 +353,21 @@ def _plots(rep: Report, out: Path, results: dict[str, Any], rows: list[str]) -> 
                 vline=6.0,
                 vline_label="longest training utterance",
             )
-            rep.image(
-                name,
-                f"{metric.upper()} per duration bin on {split} (error bars: std over "
-                "seeds); the dashed line is the longest training utterance.",
-            )
     recs = [r for r in results["records"] if r["split"] == "test@hop" and r["bin"] == "all"]
     if recs:
-        plot_tradeoff(
+        add_tradeoff(
+            rep,
+            out,
+            "wer_vs_throughput.png",
+            "WER against throughput as the inference hop goes "
+            "from small (slow) to large (fast); each point is labelled with its hop in ms.",
             summarize(recs, ["row", "hop_ms"], "audio_s_per_s"),
             summarize(recs, ["row", "hop_ms"], "wer"),
-            out / "wer_vs_throughput.png",
             key="hop_ms",
-            series="row",
             x_label="audio seconds per second",
             y_label="WER (%)",
             title="WER vs throughput over inference hops",
             annotate="hop_ms",
-        )
-        rep.image(
-            "wer_vs_throughput.png",
-            "WER against throughput as the inference hop goes "
-            "from small (slow) to large (fast); each point is labelled with its hop in ms.",
         )
 
 

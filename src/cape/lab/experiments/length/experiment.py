@@ -29,15 +29,12 @@ from cape.lab.experiments.length.config import PRESETS, LengthConfig, RowConfig
 __all__ = ["LengthExperiment", "LENGTH"]
 
 
-class LengthExperiment(Experiment[LengthConfig, Splits]):
+class LengthExperiment(Experiment[LengthConfig, Splits], evaluate=evaluate, report=report):
     """Rows of `LengthConfig` on the lookup task; results add the no-position baselines."""
 
     name, config_cls, presets = "length", LengthConfig, PRESETS
     counts_parameters = True
     make_data = staticmethod(data.make_data)
-    eval_records = staticmethod(evaluate.eval_records)
-    format_records = staticmethod(evaluate.format_records)
-    render = staticmethod(report.render)
 
     def fit(
         self, run: Run[LengthConfig], data: Splits, net: nn.Module

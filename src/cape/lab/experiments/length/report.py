@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from cape.lab.experiments.pairs import verdict_pairs
-from cape.lab.experiments.reporting import plot_ok, seeds_by_row, train_cost_table
+from cape.lab.experiments.reporting import add_curves, plot_ok, seeds_by_row, train_cost_table
 from cape.lab.report import MISSING, Report, mean_std, summarize
 from cape.lab.stats import welch_t_test
 
@@ -244,8 +244,6 @@ def _plot(rep: Report, out: Path, results: dict[str, Any]) -> None:
     cells = summarize(results["records"], ["row", "length"], "acc")
     if not (cells and plot_ok()):
         return
-    from cape.lab.viz import plot_curves
-
     cfg = results["config"]
     chance = [
         {
@@ -257,11 +255,14 @@ def _plot(rep: Report, out: Path, results: dict[str, Any]) -> None:
         }
         for n in cfg["eval"]["lengths"]
     ]
-    plot_curves(
+    add_curves(
+        rep,
+        out,
+        "accuracy_vs_length.png",
+        "Accuracy against the test length (log scale), one line per row (error bars: std over "
+        "seeds); the dashed line is the longest training sequence.",
         cells + chance,
-        out / "accuracy_vs_length.png",
         x="length",
-        series="row",
         y_label="accuracy (%)",
         x_label="test length (tokens, log scale)",
         title="Accuracy vs test length",
@@ -269,9 +270,4 @@ def _plot(rep: Report, out: Path, results: dict[str, Any]) -> None:
         vline=float(cfg["data"]["max_len"]),
         vline_label="longest training sequence",
         logx=True,
-    )
-    rep.image(
-        "accuracy_vs_length.png",
-        "Accuracy against the test length (log scale), one line per row (error bars: std over "
-        "seeds); the dashed line is the longest training sequence.",
     )

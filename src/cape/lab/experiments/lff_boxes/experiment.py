@@ -30,15 +30,12 @@ __all__ = ["LffBoxesExperiment", "LFF_BOXES"]
 Data = dict[str, Screens]
 
 
-class LffBoxesExperiment(Experiment[LffBoxesConfig, Data]):
+class LffBoxesExperiment(Experiment[LffBoxesConfig, Data], evaluate=evaluate, report=report):
     """Rows of `LffBoxesConfig` on screens of boxes; results add the baselines."""
 
     name, config_cls, presets = "lff-boxes", LffBoxesConfig, PRESETS
     counts_parameters = True
     make_data = staticmethod(data.make_data)
-    eval_records = staticmethod(evaluate.eval_records)
-    format_records = staticmethod(evaluate.format_records)
-    render = staticmethod(report.render)
 
     def make_model(
         self, cfg: LffBoxesConfig, row: RowConfig, data: Any = None, *, evaluation: bool = False

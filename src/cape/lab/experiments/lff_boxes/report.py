@@ -12,7 +12,7 @@ from typing import Any
 
 from cape.lab.data.boxes import QUESTIONS
 from cape.lab.experiments.lff_boxes.verdict import verdict
-from cape.lab.experiments.reporting import plot_ok, train_cost_table
+from cape.lab.experiments.reporting import add_tradeoff, plot_ok, train_cost_table
 from cape.lab.report import Report, mean_std, summarize, summary_table
 from cape.lab.stats import welch_t_test
 
@@ -151,23 +151,19 @@ def _plot(rep: Report, out: Path, results: dict[str, Any]) -> None:
     unseen = summarize([r for r in recs if r["set"] == "test_unseen"], ["row", "question"], "acc")
     if not (seen and unseen and plot_ok()):
         return
-    from cape.lab.viz import plot_tradeoff
-
-    plot_tradeoff(
+    add_tradeoff(
+        rep,
+        out,
+        "seen_vs_unseen.png",
+        "Accuracy on unseen vs seen coordinates per encoding (one "
+        "point per row, error bars: std over seeds); the distance below the diagonal is "
+        "the loss on unseen positions.",
         seen,
         unseen,
-        out / "seen_vs_unseen.png",
         key="question",
-        series="row",
         x_label="accuracy on seen coordinates (%)",
         y_label="accuracy on unseen coordinates (%)",
         title="Generalisation to unseen box coordinates",
         logx=False,
         annotate="row",
-    )
-    rep.image(
-        "seen_vs_unseen.png",
-        "Accuracy on unseen vs seen coordinates per encoding (one "
-        "point per row, error bars: std over seeds); the distance below the diagonal is "
-        "the loss on unseen positions.",
     )

@@ -27,14 +27,13 @@ from cape.lab.train import distributed as D
 __all__ = ["GenerationExperiment", "LFF_GENERATION"]
 
 
-class GenerationExperiment(Experiment[GenerationConfig, GenerationData]):
+class GenerationExperiment(
+    Experiment[GenerationConfig, GenerationData], evaluate=evaluate, report=report
+):
     """Rows of `GenerationConfig`; each run also keeps its held-out bpd curve."""
 
     name, config_cls, presets = "lff-generation", GenerationConfig, PRESETS
     make_data = staticmethod(make_data)
-    eval_records = staticmethod(evaluate.eval_records)
-    format_records = staticmethod(evaluate.format_records)
-    render = staticmethod(report.render)
 
     def make_model(
         self, cfg: GenerationConfig, row: RowConfig, data: Any = None, *, evaluation: bool = False

@@ -19,7 +19,7 @@ from typing import Any
 
 from scipy import stats
 
-from cape.lab.experiments.reporting import plot_ok, train_cost_table
+from cape.lab.experiments.reporting import add_curves, plot_ok, train_cost_table
 from cape.lab.report import Report, mean_std, pivot, summarize
 
 __all__ = ["t_quantile_975", "confidence_cells", "render"]
@@ -152,8 +152,6 @@ def _plots(
 ) -> None:
     if not plot_ok():
         return
-    from cape.lab.viz import plot_curves
-
     band = ("lo", "hi") if n_seeds > 1 else None
     what = "mean and 95% CI over seeds" if band else "one seed"
     ablation = [r["name"] for r in rows if r["position"] == "lff"]
@@ -176,15 +174,16 @@ def _plots(
         cells = [c for c in curve if c["row"] in series]
         if not cells:
             continue
-        plot_curves(
+        add_curves(
+            rep,
+            out,
+            name,
+            f"{caption} (bits per dim vs training step, {what}).",
             cells,
-            out / name,
             x="step",
-            series="row",
             series_order=series,
             y_label="held-out bits per dim",
             x_label="training step",
             title=caption.split(":")[0],
             band=band,
         )
-        rep.image(name, f"{caption} (bits per dim vs training step, {what}).")

@@ -20,6 +20,7 @@ from cape.lab.experiments.study_config import (
     check_best_metric,
     check_position,
     check_runs,
+    check_transformer,
     train_preset,
 )
 from cape.lab.experiments.train_as import ReusableRow, check_reuse_fields, check_train_as
@@ -70,16 +71,11 @@ class ModelConfig:
     label_smoothing: float = 0.1
 
     def __post_init__(self) -> None:
-        for key in ("dim", "encoder_layers", "decoder_layers", "heads", "ffn_dim"):
-            check_int(f"model.{key}", getattr(self, key))
-        if self.dim % self.heads or (self.dim // self.heads) % 2:
-            raise ValueError(
-                f"model.dim / model.heads must be an even integer, got "
-                f"dim={self.dim}, heads={self.heads}"
-            )
-        for key in ("dropout", "label_smoothing"):
-            if not 0.0 <= check_float(f"model.{key}", getattr(self, key)) < 1.0:
-                raise ValueError(f"model.{key} must lie in [0, 1), got {getattr(self, key)}")
+        check_transformer(
+            self,
+            sizes=("dim", "encoder_layers", "decoder_layers", "heads", "ffn_dim"),
+            rates=("dropout", "label_smoothing"),
+        )
 
 
 @dataclass

@@ -28,15 +28,14 @@ from cape.models.seq2seq import Seq2Seq
 __all__ = ["TranslationExperiment", "TRANSLATION"]
 
 
-class TranslationExperiment(Experiment[TranslationConfig, TranslationData]):
+class TranslationExperiment(
+    Experiment[TranslationConfig, TranslationData], evaluate=evaluate, report=report
+):
     """Rows of `TranslationConfig`; each run also keeps its NLL curve, length terciles and a
     few translations, and the results each row's parameter count and the data summary."""
 
     name, config_cls, presets = "translation", TranslationConfig, PRESETS
     best_weights = True
-    eval_records = staticmethod(evaluate.eval_records)
-    format_records = staticmethod(evaluate.format_records)
-    render = staticmethod(report.render)
 
     def make_data(self, cfg: TranslationConfig) -> TranslationData:
         """The corpus the config names (translated and BPE-trained on first use), in memory."""

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from cape.lab.experiments.reporting import plot_ok, seeds_by_row, train_cost_table
+from cape.lab.experiments.reporting import add_curves, plot_ok, seeds_by_row, train_cost_table
 from cape.lab.experiments.translation.verdict import verdict
 from cape.lab.report import Report, summarize, summary_table
 
@@ -185,8 +185,6 @@ def _examples(rep: Report, results: dict[str, Any]) -> None:
 def _plots(rep: Report, out: Path, results: dict[str, Any]) -> None:
     if not plot_ok():
         return
-    from cape.lab.viz import plot_curves
-
     rows = _rows(results)
     buckets = set(_COLUMNS) - {("test", "all")}  # the terciles and the long buckets
     # whole words on the axis: its ticks sit at the buckets' means
@@ -195,11 +193,15 @@ def _plots(rep: Report, out: Path, results: dict[str, Any]) -> None:
         for r in results["records"]
         if (r["split"], r["bin"]) in buckets
     ]
-    plot_curves(
+    add_curves(
+        rep,
+        out,
+        "bleu_by_length.png",
+        "BLEU per length bucket (test terciles, then the 21-30, "
+        "31-40 and 41+ word buckets), against the bucket's mean source length; error "
+        "bars: std over seeds.",
         summarize(recs, ["row", "words"], "bleu"),
-        out / "bleu_by_length.png",
         x="words",
-        series="row",
         y_label="BLEU",
         x_label="mean source length of the bucket (English words)",
         title="BLEU vs sentence length",
@@ -207,30 +209,22 @@ def _plots(rep: Report, out: Path, results: dict[str, Any]) -> None:
         vline=20.0,
         vline_label="longest training source (words)",
     )
-    rep.image(
-        "bleu_by_length.png",
-        "BLEU per length bucket (test terciles, then the 21-30, "
-        "31-40 and 41+ word buckets), against the bucket's mean source length; error "
-        "bars: std over seeds.",
-    )
     cells = nll_curve_cells(results)
     if cells:
-        plot_curves(
+        add_curves(
+            rep,
+            out,
+            "nll_by_position.png",
+            "Teacher-forced NLL per output position on stacked "
+            f"test pairs (mean over groups of {_SMOOTH} positions reached by >= 5 "
+            "sequences; error bars: std over seeds). Flat beyond the dashed line = the "
+            "encoding generalises to unseen lengths.",
             cells,
-            out / "nll_by_position.png",
             x="position",
-            series="row",
             y_label="NLL (nats / token)",
             x_label="output position (tokens)",
             title="NLL per position on stacked sentences",
             series_order=rows,
             vline=float(results.get("train_length", 0)) or None,
             vline_label="longest training target",
-        )
-        rep.image(
-            "nll_by_position.png",
-            "Teacher-forced NLL per output position on stacked "
-            f"test pairs (mean over groups of {_SMOOTH} positions reached by >= 5 "
-            "sequences; error bars: std over seeds). Flat beyond the dashed line = the "
-            "encoding generalises to unseen lengths.",
         )

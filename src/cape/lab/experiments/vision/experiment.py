@@ -28,14 +28,11 @@ from cape.models.vit import ViT
 __all__ = ["VisionExperiment", "VISION"]
 
 
-class VisionExperiment(Experiment[VisionConfig, VisionData]):
+class VisionExperiment(Experiment[VisionConfig, VisionData], evaluate=evaluate, report=report):
     """Rows of `VisionConfig`; the report adds the position maps of each row's first seed and
     every row's throughput."""
 
     name, config_cls, presets = "vision", VisionConfig, PRESETS
-    eval_records = staticmethod(evaluate.eval_records)
-    format_records = staticmethod(evaluate.format_records)
-    render = staticmethod(report.render)
 
     def make_data(self, cfg: VisionConfig) -> VisionData:
         """The images the config names (rendered and cached on first use)."""

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from cape.lab.experiments.reporting import plot_ok, train_cost_table
+from cape.lab.experiments.reporting import add_curves, add_tradeoff, plot_ok, train_cost_table
 from cape.lab.experiments.vision.config import RowConfig
 from cape.lab.experiments.vision.verdict import removed_table_cells, verdict
 from cape.lab.io import atomic_write
@@ -129,20 +129,19 @@ def render(out: Path, results: dict[str, Any], maps: dict[str, np.ndarray] | Non
             )
     plain = summarize(_records(results, set="test", method="plain"), ["row", "size"], "acc")
     if plain and plot_ok():
-        from cape.lab.viz import plot_curves
-
-        plot_curves(
+        add_curves(
+            rep,
+            out,
+            "accuracy_vs_resolution.png",
+            "Accuracy vs test resolution (Figure 2 analog).",
             plain,
-            out / "accuracy_vs_resolution.png",
             x="size",
-            series="row",
             series_order=rows,
             y_label="top-1 accuracy (%)",
             x_label="test resolution (px)",
             title="Accuracy vs test resolution",
             vline=main_size,
         )
-        rep.image("accuracy_vs_resolution.png", "Accuracy vs test resolution (Figure 2 analog).")
     removed = removed_table_cells(results["records"])
     if removed:
         rep.table(
@@ -180,20 +179,19 @@ def render(out: Path, results: dict[str, Any], maps: dict[str, np.ndarray] | Non
             caption=f"Evaluation throughput (images/s; {how}) by resolution (Figure 4).",
         )
         if plot_ok():
-            from cape.lab.viz import plot_tradeoff
-
-            plot_tradeoff(
+            add_tradeoff(
+                rep,
+                out,
+                "throughput.png",
+                "Accuracy vs throughput (Figure 4 analog).",
                 speed,
                 plain,
-                out / "throughput.png",
                 key="size",
-                series="row",
                 x_label="images/s",
                 y_label="top-1 accuracy (%)",
                 title="Accuracy vs throughput per test resolution",
                 annotate="size",
             )
-            rep.image("throughput.png", "Accuracy vs throughput (Figure 4 analog).")
     train_cost_table(rep, results)
     _figures(rep, out, maps)
     return rep.write(out / "report.md")
