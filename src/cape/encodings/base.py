@@ -116,11 +116,22 @@ class PositionalEncoding(GridLayout, nn.Module):
         augmentation: overrides `self.augmentation` for this call (e.g. a grid-dependent emax).
         validate: False for positions built by `cape.positions` (known finite, right shape).
         """
+        aug = self.call_augmentation(augmentation)
+        positions = self.read_positions(positions, mask)
         pos = as_positions(positions, mask=mask, dims=self.pos_dim) if validate else positions
-        aug = augmentation if augmentation is not None else self.augmentation
         if aug is None:
             return pos
         return aug(pos, mask, training=self.training, generator=generator)
+
+    def call_augmentation(self, augmentation: Augmentation | None) -> Augmentation | None:
+        """The augmentation of a `prepare` call: the one given (a grid's), else
+        `self.augmentation`; an encoding refuses here what it cannot augment without a grid."""
+        return augmentation if augmentation is not None else self.augmentation
+
+    def read_positions(self, positions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """positions as given -> [B, T, M] before `prepare` validates them: an encoding that also
+        reads another layout ([B, T, G, M] groups, integer bins) converts it here."""
+        return positions
 
     def encode(
         self,
@@ -187,6 +198,10 @@ class PositionalEncoding(GridLayout, nn.Module):
         if x is None and positions is None:
             raise ValueError("give x ([B, T, D]), positions ([B, T, M]) or grid=(H, W)")
         self.check_content(x, ndims=(3,))
+        if positions is None and mask is None and lengths is None:
+            table = self.sequence_table(x, hop)  # x: [B, T, D] here
+            if table is not None:
+                return table
         ref = x if x is not None else positions
         assert ref is not None
         batch, length = ref.shape[0], ref.shape[1]
@@ -205,6 +220,13 @@ class PositionalEncoding(GridLayout, nn.Module):
         aug = None if grids is None else self.grid_augmentation(grids, extent, ref.device)
         source = "hop" if hop is not None else "positions"
         return self.encode(positions, mask, generator, dtype, aug, validate=validate, source=source)
+
+    def sequence_table(
+        self, x: torch.Tensor, hop: float | torch.Tensor | None
+    ) -> torch.Tensor | None:
+        """The embedding of x [B, T, D]'s default positions (no padding) from a cached table,
+        [B, T, D] in x's dtype; None = compute it (no cache, or not deterministic here)."""
+        return None
 
     def grid_augmentation(
         self, grids: list[tuple[int, int]], extent: float | None, device: torch.device

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import torch
 
-from .._checks import check_bool, check_choice, check_float, check_generator, check_int
+from .._checks import check_bool, check_choice, check_float, check_int
 from ..augment import Augmentation, augment_positions
 from ..functional.frequencies import grid_frequencies_2d
 from ..functional.sinusoidal import (
@@ -138,53 +138,25 @@ class CAPE1d(_Sinusoidal):
     def _deterministic(self) -> bool:
         return self.augmentation is None or not (self.training and self.augmentation.random)
 
-    def forward(
-        self,
-        x: torch.Tensor | None = None,
-        *,
-        positions: torch.Tensor | None = None,
-        mask: torch.Tensor | None = None,
-        lengths: torch.Tensor | None = None,
-        hop: float | torch.Tensor | None = None,
-        grid: tuple[int, int] | None = None,
-        extent: float | None = None,
-        generator: torch.Generator | None = None,
-    ) -> torch.Tensor:
-        """As `PositionalEncoding.forward`; a deterministic table (eval mode, no padding, a
-        float hop or none) is cached per length."""
-        plain = positions is None and grid is None and extent is None and mask is None
-        check_generator("generator", generator)
-        if (
-            plain
-            and lengths is None
-            and isinstance(x, torch.Tensor)
-            and x.dim() == 3
-            and self._deterministic()
-            and isinstance(hop, (type(None), int, float))  # hashable: a cache key
-        ):
-            self.check_content(x, ndims=(3,))
-            batch, length = x.shape[0], x.shape[1]
-            key = (length, hop, x.device, x.dtype)
-            table = self._cache.get(
-                key,
-                lambda: self.encode(
-                    self.sequence_positions(1, length, hop=hop, device=x.device),
-                    dtype=x.dtype,
-                    validate=False,
-                    source="positions" if hop is None else "hop",
-                ),
-            )
-            return table.expand(batch, length, self.dim)
-        return super().forward(
-            x,
-            positions=positions,
-            mask=mask,
-            lengths=lengths,
-            hop=hop,
-            grid=grid,
-            extent=extent,
-            generator=generator,
+    def sequence_table(
+        self, x: torch.Tensor, hop: float | torch.Tensor | None
+    ) -> torch.Tensor | None:
+        """A deterministic table (eval mode, no padding, a float hop or none) is cached per
+        length: -> [B, T, D] in x's dtype (a broadcast view), None otherwise."""
+        if not self._deterministic() or not isinstance(hop, (type(None), int, float)):
+            return None  # drawn positions, or a hop that is not hashable (a cache key)
+        batch, length = x.shape[0], x.shape[1]
+        key = (length, hop, x.device, x.dtype)
+        table = self._cache.get(
+            key,
+            lambda: self.encode(
+                self.sequence_positions(1, length, hop=hop, device=x.device),
+                dtype=x.dtype,
+                validate=False,
+                source="positions" if hop is None else "hop",
+            ),
         )
+        return table.expand(batch, length, self.dim)
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", freq_scale={self.freq_scale}, base={self.base}"
@@ -296,14 +268,9 @@ class CAPE2d(_Sinusoidal):
         emax = torch.tensor([(ext / w, ext / h) for h, w in grids], device=device)
         return _PerSampleLocalShift(self.augmentation, emax)
 
-    def prepare(
-        self,
-        positions: torch.Tensor,
-        mask: torch.Tensor | None = None,
-        generator: torch.Generator | None = None,
-        augmentation: Augmentation | None = None,
-        validate: bool = True,
-    ) -> torch.Tensor:
+    def call_augmentation(self, augmentation: Augmentation | None) -> Augmentation | None:
+        """auto_local_shift's emax = extent/N needs a grid: without one (no grid augmentation
+        given) training refuses the positions."""
         if (
             augmentation is None
             and self.auto_local
@@ -314,7 +281,7 @@ class CAPE2d(_Sinusoidal):
                 "auto_local_shift (max_local_shift='auto') needs a grid: call with grid=(H, W), "
                 "x [B, H, W, D], or positions with grid= each sample's (H, W)"
             )
-        return super().prepare(positions, mask, generator, augmentation, validate)
+        return super().call_augmentation(augmentation)
 
     def forward_grid(
         self,
