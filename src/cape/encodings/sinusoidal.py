@@ -6,8 +6,9 @@ augmentation in training mode and cache the deterministic eval-mode tables.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, replace
+from functools import partial
 
 import torch
 
@@ -29,31 +30,11 @@ from .presets import PRESETS, _active, _is_auto, legacy_augmentation, preset_opt
 __all__ = ["CAPE1d", "CAPE2d", "PRESETS"]
 
 
-class _PerSampleLocalShift:
-    """`Augmentation` with emax per sample [B, M] (each image's own grid in a packed batch);
-    `Augmentation` itself holds float amounts only, `augment_positions` takes tensors."""
-
-    def __init__(self, base: Augmentation, max_local_shift: torch.Tensor) -> None:
-        self.base, self.max_local_shift = base, max_local_shift
-
-    def __call__(
-        self,
-        positions: torch.Tensor,
-        mask: torch.Tensor | None = None,
-        *,
-        training: bool = True,
-        generator: torch.Generator | None = None,
-    ) -> torch.Tensor:
-        return augment_positions(
-            positions,
-            mask,
-            max_global_shift=self.base.max_global_shift,
-            max_local_shift=self.max_local_shift,
-            max_global_scaling=self.base.max_global_scaling,
-            normalize=self.base.normalize,
-            training=training,
-            generator=generator,
-        )
+def _check_even_dim(dim: int, what: str) -> None:
+    """dim: an int >= 1, even ([cos || sin] pairs), or a ValueError that names `what`."""
+    check_int("dim", dim)
+    if dim % 2:
+        raise ValueError(f"dim must be even for {what}, got {dim}")
 
 
 class _Sinusoidal(PositionalEncoding):
@@ -108,9 +89,7 @@ class CAPE1d(_Sinusoidal):
         max_global_scaling: float | None = None,
         normalize: bool | None = None,
     ) -> None:
-        check_int("dim", dim)
-        if dim % 2:
-            raise ValueError(f"dim must be even for a sinusoid, got {dim}")
+        _check_even_dim(dim, "a sinusoid")
         legacy = dict(
             max_global_shift=max_global_shift,
             max_local_shift=max_local_shift,
@@ -200,9 +179,7 @@ class CAPE2d(_Sinusoidal):
         max_global_scaling: float | None = None,
         normalize: bool | None = None,
     ) -> None:
-        check_int("dim", dim)
-        if dim % 2:
-            raise ValueError(f"dim must be even for CAPE2d, got {dim}")
+        _check_even_dim(dim, "CAPE2d")
         auto = check_bool("auto_local_shift", auto_local_shift)
         if isinstance(max_local_shift, str) and not _is_auto(max_local_shift):
             raise ValueError(
@@ -256,9 +233,10 @@ class CAPE2d(_Sinusoidal):
 
     def grid_augmentation(
         self, grids: list[tuple[int, int]], extent: float | None, device: torch.device
-    ) -> Augmentation | _PerSampleLocalShift | None:
+    ) -> Augmentation | Callable[..., torch.Tensor] | None:
         """emax = extent/N per axis (x, y) of each sample's own grid with auto_local_shift
-        (one grid: float amounts; several: a per-sample [B, 2] emax)."""
+        (one grid: float amounts; several: `augment_positions` with a per-sample [B, 2] emax,
+        which an `Augmentation` cannot hold)."""
         if not (self.auto_local and self.augmentation is not None):
             return None
         ext = self.extent if extent is None else check_float("extent", extent, strict=True)
@@ -266,7 +244,8 @@ class CAPE2d(_Sinusoidal):
             height, width = grids[0]
             return replace(self.augmentation, max_local_shift=(ext / width, ext / height))
         emax = torch.tensor([(ext / w, ext / h) for h, w in grids], device=device)
-        return _PerSampleLocalShift(self.augmentation, emax)
+        fields = dict(asdict(self.augmentation), max_local_shift=emax)
+        return partial(augment_positions, **fields)
 
     def call_augmentation(self, augmentation: Augmentation | None) -> Augmentation | None:
         """auto_local_shift's emax = extent/N needs a grid: without one (no grid augmentation
