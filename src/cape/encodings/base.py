@@ -244,12 +244,27 @@ class PositionalEncoding(GridLayout, nn.Module):
     ) -> torch.Tensor:
         """The embedding of a full H x W grid (`grid_positions`), in x's shape ([B, H, W, D] or
         [B, H*W, D]; [1, H*W, D] float32 without x)."""
+        table = self.grid_table(x, grid, extent)
+        if table is not None:
+            return table
         height, width, batch, shape = resolve_grid(x, grid, self.dim)
         device = x.device if x is not None else torch.device("cpu")
         pos = self.grid_positions(height, width, extent=extent, batch=batch, device=device)
-        dtype = None if x is None else x.dtype
-        out = self.encode(pos, None, generator, dtype, validate=False, source="extent")
-        return out.reshape(shape)
+        aug = self.grid_augmentation([(height, width)], extent, device)
+        with float32_region(device):
+            pos = self.prepare(pos, None, generator, aug, validate=False)
+            self.check_range("extent", pos)
+            # embed straight into the output's shape: a reshaped view would make the caller's
+            # in-place add (add_to) go through autograd's slow view-rebase path
+            out = self.embed(pos.reshape(shape[:-1] + (self.pos_dim,)))
+        return out if x is None else out.to(x.dtype)
+
+    def grid_table(
+        self, x: torch.Tensor | None, grid: tuple[int, int] | None, extent: float | None
+    ) -> torch.Tensor | None:
+        """The embedding of a full grid (as `forward_grid`) from a table, when it is one: a
+        learned grid, a cached eval-mode one; None = compute it from `grid_positions`."""
+        return None
 
     def check_range(self, name: str, positions: torch.Tensor) -> None:
         """Refuse positions (from the argument `name`) whose phases |p| x frequency would

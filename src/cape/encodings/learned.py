@@ -168,13 +168,10 @@ class AbsPos2d(PositionalEncoding):
         out = F.grid_sample(table, grid, mode="bicubic", padding_mode="border", align_corners=False)
         return out[0, :, :, 0].t().reshape(batch, length, self.dim)
 
-    def forward_grid(
-        self,
-        x: torch.Tensor | None,
-        grid: tuple[int, int] | None,
-        extent: float | None,
-        generator: torch.Generator | None,
+    def grid_table(
+        self, x: torch.Tensor | None, grid: tuple[int, int] | None, extent: float | None
     ) -> torch.Tensor:
+        """The table resampled to the grid (the class token's row first, where x has one)."""
         if extent is not None:
             raise ValueError(
                 "extent applies to continuous encodings; AbsPos2d's table spans the image"

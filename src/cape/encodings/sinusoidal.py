@@ -22,7 +22,7 @@ from ..functional.sinusoidal import (
     sinusoid_frequencies,
 )
 from ..positions import grid_positions
-from .base import PositionalEncoding, float32_region
+from .base import PositionalEncoding
 from .cache import TableCache
 from .grids import fit_grid_pair, max_scaling_of, resolve_grid, sampling_of
 from .presets import PRESETS, _active, _is_auto, legacy_augmentation, preset_options
@@ -262,39 +262,28 @@ class CAPE2d(_Sinusoidal):
             )
         return super().call_augmentation(augmentation)
 
-    def forward_grid(
-        self,
-        x: torch.Tensor | None,
-        grid: tuple[int, int] | None,
-        extent: float | None,
-        generator: torch.Generator | None,
-    ) -> torch.Tensor:
-        height, width, batch, shape = resolve_grid(x, grid, self.dim)
+    def grid_table(
+        self, x: torch.Tensor | None, grid: tuple[int, int] | None, extent: float | None
+    ) -> torch.Tensor | None:
+        """The grid's table, cached per grid, extent, device and dtype, unless training draws
+        (a 0-size grid has nothing to augment, nor an emax = 1/N)."""
+        height, width, _, shape = resolve_grid(x, grid, self.dim)
         ext = self.extent if extent is None else check_float("extent", extent, strict=True)
+        if self.training and self._draws() and height * width:
+            return None
         device = x.device if x is not None else torch.device("cpu")
         dtype = x.dtype if x is not None else torch.float32
-        # a 0-size grid has nothing to augment (nor an emax = 1/N)
-        if not (self.training and self._draws()) or not height * width:
-            key = (height, width, ext, device, dtype)
-            table = self._cache.get(
-                key,
-                lambda: self.encode(
-                    grid_positions(height, width, extent=ext, batch=1, device=device),
-                    dtype=dtype,
-                    validate=False,
-                    source="extent",
-                ),
-            )
-            return table.reshape((1,) + shape[1:]).expand(shape)
-        pos = grid_positions(height, width, extent=ext, batch=batch, device=device)
-        aug = self.grid_augmentation([(height, width)], ext, device)
-        with float32_region(device):
-            pos = self.prepare(pos, None, generator, aug, validate=False)
-            self.check_range("extent", pos)
-            # embed straight into the output's shape: a reshaped view would make the caller's
-            # in-place add (add_to) go through autograd's slow view-rebase path
-            out = self.embed(pos.reshape(shape[:-1] + (2,)))
-        return out.to(dtype)
+        key = (height, width, ext, device, dtype)
+        table = self._cache.get(
+            key,
+            lambda: self.encode(
+                grid_positions(height, width, extent=ext, batch=1, device=device),
+                dtype=dtype,
+                validate=False,
+                source="extent",
+            ),
+        )
+        return table.reshape((1,) + shape[1:]).expand(shape)
 
     def _draws(self) -> bool:
         """Whether training draws anything (the 1/N local shift included)."""
