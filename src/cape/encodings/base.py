@@ -44,12 +44,26 @@ from ..augment import Augmentation, check_augmentation
 from ..positions import as_positions, resolve_mask, timestamps, token_positions
 from .grids import GridLayout, check_grids, resolve_grid
 
-__all__ = ["PositionalEncoding", "float32_region"]
+__all__ = ["PositionalEncoding", "float32_region", "check_encoding_content"]
 
 
 def float32_region(device: torch.device) -> contextlib.AbstractContextManager:
     """Disable autocast so phases are computed in float32 whatever the caller's autocast."""
     return torch.autocast(device_type=device.type, enabled=False)
+
+
+def check_encoding_content(x: object, dim: int, ndims: tuple[int, ...] = (3,)) -> None:
+    """x, an encoding's content (None: none given), must be a floating-point tensor of rank in
+    `ndims` (3: [B, T, D], 4: [B, H, W, D]) ending with D = dim."""
+    if x is None:
+        return
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() not in ndims or x.shape[-1] != dim:
+        want = " or ".join("[B, T, D]" if n == 3 else "[B, H, W, D]" for n in ndims)
+        raise ValueError(f"x must have shape {want} with D = {dim}, got {tuple(x.shape)}")
+    if not x.is_floating_point():  # the embedding is cast to x's dtype: ints would truncate
+        raise TypeError(f"x must be a floating-point tensor (the content), got {x.dtype}")
 
 
 class PositionalEncoding(GridLayout, nn.Module):
@@ -277,15 +291,7 @@ class PositionalEncoding(GridLayout, nn.Module):
 
     def check_content(self, x: torch.Tensor | None, ndims: tuple[int, ...] = (3,)) -> None:
         """x (the content) must be a tensor of rank in `ndims` ending with D = self.dim."""
-        if x is None:
-            return
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
-        if x.dim() not in ndims or x.shape[-1] != self.dim:
-            want = " or ".join("[B, T, D]" if n == 3 else "[B, H, W, D]" for n in ndims)
-            raise ValueError(f"x must have shape {want} with D = {self.dim}, got {tuple(x.shape)}")
-        if not x.is_floating_point():  # the embedding is cast to x's dtype: ints would truncate
-            raise TypeError(f"x must be a floating-point tensor (the content), got {x.dtype}")
+        check_encoding_content(x, self.dim, ndims)
 
     def add_to(self, x: torch.Tensor, **kwargs: object) -> torch.Tensor:
         """x + self(x, **kwargs) (the default combination) without a second output buffer.
