@@ -22,7 +22,10 @@ its name:
 
 Subclasses implement `embed(positions) -> float32`; this base handles given positions, the
 default ones (token indices, timestamps from `hop`, a `grid`), padding, augmentation in training
-mode, disabling autocast and the final cast to the content dtype.
+mode, disabling autocast and the final cast to the content dtype. What differs between the
+encodings goes through hooks, not through a second `forward`: `read_positions` (another layout
+of given positions), `call_augmentation` (an augmentation that needs a grid), `grid_augmentation`
+(one that depends on it) and `sequence_table` / `grid_table` (cached or learned tables).
 """
 
 from __future__ import annotations
