@@ -255,7 +255,7 @@ def test_empty_batches_lengths_and_grids_give_empty_embeddings(name: str, train:
 @pytest.fixture
 def no_autocast(monkeypatch: pytest.MonkeyPatch) -> None:
     # autocast knows no "meta" device: the float32 region is a no-op there
-    for module in ("base", "sinusoidal", "learned", "rotary", "in_attention"):
+    for module in ("base", "learned", "rotary", "in_attention"):
         mod = importlib.import_module(f"cape.encodings.{module}")
         monkeypatch.setattr(mod, "float32_region", lambda device: contextlib.nullcontext())
 

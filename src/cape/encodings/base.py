@@ -22,7 +22,10 @@ its name:
 
 Subclasses implement `embed(positions) -> float32`; this base handles given positions, the
 default ones (token indices, timestamps from `hop`, a `grid`), padding, augmentation in training
-mode, disabling autocast and the final cast to the content dtype.
+mode, disabling autocast and the final cast to the content dtype. What differs between the
+encodings goes through hooks, not through a second `forward`: `read_positions` (another layout
+of given positions), `call_augmentation` (an augmentation that needs a grid), `grid_augmentation`
+(one that depends on it) and `sequence_table` / `grid_table` (cached or learned tables).
 """
 
 from __future__ import annotations
@@ -44,12 +47,26 @@ from ..augment import Augmentation, check_augmentation
 from ..positions import as_positions, resolve_mask, timestamps, token_positions
 from .grids import GridLayout, check_grids, resolve_grid
 
-__all__ = ["PositionalEncoding", "float32_region"]
+__all__ = ["PositionalEncoding", "float32_region", "check_encoding_content"]
 
 
 def float32_region(device: torch.device) -> contextlib.AbstractContextManager:
     """Disable autocast so phases are computed in float32 whatever the caller's autocast."""
     return torch.autocast(device_type=device.type, enabled=False)
+
+
+def check_encoding_content(x: object, dim: int, ndims: tuple[int, ...] = (3,)) -> None:
+    """x, an encoding's content (None: none given), must be a floating-point tensor of rank in
+    `ndims` (3: [B, T, D], 4: [B, H, W, D]) ending with D = dim."""
+    if x is None:
+        return
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() not in ndims or x.shape[-1] != dim:
+        want = " or ".join("[B, T, D]" if n == 3 else "[B, H, W, D]" for n in ndims)
+        raise ValueError(f"x must have shape {want} with D = {dim}, got {tuple(x.shape)}")
+    if not x.is_floating_point():  # the embedding is cast to x's dtype: ints would truncate
+        raise TypeError(f"x must be a floating-point tensor (the content), got {x.dtype}")
 
 
 class PositionalEncoding(GridLayout, nn.Module):
@@ -116,11 +133,22 @@ class PositionalEncoding(GridLayout, nn.Module):
         augmentation: overrides `self.augmentation` for this call (e.g. a grid-dependent emax).
         validate: False for positions built by `cape.positions` (known finite, right shape).
         """
+        aug = self.call_augmentation(augmentation)
+        positions = self.read_positions(positions, mask)
         pos = as_positions(positions, mask=mask, dims=self.pos_dim) if validate else positions
-        aug = augmentation if augmentation is not None else self.augmentation
         if aug is None:
             return pos
         return aug(pos, mask, training=self.training, generator=generator)
+
+    def call_augmentation(self, augmentation: Augmentation | None) -> Augmentation | None:
+        """The augmentation of a `prepare` call: the one given (a grid's), else
+        `self.augmentation`; an encoding refuses here what it cannot augment without a grid."""
+        return augmentation if augmentation is not None else self.augmentation
+
+    def read_positions(self, positions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """positions as given -> [B, T, M] before `prepare` validates them: an encoding that also
+        reads another layout ([B, T, G, M] groups, integer bins) converts it here."""
+        return positions
 
     def encode(
         self,
@@ -187,6 +215,10 @@ class PositionalEncoding(GridLayout, nn.Module):
         if x is None and positions is None:
             raise ValueError("give x ([B, T, D]), positions ([B, T, M]) or grid=(H, W)")
         self.check_content(x, ndims=(3,))
+        if positions is None and mask is None and lengths is None:
+            table = self.sequence_table(x, hop)  # x: [B, T, D] here
+            if table is not None:
+                return table
         ref = x if x is not None else positions
         assert ref is not None
         batch, length = ref.shape[0], ref.shape[1]
@@ -206,6 +238,13 @@ class PositionalEncoding(GridLayout, nn.Module):
         source = "hop" if hop is not None else "positions"
         return self.encode(positions, mask, generator, dtype, aug, validate=validate, source=source)
 
+    def sequence_table(
+        self, x: torch.Tensor, hop: float | torch.Tensor | None
+    ) -> torch.Tensor | None:
+        """The embedding of x [B, T, D]'s default positions (no padding) from a cached table,
+        [B, T, D] in x's dtype; None = compute it (no cache, or not deterministic here)."""
+        return None
+
     def grid_augmentation(
         self, grids: list[tuple[int, int]], extent: float | None, device: torch.device
     ) -> Augmentation | None:
@@ -222,12 +261,27 @@ class PositionalEncoding(GridLayout, nn.Module):
     ) -> torch.Tensor:
         """The embedding of a full H x W grid (`grid_positions`), in x's shape ([B, H, W, D] or
         [B, H*W, D]; [1, H*W, D] float32 without x)."""
+        table = self.grid_table(x, grid, extent)
+        if table is not None:
+            return table
         height, width, batch, shape = resolve_grid(x, grid, self.dim)
         device = x.device if x is not None else torch.device("cpu")
         pos = self.grid_positions(height, width, extent=extent, batch=batch, device=device)
-        dtype = None if x is None else x.dtype
-        out = self.encode(pos, None, generator, dtype, validate=False, source="extent")
-        return out.reshape(shape)
+        aug = self.grid_augmentation([(height, width)], extent, device)
+        with float32_region(device):
+            pos = self.prepare(pos, None, generator, aug, validate=False)
+            self.check_range("extent", pos)
+            # embed straight into the output's shape: a reshaped view would make the caller's
+            # in-place add (add_to) go through autograd's slow view-rebase path
+            out = self.embed(pos.reshape(shape[:-1] + (self.pos_dim,)))
+        return out if x is None else out.to(x.dtype)
+
+    def grid_table(
+        self, x: torch.Tensor | None, grid: tuple[int, int] | None, extent: float | None
+    ) -> torch.Tensor | None:
+        """The embedding of a full grid (as `forward_grid`) from a table, when it is one: a
+        learned grid, a cached eval-mode one; None = compute it from `grid_positions`."""
+        return None
 
     def check_range(self, name: str, positions: torch.Tensor) -> None:
         """Refuse positions (from the argument `name`) whose phases |p| x frequency would
@@ -240,15 +294,7 @@ class PositionalEncoding(GridLayout, nn.Module):
 
     def check_content(self, x: torch.Tensor | None, ndims: tuple[int, ...] = (3,)) -> None:
         """x (the content) must be a tensor of rank in `ndims` ending with D = self.dim."""
-        if x is None:
-            return
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
-        if x.dim() not in ndims or x.shape[-1] != self.dim:
-            want = " or ".join("[B, T, D]" if n == 3 else "[B, H, W, D]" for n in ndims)
-            raise ValueError(f"x must have shape {want} with D = {self.dim}, got {tuple(x.shape)}")
-        if not x.is_floating_point():  # the embedding is cast to x's dtype: ints would truncate
-            raise TypeError(f"x must be a floating-point tensor (the content), got {x.dtype}")
+        check_encoding_content(x, self.dim, ndims)
 
     def add_to(self, x: torch.Tensor, **kwargs: object) -> torch.Tensor:
         """x + self(x, **kwargs) (the default combination) without a second output buffer.

@@ -113,15 +113,8 @@ class LearnableFourierFeatures(PositionalEncoding):
                 w.uniform_(-bound, bound, generator=generator)
                 b.uniform_(-bound, bound, generator=generator)
 
-    def prepare(
-        self,
-        positions: torch.Tensor,
-        mask: torch.Tensor | None = None,
-        generator: torch.Generator | None = None,
-        augmentation: Augmentation | None = None,
-        validate: bool = True,
-    ) -> torch.Tensor:
-        """positions: [B, T, G*M] or [B, T, G, M] -> [B, T, G*M] float32 (base `prepare`)."""
+    def read_positions(self, positions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """positions: [B, T, G*M] or [B, T, G, M] -> [B, T, G*M] (`prepare` validates them)."""
         if isinstance(positions, torch.Tensor) and positions.dim() == 4:
             if tuple(positions.shape[2:]) != (self.groups, self.group_dim):
                 raise ValueError(
@@ -129,7 +122,7 @@ class LearnableFourierFeatures(PositionalEncoding):
                     f"or [B, T, {self.pos_dim}], got {tuple(positions.shape)}"
                 )
             positions = positions.flatten(2)
-        return super().prepare(positions, mask, generator, augmentation, validate)
+        return positions
 
     def embed(self, positions: torch.Tensor) -> torch.Tensor:
         """positions: [B, T, G*M] float32 -> [B, T, D] float32 (parameters used in float32)."""

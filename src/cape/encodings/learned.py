@@ -168,13 +168,10 @@ class AbsPos2d(PositionalEncoding):
         out = F.grid_sample(table, grid, mode="bicubic", padding_mode="border", align_corners=False)
         return out[0, :, :, 0].t().reshape(batch, length, self.dim)
 
-    def forward_grid(
-        self,
-        x: torch.Tensor | None,
-        grid: tuple[int, int] | None,
-        extent: float | None,
-        generator: torch.Generator | None,
+    def grid_table(
+        self, x: torch.Tensor | None, grid: tuple[int, int] | None, extent: float | None
     ) -> torch.Tensor:
+        """The table resampled to the grid (the class token's row first, where x has one)."""
         if extent is not None:
             raise ValueError(
                 "extent applies to continuous encodings; AbsPos2d's table spans the image"
@@ -276,14 +273,9 @@ class EmbedND(PositionalEncoding):
         start = sum(self.sizes[:axis])
         return self.table[start : start + self.sizes[axis]]
 
-    def prepare(
-        self,
-        positions: torch.Tensor,
-        mask: torch.Tensor | None = None,
-        generator: torch.Generator | None = None,
-        augmentation: Augmentation | None = None,
-        validate: bool = True,
-    ) -> torch.Tensor:
+    def read_positions(self, positions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """Integer positions [B, T, M] are bin indices -> their bin centres, float32 (0 at
+        padding); float positions pass as they are."""
         if isinstance(positions, torch.Tensor) and not (
             positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool
         ):
@@ -293,7 +285,7 @@ class EmbedND(PositionalEncoding):
             positions = self.low + (idx + 0.5) * width
             if mask is not None:
                 positions = torch.where(mask[..., None], positions, 0.0)
-        return super().prepare(positions, mask, generator, augmentation, validate)
+        return positions
 
     def index(self, positions: torch.Tensor) -> torch.Tensor:
         """positions: [..., M] float -> bins [..., M] long in [0, n_m - 1]."""

@@ -7,6 +7,7 @@ from torch import nn
 
 from .._checks import check_float, check_generator, check_int, check_limit, check_real
 from ..positions import resolve_mask
+from .base import check_encoding_content
 from .grids import check_grids, resolve_grid
 
 __all__ = ["NoPos"]
@@ -50,16 +51,8 @@ class NoPos(nn.Module):
             check_grids(grid, positions.shape[0])  # the grids packed positions come from
         elif grid is not None and (x is None or isinstance(x, torch.Tensor)):
             resolve_grid(x, grid, self.dim)
+        check_encoding_content(x, self.dim, ndims=(3, 4))
         if x is not None:
-            if not isinstance(x, torch.Tensor):
-                raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
-            if x.dim() not in (3, 4) or x.shape[-1] != self.dim:
-                raise ValueError(
-                    f"x must have shape [B, T, D] or [B, H, W, D] with D = {self.dim}, "
-                    f"got {tuple(x.shape)}"
-                )
-            if not x.is_floating_point():
-                raise TypeError(f"x must be a floating-point tensor (the content), got {x.dtype}")
             if mask is not None or lengths is not None:
                 resolve_mask(x.shape[0], x.shape[1], lengths, mask)
             return x.new_zeros(()).expand(x.shape)

@@ -6,12 +6,13 @@ augmentation in training mode and cache the deterministic eval-mode tables.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, replace
+from functools import partial
 
 import torch
 
-from .._checks import check_bool, check_choice, check_float, check_generator, check_int
+from .._checks import check_bool, check_choice, check_float, check_int
 from ..augment import Augmentation, augment_positions
 from ..functional.frequencies import grid_frequencies_2d
 from ..functional.sinusoidal import (
@@ -21,7 +22,7 @@ from ..functional.sinusoidal import (
     sinusoid_frequencies,
 )
 from ..positions import grid_positions
-from .base import PositionalEncoding, float32_region
+from .base import PositionalEncoding
 from .cache import TableCache
 from .grids import fit_grid_pair, max_scaling_of, resolve_grid, sampling_of
 from .presets import PRESETS, _active, _is_auto, legacy_augmentation, preset_options
@@ -29,31 +30,11 @@ from .presets import PRESETS, _active, _is_auto, legacy_augmentation, preset_opt
 __all__ = ["CAPE1d", "CAPE2d", "PRESETS"]
 
 
-class _PerSampleLocalShift:
-    """`Augmentation` with emax per sample [B, M] (each image's own grid in a packed batch);
-    `Augmentation` itself holds float amounts only, `augment_positions` takes tensors."""
-
-    def __init__(self, base: Augmentation, max_local_shift: torch.Tensor) -> None:
-        self.base, self.max_local_shift = base, max_local_shift
-
-    def __call__(
-        self,
-        positions: torch.Tensor,
-        mask: torch.Tensor | None = None,
-        *,
-        training: bool = True,
-        generator: torch.Generator | None = None,
-    ) -> torch.Tensor:
-        return augment_positions(
-            positions,
-            mask,
-            max_global_shift=self.base.max_global_shift,
-            max_local_shift=self.max_local_shift,
-            max_global_scaling=self.base.max_global_scaling,
-            normalize=self.base.normalize,
-            training=training,
-            generator=generator,
-        )
+def _check_even_dim(dim: int, what: str) -> None:
+    """dim: an int >= 1, even ([cos || sin] pairs), or a ValueError that names `what`."""
+    check_int("dim", dim)
+    if dim % 2:
+        raise ValueError(f"dim must be even for {what}, got {dim}")
 
 
 class _Sinusoidal(PositionalEncoding):
@@ -108,9 +89,7 @@ class CAPE1d(_Sinusoidal):
         max_global_scaling: float | None = None,
         normalize: bool | None = None,
     ) -> None:
-        check_int("dim", dim)
-        if dim % 2:
-            raise ValueError(f"dim must be even for a sinusoid, got {dim}")
+        _check_even_dim(dim, "a sinusoid")
         legacy = dict(
             max_global_shift=max_global_shift,
             max_local_shift=max_local_shift,
@@ -138,53 +117,25 @@ class CAPE1d(_Sinusoidal):
     def _deterministic(self) -> bool:
         return self.augmentation is None or not (self.training and self.augmentation.random)
 
-    def forward(
-        self,
-        x: torch.Tensor | None = None,
-        *,
-        positions: torch.Tensor | None = None,
-        mask: torch.Tensor | None = None,
-        lengths: torch.Tensor | None = None,
-        hop: float | torch.Tensor | None = None,
-        grid: tuple[int, int] | None = None,
-        extent: float | None = None,
-        generator: torch.Generator | None = None,
-    ) -> torch.Tensor:
-        """As `PositionalEncoding.forward`; a deterministic table (eval mode, no padding, a
-        float hop or none) is cached per length."""
-        plain = positions is None and grid is None and extent is None and mask is None
-        check_generator("generator", generator)
-        if (
-            plain
-            and lengths is None
-            and isinstance(x, torch.Tensor)
-            and x.dim() == 3
-            and self._deterministic()
-            and isinstance(hop, (type(None), int, float))  # hashable: a cache key
-        ):
-            self.check_content(x, ndims=(3,))
-            batch, length = x.shape[0], x.shape[1]
-            key = (length, hop, x.device, x.dtype)
-            table = self._cache.get(
-                key,
-                lambda: self.encode(
-                    self.sequence_positions(1, length, hop=hop, device=x.device),
-                    dtype=x.dtype,
-                    validate=False,
-                    source="positions" if hop is None else "hop",
-                ),
-            )
-            return table.expand(batch, length, self.dim)
-        return super().forward(
-            x,
-            positions=positions,
-            mask=mask,
-            lengths=lengths,
-            hop=hop,
-            grid=grid,
-            extent=extent,
-            generator=generator,
+    def sequence_table(
+        self, x: torch.Tensor, hop: float | torch.Tensor | None
+    ) -> torch.Tensor | None:
+        """A deterministic table (eval mode, no padding, a float hop or none) is cached per
+        length: -> [B, T, D] in x's dtype (a broadcast view), None otherwise."""
+        if not self._deterministic() or not isinstance(hop, (type(None), int, float)):
+            return None  # drawn positions, or a hop that is not hashable (a cache key)
+        batch, length = x.shape[0], x.shape[1]
+        key = (length, hop, x.device, x.dtype)
+        table = self._cache.get(
+            key,
+            lambda: self.encode(
+                self.sequence_positions(1, length, hop=hop, device=x.device),
+                dtype=x.dtype,
+                validate=False,
+                source="positions" if hop is None else "hop",
+            ),
         )
+        return table.expand(batch, length, self.dim)
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", freq_scale={self.freq_scale}, base={self.base}"
@@ -228,9 +179,7 @@ class CAPE2d(_Sinusoidal):
         max_global_scaling: float | None = None,
         normalize: bool | None = None,
     ) -> None:
-        check_int("dim", dim)
-        if dim % 2:
-            raise ValueError(f"dim must be even for CAPE2d, got {dim}")
+        _check_even_dim(dim, "CAPE2d")
         auto = check_bool("auto_local_shift", auto_local_shift)
         if isinstance(max_local_shift, str) and not _is_auto(max_local_shift):
             raise ValueError(
@@ -284,9 +233,10 @@ class CAPE2d(_Sinusoidal):
 
     def grid_augmentation(
         self, grids: list[tuple[int, int]], extent: float | None, device: torch.device
-    ) -> Augmentation | _PerSampleLocalShift | None:
+    ) -> Augmentation | Callable[..., torch.Tensor] | None:
         """emax = extent/N per axis (x, y) of each sample's own grid with auto_local_shift
-        (one grid: float amounts; several: a per-sample [B, 2] emax)."""
+        (one grid: float amounts; several: `augment_positions` with a per-sample [B, 2] emax,
+        which an `Augmentation` cannot hold)."""
         if not (self.auto_local and self.augmentation is not None):
             return None
         ext = self.extent if extent is None else check_float("extent", extent, strict=True)
@@ -294,16 +244,12 @@ class CAPE2d(_Sinusoidal):
             height, width = grids[0]
             return replace(self.augmentation, max_local_shift=(ext / width, ext / height))
         emax = torch.tensor([(ext / w, ext / h) for h, w in grids], device=device)
-        return _PerSampleLocalShift(self.augmentation, emax)
+        fields = dict(asdict(self.augmentation), max_local_shift=emax)
+        return partial(augment_positions, **fields)
 
-    def prepare(
-        self,
-        positions: torch.Tensor,
-        mask: torch.Tensor | None = None,
-        generator: torch.Generator | None = None,
-        augmentation: Augmentation | None = None,
-        validate: bool = True,
-    ) -> torch.Tensor:
+    def call_augmentation(self, augmentation: Augmentation | None) -> Augmentation | None:
+        """auto_local_shift's emax = extent/N needs a grid: without one (no grid augmentation
+        given) training refuses the positions."""
         if (
             augmentation is None
             and self.auto_local
@@ -314,41 +260,30 @@ class CAPE2d(_Sinusoidal):
                 "auto_local_shift (max_local_shift='auto') needs a grid: call with grid=(H, W), "
                 "x [B, H, W, D], or positions with grid= each sample's (H, W)"
             )
-        return super().prepare(positions, mask, generator, augmentation, validate)
+        return super().call_augmentation(augmentation)
 
-    def forward_grid(
-        self,
-        x: torch.Tensor | None,
-        grid: tuple[int, int] | None,
-        extent: float | None,
-        generator: torch.Generator | None,
-    ) -> torch.Tensor:
-        height, width, batch, shape = resolve_grid(x, grid, self.dim)
+    def grid_table(
+        self, x: torch.Tensor | None, grid: tuple[int, int] | None, extent: float | None
+    ) -> torch.Tensor | None:
+        """The grid's table, cached per grid, extent, device and dtype, unless training draws
+        (a 0-size grid has nothing to augment, nor an emax = 1/N)."""
+        height, width, _, shape = resolve_grid(x, grid, self.dim)
         ext = self.extent if extent is None else check_float("extent", extent, strict=True)
+        if self.training and self._draws() and height * width:
+            return None
         device = x.device if x is not None else torch.device("cpu")
         dtype = x.dtype if x is not None else torch.float32
-        # a 0-size grid has nothing to augment (nor an emax = 1/N)
-        if not (self.training and self._draws()) or not height * width:
-            key = (height, width, ext, device, dtype)
-            table = self._cache.get(
-                key,
-                lambda: self.encode(
-                    grid_positions(height, width, extent=ext, batch=1, device=device),
-                    dtype=dtype,
-                    validate=False,
-                    source="extent",
-                ),
-            )
-            return table.reshape((1,) + shape[1:]).expand(shape)
-        pos = grid_positions(height, width, extent=ext, batch=batch, device=device)
-        aug = self.grid_augmentation([(height, width)], ext, device)
-        with float32_region(device):
-            pos = self.prepare(pos, None, generator, aug, validate=False)
-            self.check_range("extent", pos)
-            # embed straight into the output's shape: a reshaped view would make the caller's
-            # in-place add (add_to) go through autograd's slow view-rebase path
-            out = self.embed(pos.reshape(shape[:-1] + (2,)))
-        return out.to(dtype)
+        key = (height, width, ext, device, dtype)
+        table = self._cache.get(
+            key,
+            lambda: self.encode(
+                grid_positions(height, width, extent=ext, batch=1, device=device),
+                dtype=dtype,
+                validate=False,
+                source="extent",
+            ),
+        )
+        return table.reshape((1,) + shape[1:]).expand(shape)
 
     def _draws(self) -> bool:
         """Whether training draws anything (the 1/N local shift included)."""
