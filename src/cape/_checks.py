@@ -43,6 +43,10 @@ def check_float(name: str, value: object, *, minimum: float = 0.0, strict: bool 
     """`value` must be a finite real >= `minimum` (> when `strict`)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
+    if torch.compiler.is_compiling():
+        # compiled with dynamic=True, a module's float options are symbolic: comparing them
+        # would break the graph; they were checked when the module was built
+        return value  # type: ignore[return-value]
     value = float(value)
     bad = value <= minimum if strict else value < minimum
     if not math.isfinite(value) or bad:

@@ -202,7 +202,10 @@ def _uniform(shape: Sequence[int], gen: torch.Generator | None, pos: torch.Tenso
             f"generator is on {gen.device} but positions are on {pos.device}: "
             "random draws happen on the positions' device"
         )
-    return torch.rand(shape, generator=gen, device=pos.device, dtype=torch.float32) * 2.0 - 1.0
+    # no generator keyword unless one is given: with it, torch.rand refuses symbolic shapes
+    # (torch.compile with dynamic shapes); the default generator draws the same numbers
+    extra = {} if gen is None else {"generator": gen}
+    return torch.rand(shape, device=pos.device, dtype=torch.float32, **extra) * 2.0 - 1.0
 
 
 def mean_normalize(positions: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:

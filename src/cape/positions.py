@@ -139,6 +139,11 @@ def timestamps(
 
 
 def _axis(n: int, extent: float, device: torch.device | str | None) -> torch.Tensor:
+    if isinstance(n, torch.SymInt):
+        # traced with a symbolic size (torch.export): linspace and `n == 1` would fix n. The
+        # same positions to float rounding, centred: one patch at 0
+        i = torch.arange(n, device=device, dtype=torch.float32)
+        return (i - (n - 1) / 2) * (2.0 * extent / torch.sym_max(n - 1, 1))
     if n == 1:  # a single patch sits at the centre, not at -extent
         return torch.zeros(1, device=device, dtype=torch.float32)
     return torch.linspace(-extent, extent, n, device=device, dtype=torch.float32)

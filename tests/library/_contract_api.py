@@ -254,6 +254,37 @@ def registry(d: Draw) -> Call:
     return d.finish(f"cape.{fn.__name__}", lambda: fn(name), ("name",))
 
 
+def value_checks(d: Draw) -> Call:
+    """cape.value_checks(enabled) as a `with` block around a call with NaN positions: off, the
+    NaN flows through; on, it is refused; after the block, the checks are as before."""
+    enabled = d.bad("enabled", d.coin(0.5), (1, "no", None))
+    nan = torch.tensor([[0.0, NAN, 2.0]])
+
+    def call() -> torch.Tensor:
+        before = cape.value_checks_enabled()
+        with cape.value_checks(enabled):
+            try:
+                out = cape.CAPE1d(4)(positions=nan)
+                refused = False
+            except ValueError:
+                out, refused = torch.full((1, 3, 4), NAN), True
+        restored = cape.value_checks_enabled() == before
+        return torch.tensor([float(refused), float(restored), float(torch.isnan(out).any())])
+
+    def check(out: torch.Tensor) -> str | None:
+        want = [float(enabled), 1.0, 1.0]  # refused iff on; restored; NaN out when off
+        return None if out.tolist() == want else f"(refused, restored, NaN) {out.tolist()}"
+
+    d.finite = False  # the NaN is the point
+    return d.finish("cape.value_checks", call, ("enabled",), check)
+
+
+def value_checks_enabled(d: Draw) -> Call:
+    return d.finish(
+        "cape.value_checks_enabled", lambda: torch.tensor(cape.value_checks_enabled()), ()
+    )
+
+
 # --- cape.functional -----------------------------------------------------------------------------
 
 BAD_DIM = (0, -2, 3, 2.0, "8")
@@ -660,7 +691,8 @@ def each(generate: Callable[..., Call], options: Sequence[str]) -> list[Callable
 GENERATORS = {
     "positions": [lengths_to_mask, token_positions, timestamps, as_positions]
     + each(grid_positions, ("positions", "indices")),
-    "augment": [augment_positions, augment_pair, mean_normalize, registry],
+    "augment": [augment_positions, augment_pair, mean_normalize, registry, value_checks]
+    + [value_checks_enabled],
     "functional": [frequencies]
     + each(sinusoids, SINUSOIDS)
     + each(fourier, ("features", "lff", "lff", "kernel"))

@@ -24,7 +24,7 @@ from cape.lab.errors import UsageError
 __all__ = ["main"]
 
 
-_BENCHES = ("encodings", "slowdown", "throughput", "train", "gpu", "rotary")
+_BENCHES = ("encodings", "slowdown", "throughput", "train", "gpu", "rotary", "deploy")
 
 _EPILOG = (
     "exit codes: 0 ok, 2 a mistake in the command (an argument, a config, a path, an input "
