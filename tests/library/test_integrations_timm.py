@@ -223,7 +223,7 @@ def test_rotary_draws_once_per_forward_for_every_block(name: str) -> None:
     assert first[0][1].shape == (2, 17, 2)  # per image: the class token + 16 patches
     assert _err(first[0][1][0], first[0][1][1]) > 1e-3  # the two images draw differently
     assert _err(first[0][1], second[0][1]) > 1e-3  # and so do the two forwards
-    assert _err(out[0], out[1]) > 1e-4
+    assert _err(out[0], out[1]) > 1e-5  # measured 2e-4 to 8e-4 (a random tiny ViT)
     assert _err(io[0][1], want) < 1e-5  # the drawn positions are the ones that rotate q, k
     with torch.no_grad():
         c, d = model.eval()(images), model(images)
