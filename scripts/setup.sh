@@ -21,7 +21,10 @@ if [ -n "$missing" ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
 fi
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-.venv/bin/python -m pip install -q --disable-pip-version-check "torch==2.13.0"
+# torchvision (timm's dependency, for the tests of cape.integrations.timm) pinned to the torch
+# it matches, so that resolving timm never replaces the CPU torch; its PyPI wheel is a CUDA
+# build whose C ops do not load here (tests/conftest.py lets it import without them)
+.venv/bin/python -m pip install -q --disable-pip-version-check "torch==2.13.0" "torchvision==0.28.0"
 EXTRAS="lab,speech,translation,plot,docs,test"
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[$EXTRAS]"
 echo "cape is installed in $(pwd)/.venv"
