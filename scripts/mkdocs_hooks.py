@@ -93,9 +93,22 @@ def _subcommands(top_help: str) -> list[str]:
     return re.findall(r"^    (\S+)", section, flags=re.M)
 
 
+def _first_choices(name: str) -> list[str]:
+    """The choices of the first argument of subcommand `name` (`cape bench WHAT`), or []."""
+    import argparse
+
+    from cape.lab.cli import _parser
+
+    (sub,) = [a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    for action in sub.choices[name]._actions:
+        if not action.option_strings and action.choices:
+            return list(action.choices)
+    return []
+
+
 def cli_help_pages() -> list[tuple[str, str]]:
     """(command, its --help text) for `cape` and every subcommand; a subcommand that takes a
-    choice first (`cape bench WHAT`) is expanded into one entry per choice."""
+    choice first (`cape bench WHAT`) is followed by one entry per choice."""
     saved = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = HELP_COLUMNS
     try:
@@ -104,19 +117,11 @@ def cli_help_pages() -> list[tuple[str, str]]:
             raise RuntimeError(f"`cape --help` exited {code}:\n{top}")
         pages = [("cape", top)]
         for name in _subcommands(top):
-            code, text = _capture([name, "--help"])
-            if code == 0:
-                pages.append((f"cape {name}", text))
-                continue
-            # no --help of its own: its usage names the choices of its first argument
-            choice = re.search(rf"usage: cape {name} \{{([^}}]+)\}}", text)
-            if choice is None:
-                raise RuntimeError(f"`cape {name} --help` exited {code}:\n{text}")
-            for what in choice.group(1).split(","):
-                code, text = _capture([name, what, "--help"])
+            for argv in ([name], *([name, what] for what in _first_choices(name))):
+                code, text = _capture([*argv, "--help"])
                 if code != 0:
-                    raise RuntimeError(f"`cape {name} {what} --help` exited {code}:\n{text}")
-                pages.append((f"cape {name} {what}", text))
+                    raise RuntimeError(f"`cape {' '.join(argv)} --help` exited {code}:\n{text}")
+                pages.append((" ".join(["cape", *argv]), text))
         return pages
     finally:
         if saved is None:

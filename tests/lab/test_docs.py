@@ -169,6 +169,8 @@ def test_cli_reference_covers_every_command() -> None:
         "cape translate",
         "cape demo",
         "cape encodings",
+        "cape bench",
+        "cape data",
     ]
     expected += [
         f"cape bench {w}" for w in ("encodings", "slowdown", "throughput", "train", "gpu", "rotary")
