@@ -50,6 +50,28 @@ BLOCKS = [
 CODE = "\n".join(code for _, _, code in BLOCKS)
 
 
+# an import in a block that a library-only install (`pip install cape`) lacks
+_NEEDS_LAB = re.compile(
+    r"^\s*(?:from|import)\s+(?:cape\.lab|numpy|yaml|PIL|matplotlib|scipy|tqdm|safetensors)\b",
+    flags=re.M,
+)
+
+
+def test_pages_whose_examples_need_the_lab_say_so() -> None:
+    """A reader who installed the library alone runs a block that imports the lab: the page says
+    once, near the block, what to install."""
+    lab_pages = sorted({page for page, _, code in BLOCKS if _NEEDS_LAB.search(code)})
+    assert lab_pages  # the check checks something
+    silent = [
+        page
+        for page in lab_pages
+        if 'pip install "cape[lab]"' not in (ROOT / page).read_text(encoding="utf-8")
+    ]
+    assert not silent, (
+        f'pages with lab examples that do not say `pip install "cape[lab]"`: {silent}'
+    )
+
+
 def test_pages_have_examples() -> None:
     assert any(page == "README.md" for page, _, _ in BLOCKS), "README.md has no ```python example"
     assert len(BLOCKS) >= 5
