@@ -7,6 +7,9 @@
 - CHANGELOG.md becomes the page changelog.md.
 - The page holding `CLI_MARKER` gets, in its place, the `--help` of `cape` and of every
   subcommand, captured from the parser (`cape.lab.cli.main`), never retyped.
+- `ArgumentLists`, a griffe extension (mkdocs.yml, mkdocstrings' `extensions`), turns the runs
+  of `name: meaning` lines of the docstrings (their arguments and fields, one a line) into
+  markdown lists (`argument_lists`): rendered as text they would run into one paragraph.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import posixpath
 import re
 from pathlib import Path
 
+from griffe import Extension
 from mkdocs.structure.files import File, Files, InclusionLevel
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,7 +31,69 @@ CHANGELOG = ROOT / "CHANGELOG.md"
 CLI_MARKER = "<!-- generated: cape --help of every command -->"
 HELP_COLUMNS = "100"  # argparse wraps to $COLUMNS: fix it so the page does not depend on a terminal
 
+# `name: meaning`: a name (an identifier, dotted or indexed, maybe in backticks, maybe with a
+# parenthesised note: "positions (optional)") then ": " and text
+_ARGUMENT = re.compile(r"^(`?)([A-Za-z_][\w.]*(?:\[[^\]\s]*\])?)\1((?: \([^)]*\))?): (\S.*)$")
+_FENCE = re.compile(r"^\s*(```|~~~)")
+
 _LINK = re.compile(r"(\]\()(<?)([^)\s>]+)(>?(?:\s+\"[^\"]*\")?\))")
+
+
+def _paragraph_as_list(lines: list[str]) -> list[str]:
+    """One paragraph (no blank line inside): when two or more of its lines are `name: meaning`
+    lines, those lines and the ones after (continuations, kept in their item) become a list,
+    after the lines before the first (their own paragraph); else the paragraph unchanged."""
+    starts = [i for i, line in enumerate(lines) if _ARGUMENT.match(line)]
+    if len(starts) < 2:
+        return lines
+    out = lines[: starts[0]]
+    if out:
+        out.append("")  # a list after a paragraph needs a blank line (Python-Markdown)
+    for line in lines[starts[0] :]:
+        m = _ARGUMENT.match(line)
+        if m:
+            out.append(f"- `{m.group(2)}`{m.group(3)}: {m.group(4)}")
+        else:
+            out.append("  " + line.strip())
+    return out
+
+
+def argument_lists(text: str) -> str:
+    """Docstring markdown with each run of `name: meaning` lines as a list ("- `name`: ..."):
+    a paragraph holding two or more such lines (at the start of the line, not indented) gets
+    them as items, a line after an item that is not one continuing it. Code (fenced, indented
+    or a >>> session) is left as it is. Idempotent: a list item is not a `name:` line."""
+    out: list[str] = []
+    paragraph: list[str] = []
+    fenced = False
+
+    def flush() -> None:
+        code = paragraph and (paragraph[0].startswith(("    ", "\t")) or ">>>" in paragraph[0])
+        out.extend(paragraph if code else _paragraph_as_list(paragraph))
+        paragraph.clear()
+
+    for line in text.split("\n"):
+        if _FENCE.match(line) or fenced:
+            if not fenced:
+                flush()
+            if _FENCE.match(line):
+                fenced = not fenced
+            out.append(line)
+        elif line.strip():
+            paragraph.append(line)
+        else:
+            flush()
+            out.append(line)
+    flush()
+    return "\n".join(out)
+
+
+class ArgumentLists(Extension):
+    """griffe extension: every docstring through `argument_lists` before it is rendered."""
+
+    def on_object(self, *, obj, **kwargs) -> None:  # noqa: ANN001 (griffe's Object)
+        if obj.docstring is not None:
+            obj.docstring.value = argument_lists(obj.docstring.value)
 
 
 def on_files(files: Files, config) -> Files:
