@@ -7,6 +7,9 @@
 - CHANGELOG.md becomes the page changelog.md.
 - The page holding `CLI_MARKER` gets, in its place, the `--help` of `cape` and of every
   subcommand, captured from the parser (`cape.lab.cli.main`), never retyped.
+- `ArgumentLists`, a griffe extension (mkdocs.yml, mkdocstrings' `extensions`), turns the runs
+  of `name: meaning` lines of the docstrings (their arguments and fields, one a line) into
+  markdown lists (`argument_lists`): rendered as text they would run into one paragraph.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import posixpath
 import re
 from pathlib import Path
 
+from griffe import Extension
 from mkdocs.structure.files import File, Files, InclusionLevel
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,7 +31,69 @@ CHANGELOG = ROOT / "CHANGELOG.md"
 CLI_MARKER = "<!-- generated: cape --help of every command -->"
 HELP_COLUMNS = "100"  # argparse wraps to $COLUMNS: fix it so the page does not depend on a terminal
 
+# `name: meaning`: a name (an identifier, dotted or indexed, maybe in backticks, maybe with a
+# parenthesised note: "positions (optional)") then ": " and text
+_ARGUMENT = re.compile(r"^(`?)([A-Za-z_][\w.]*(?:\[[^\]\s]*\])?)\1((?: \([^)]*\))?): (\S.*)$")
+_FENCE = re.compile(r"^\s*(```|~~~)")
+
 _LINK = re.compile(r"(\]\()(<?)([^)\s>]+)(>?(?:\s+\"[^\"]*\")?\))")
+
+
+def _paragraph_as_list(lines: list[str]) -> list[str]:
+    """One paragraph (no blank line inside): when two or more of its lines are `name: meaning`
+    lines, those lines and the ones after (continuations, kept in their item) become a list,
+    after the lines before the first (their own paragraph); else the paragraph unchanged."""
+    starts = [i for i, line in enumerate(lines) if _ARGUMENT.match(line)]
+    if len(starts) < 2:
+        return lines
+    out = lines[: starts[0]]
+    if out:
+        out.append("")  # a list after a paragraph needs a blank line (Python-Markdown)
+    for line in lines[starts[0] :]:
+        m = _ARGUMENT.match(line)
+        if m:
+            out.append(f"- `{m.group(2)}`{m.group(3)}: {m.group(4)}")
+        else:
+            out.append("  " + line.strip())
+    return out
+
+
+def argument_lists(text: str) -> str:
+    """Docstring markdown with each run of `name: meaning` lines as a list ("- `name`: ..."):
+    a paragraph holding two or more such lines (at the start of the line, not indented) gets
+    them as items, a line after an item that is not one continuing it. Code (fenced, indented
+    or a >>> session) is left as it is. Idempotent: a list item is not a `name:` line."""
+    out: list[str] = []
+    paragraph: list[str] = []
+    fenced = False
+
+    def flush() -> None:
+        code = paragraph and (paragraph[0].startswith(("    ", "\t")) or ">>>" in paragraph[0])
+        out.extend(paragraph if code else _paragraph_as_list(paragraph))
+        paragraph.clear()
+
+    for line in text.split("\n"):
+        if _FENCE.match(line) or fenced:
+            if not fenced:
+                flush()
+            if _FENCE.match(line):
+                fenced = not fenced
+            out.append(line)
+        elif line.strip():
+            paragraph.append(line)
+        else:
+            flush()
+            out.append(line)
+    flush()
+    return "\n".join(out)
+
+
+class ArgumentLists(Extension):
+    """griffe extension: every docstring through `argument_lists` before it is rendered."""
+
+    def on_object(self, *, obj, **kwargs) -> None:  # noqa: ANN001 (griffe's Object)
+        if obj.docstring is not None:
+            obj.docstring.value = argument_lists(obj.docstring.value)
 
 
 def on_files(files: Files, config) -> Files:
@@ -93,9 +159,22 @@ def _subcommands(top_help: str) -> list[str]:
     return re.findall(r"^    (\S+)", section, flags=re.M)
 
 
+def _first_choices(name: str) -> list[str]:
+    """The choices of the first argument of subcommand `name` (`cape bench WHAT`), or []."""
+    import argparse
+
+    from cape.lab.cli import _parser
+
+    (sub,) = [a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    for action in sub.choices[name]._actions:
+        if not action.option_strings and action.choices:
+            return list(action.choices)
+    return []
+
+
 def cli_help_pages() -> list[tuple[str, str]]:
     """(command, its --help text) for `cape` and every subcommand; a subcommand that takes a
-    choice first (`cape bench WHAT`) is expanded into one entry per choice."""
+    choice first (`cape bench WHAT`) is followed by one entry per choice."""
     saved = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = HELP_COLUMNS
     try:
@@ -104,19 +183,11 @@ def cli_help_pages() -> list[tuple[str, str]]:
             raise RuntimeError(f"`cape --help` exited {code}:\n{top}")
         pages = [("cape", top)]
         for name in _subcommands(top):
-            code, text = _capture([name, "--help"])
-            if code == 0:
-                pages.append((f"cape {name}", text))
-                continue
-            # no --help of its own: its usage names the choices of its first argument
-            choice = re.search(rf"usage: cape {name} \{{([^}}]+)\}}", text)
-            if choice is None:
-                raise RuntimeError(f"`cape {name} --help` exited {code}:\n{text}")
-            for what in choice.group(1).split(","):
-                code, text = _capture([name, what, "--help"])
+            for argv in ([name], *([name, what] for what in _first_choices(name))):
+                code, text = _capture([*argv, "--help"])
                 if code != 0:
-                    raise RuntimeError(f"`cape {name} {what} --help` exited {code}:\n{text}")
-                pages.append((f"cape {name} {what}", text))
+                    raise RuntimeError(f"`cape {' '.join(argv)} --help` exited {code}:\n{text}")
+                pages.append((" ".join(["cape", *argv]), text))
         return pages
     finally:
         if saved is None:

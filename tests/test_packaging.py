@@ -137,6 +137,56 @@ def wheel_env() -> Iterator[dict]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+@pytest.fixture(scope="module")
+def wheel_metadata() -> Iterator[str]:
+    """The METADATA of a wheel built (as `wheel_env` builds it, without the virtualenv: a few
+    seconds) from a copy of the sources."""
+    tmp = Path(tempfile.mkdtemp(prefix="cape-metadata-"))
+    try:
+        stage = tmp / "stage"
+        shutil.copytree(
+            SRC, stage / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
+        )
+        for name in ("pyproject.toml", "README.md", "LICENSE"):
+            shutil.copy2(ROOT / name, stage / name)
+        build = "pip wheel -q --no-deps --no-build-isolation".split()
+        run = _run([sys.executable, "-m", *build, "-w", tmp / "dist", stage], tmp)
+        assert run.returncode == 0, run.stderr[-3000:]
+        (wheel,) = (tmp / "dist").glob("cape-*.whl")
+        with zipfile.ZipFile(wheel) as whl:
+            (metadata,) = [n for n in whl.namelist() if n.endswith(".dist-info/METADATA")]
+            yield whl.read(metadata).decode()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_wheel_metadata_names_licence_urls_and_classifiers(wheel_metadata: str) -> None:
+    """What `pip show -v cape` and an index page show: the licence (a PEP 639 expression:
+    setuptools refuses a "License ::" classifier next to it), the project's URLs and its
+    classifiers."""
+    text = wheel_metadata
+    assert re.search(r"^License-Expression: MIT$", text, re.M)
+    assert re.search(r"^License-File: LICENSE$", text, re.M)
+    urls = dict(u.split(", ", 1) for u in re.findall(r"^Project-URL: (.*)$", text, re.M))
+    assert set(urls) == {"Homepage", "Documentation", "Source", "Changelog"}
+    assert all(u.startswith("https://") for u in urls.values())
+    classifiers = set(re.findall(r"^Classifier: (.*)$", text, re.M))
+    requires = re.search(r"^Requires-Python: >=3\.(\d+)$", text, re.M)
+    assert requires is not None
+    python = {
+        c for c in classifiers if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)
+    }
+    assert f"Programming Language :: Python :: 3.{requires.group(1)}" in python  # the oldest
+    assert f"Programming Language :: Python :: 3.{sys.version_info.minor}" in python  # this one
+    assert {
+        "Programming Language :: Python :: 3",
+        "Operating System :: OS Independent",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+        "Typing :: Typed",
+    } <= classifiers
+    assert not any(c.startswith("License ::") for c in classifiers)
+
+
 @pytest.mark.slow
 def test_wheel_ships_py_typed_license_and_needs_torch_only(wheel_env: dict) -> None:
     with zipfile.ZipFile(wheel_env["wheel"]) as whl:

@@ -172,3 +172,103 @@ def test_cli_lists_exactly_the_options_build_accepts(capsys) -> None:
         options = rest.removeprefix("options:").strip()
         listed[name] = ([o.strip() for o in options.split(",")] if options else [], kind)
     assert listed == {n: (encoding_options(n), encoding_class(n).kind) for n in ENCODINGS}
+
+
+def _exit_code(argv: list[str]) -> int:
+    """`main(argv)`'s exit code, whether it returns it or argparse exits with it."""
+    try:
+        return main(argv)
+    except SystemExit as e:
+        return 0 if e.code is None else int(e.code)
+
+
+_HELPS = [
+    [],
+    ["bench"],
+    *(["bench", b] for b in ("encodings", "slowdown", "throughput", "train", "gpu", "rotary")),
+    ["data"],
+    *(["data", d] for d in ("chars", "speech", "translation")),
+    ["experiment"],
+    *(["experiment", e] for e in ("asr", "length", "vision")),
+    ["train"],
+    ["train", "length"],
+    ["eval"],
+    ["eval", "length"],
+    ["plot"],
+    ["transcribe"],
+    ["translate"],
+    ["demo"],
+    ["encodings"],
+]
+
+
+@pytest.mark.parametrize("argv", _HELPS, ids=lambda a: " ".join(a) or "cape")
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_every_help_exits_0(argv: list[str], flag: str, capsys: pytest.CaptureFixture) -> None:
+    assert _exit_code([*argv, flag]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("usage:") and not err
+
+
+def test_bench_help_lists_every_benchmark_with_a_line(capsys: pytest.CaptureFixture) -> None:
+    from cape.lab.cli import _BENCHES
+
+    assert _exit_code(["bench", "--help"]) == 0
+    lines = capsys.readouterr().out.split("benchmarks:\n")[1].splitlines()
+    assert [line.split()[0] for line in lines] == list(_BENCHES)
+    assert all(len(line.split()) > 3 for line in lines)  # a description after each name
+
+
+def test_data_help_lists_every_data_set_with_a_line(capsys: pytest.CaptureFixture) -> None:
+    assert _exit_code(["data", "--help"]) == 0
+    lines = capsys.readouterr().out.split("data sets:\n")[1].splitlines()
+    assert [line.split()[0] for line in lines] == ["chars", "speech", "translation"]
+    assert all(len(line.split()) > 3 for line in lines)
+
+
+@pytest.mark.parametrize("command", ["bench", "data"])
+def test_bench_and_data_without_a_name_are_a_usage_error(
+    command: str, capsys: pytest.CaptureFixture
+) -> None:
+    assert _exit_code([command]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert f"cape {command}: error: the following arguments are required" in err
+
+
+def _listed(rows: str) -> dict[str, str]:
+    """The preset -> row names section of an experiment's help, continuation lines joined."""
+    entries: dict[str, str] = {}
+    for line in rows.splitlines()[1:]:
+        if line.startswith("  ") and not line[2].isspace():  # "  PRESET  name, name, ..."
+            preset, _, names = line.strip().partition(" ")
+            entries[preset] = names.strip()
+        elif line.strip():
+            entries[preset] += " " + line.strip()
+    return entries
+
+
+@pytest.mark.parametrize("command", ["experiment", "train", "eval"])
+def test_experiment_help_lists_its_presets_and_rows(
+    command: str, capsys: pytest.CaptureFixture
+) -> None:
+    from cape.lab.experiments import EXPERIMENTS, resolve_config
+
+    for name, exp in EXPERIMENTS.items():
+        assert _exit_code([command, name, "--help"]) == 0
+        out = capsys.readouterr().out
+        presets, rows = out.split(f"presets of {name} ")[1].split("\nrows of each preset ")
+        for preset in exp.presets:
+            cfg, _ = resolve_config(exp.config_cls, exp.presets, preset)
+            (line,) = [p for p in presets.splitlines() if p.split()[:1] == [preset]]
+            assert exp.preset_notes[preset] in line  # one line each: what it trains, how long
+            assert f"{len(cfg.rows)} row" in line and f"{cfg.train.steps} steps" in line
+            assert _listed(rows)[preset] == ", ".join(r.name for r in cfg.rows)
+        assert ("--row NAME" if command != "experiment" else "--rows NAME,NAME") in rows
+
+
+def test_every_preset_has_a_note() -> None:
+    from cape.lab.experiments import EXPERIMENTS
+
+    for exp in EXPERIMENTS.values():
+        assert set(exp.preset_notes) == set(exp.presets), exp.name

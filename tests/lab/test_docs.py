@@ -50,6 +50,28 @@ BLOCKS = [
 CODE = "\n".join(code for _, _, code in BLOCKS)
 
 
+# an import in a block that a library-only install (`pip install cape`) lacks
+_NEEDS_LAB = re.compile(
+    r"^\s*(?:from|import)\s+(?:cape\.lab|numpy|yaml|PIL|matplotlib|scipy|tqdm|safetensors)\b",
+    flags=re.M,
+)
+
+
+def test_pages_whose_examples_need_the_lab_say_so() -> None:
+    """A reader who installed the library alone runs a block that imports the lab: the page says
+    once, near the block, what to install."""
+    lab_pages = sorted({page for page, _, code in BLOCKS if _NEEDS_LAB.search(code)})
+    assert lab_pages  # the check checks something
+    silent = [
+        page
+        for page in lab_pages
+        if 'pip install "cape[lab]"' not in (ROOT / page).read_text(encoding="utf-8")
+    ]
+    assert not silent, (
+        f'pages with lab examples that do not say `pip install "cape[lab]"`: {silent}'
+    )
+
+
 def test_pages_have_examples() -> None:
     assert any(page == "README.md" for page, _, _ in BLOCKS), "README.md has no ```python example"
     assert len(BLOCKS) >= 5
@@ -157,6 +179,36 @@ def test_site_links_into_results_are_rewritten() -> None:
     )
 
 
+def test_docstring_argument_lines_render_as_a_list() -> None:
+    """The API pages: a docstring's `name: meaning` lines, one a line, are a list (the griffe
+    extension of mkdocs_hooks), not one paragraph as Markdown would join them."""
+    import inspect
+
+    import markdown
+
+    hooks = _hooks()
+    doc = inspect.cleandoc(cape.Augmentation.__doc__)
+    assert "\nmax_global_shift: " in doc and "\nmax_local_shift: " in doc
+    html = markdown.markdown(doc)
+    assert "<li>" not in html  # as written: one paragraph
+    text = hooks.argument_lists(doc)
+    assert hooks.argument_lists(text) == text  # idempotent
+    html = markdown.markdown(text)
+    assert html.startswith("<p>CAPE's augmentation settings, validated once.</p>")
+    items = [i.split("</code>")[0] for i in html.split("<li><code>")[1:]]
+    assert items == ["max_global_shift", "max_local_shift", "max_global_scaling", "normalize"]
+    # a continuation line stays in its item; a paragraph before the run stays one; one
+    # `name:` line alone and code are left as they are
+    text = hooks.argument_lists(
+        "Intro.\nx: first,\n  wrapped.\ny: second.\n\nNote: one alone.\n\n"
+        "```python\na: 1\nb: 2\n```\n\n    c: 3\n    d: 4"
+    )
+    assert text == (
+        "Intro.\n\n- `x`: first,\n  wrapped.\n- `y`: second.\n\nNote: one alone.\n\n"
+        "```python\na: 1\nb: 2\n```\n\n    c: 3\n    d: 4"
+    )
+
+
 def test_cli_reference_covers_every_command() -> None:
     pages = dict(_hooks().cli_help_pages())
     expected = [
@@ -169,6 +221,8 @@ def test_cli_reference_covers_every_command() -> None:
         "cape translate",
         "cape demo",
         "cape encodings",
+        "cape bench",
+        "cape data",
     ]
     expected += [
         f"cape bench {w}" for w in ("encodings", "slowdown", "throughput", "train", "gpu", "rotary")
@@ -203,6 +257,8 @@ def test_site_builds_strict(tmp_path: Path) -> None:
     assert (site / "reference" / "cli" / "index.html").read_text().count("usage: cape") >= 17
     assert (site / "results" / "vision-quick" / "accuracy_vs_resolution.png").is_file()
     assert (site / "changelog" / "index.html").is_file()
+    api = (site / "reference" / "api" / "cape" / "index.html").read_text()
+    assert "<li><code>max_global_shift</code>: Dmax" in api  # argument lines as a list
 
 
 # Archives without results.json, so `cape plot` has nothing to redraw them from.

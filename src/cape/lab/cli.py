@@ -9,8 +9,10 @@ accepted after the subcommand) or CAPE_DEBUG=1.
 from __future__ import annotations
 
 import argparse
+import ast
 import signal
 import traceback
+from pathlib import Path
 
 from cape.lab.arguments import (
     ArgumentParser,
@@ -26,6 +28,13 @@ __all__ = ["main"]
 
 _BENCHES = ("encodings", "slowdown", "throughput", "train", "gpu", "rotary", "deploy")
 
+# the data sets `cape data` makes, and one line on each (`cape data --help`)
+_DATA_SETS = {
+    "chars": "rendered character images at several sizes and fonts (vision, cape.lab.data.images)",
+    "speech": "WordNet text and digit strings spoken by espeak-ng (asr, cape.lab.data.speech)",
+    "translation": "English-Spanish pairs: WordNet + fortunes through Apertium (translation)",
+}
+
 _EPILOG = (
     "exit codes: 0 ok, 2 a mistake in the command (an argument, a config, a path, an input "
     "file), 1 a failure at run time, 130 interrupted; each error is one line on stderr. "
@@ -34,14 +43,47 @@ _EPILOG = (
 )
 
 
+def _summary(bench: str) -> str:
+    """The first paragraph of a benchmark module's docstring in one line (read, not imported: a
+    benchmark may need an extra that is not installed), less its "`cape bench NAME`: "."""
+    path = Path(__file__).with_name("bench") / f"{bench}.py"
+    doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) if path.is_file() else ""
+    first = " ".join(doc.split("\n\n")[0].split())
+    if first.startswith("`cape bench") and "`: " in first:
+        first = first.split("`: ", 1)[1]
+    return first[:1].upper() + first[1:]
+
+
+def _choices_help(what: str, lines: dict[str, str]) -> str:
+    """`cape bench --help` / `cape data --help`: each choice of WHAT with its line."""
+    width = max(map(len, lines)) + 2
+    return "\n".join([f"{what}:", *(f"  {name:{width}s}{text}" for name, text in lines.items())])
+
+
+def _what(args: argparse.Namespace, rest: list[str]) -> bool:
+    """False when `cape bench` / `cape data` was given no WHAT: its help when asked for
+    (exit 0), else the usage error (exit 2)."""
+    if args.what is not None:
+        return True
+    if {"-h", "--help"} & set(rest[: rest.index("--") if "--" in rest else len(rest)]):
+        args.parser.print_help()
+        return False
+    args.parser.error(f"the following arguments are required: {args.what_name}")
+    return False
+
+
 def _bench(args: argparse.Namespace, rest: list[str]) -> int:
     import importlib
 
+    if not _what(args, rest):
+        return 0
     module = importlib.import_module(f".bench.{args.what}", __package__)  # one module per benchmark
     return module.main(rest)
 
 
 def _data(args: argparse.Namespace, rest: list[str]) -> int:
+    if not _what(args, rest):
+        return 0
     if args.what == "speech":  # WordNet text spoken by espeak-ng (cape.lab.data.speech.corpus)
         from cape.lab.data.speech.corpus import speech_main
 
@@ -127,18 +169,35 @@ def _parser() -> ArgumentParser:
         "--debug", action="store_true", help="print the traceback of an error (or CAPE_DEBUG=1)"
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    p = sub.add_parser("bench", help="benchmarks of the cost of the encodings", add_help=False)
-    p.add_argument("what", choices=_BENCHES, help="which benchmark")
-    p.set_defaults(run=_bench)
+    # add_help=False: `cape bench NAME --help` is the benchmark's own help; `_what` answers a
+    # --help without a NAME
     p = sub.add_parser(
-        "data", help="make the offline data sets (cached, resumable)", add_help=False
+        "bench",
+        help="benchmarks of the cost of the encodings",
+        add_help=False,
+        usage="cape bench [-h] BENCHMARK [OPTIONS]  (`cape bench BENCHMARK --help`: its options)",
+        epilog=_choices_help("benchmarks", {b: _summary(b) for b in _BENCHES}),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("what", choices=["chars", "speech", "translation"], help="which data set")
-    p.set_defaults(run=_data)
+    p.add_argument("what", nargs="?", choices=_BENCHES, metavar="BENCHMARK", help="which benchmark")
+    p.set_defaults(run=_bench, parser=p, what_name="BENCHMARK")
+    p = sub.add_parser(
+        "data",
+        help="make the offline data sets (cached, resumable)",
+        add_help=False,
+        usage="cape data [-h] DATASET [OPTIONS]  (`cape data DATASET --help`: its options)",
+        epilog=_choices_help("data sets", _DATA_SETS),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "what", nargs="?", choices=list(_DATA_SETS), metavar="DATASET", help="which data set"
+    )
+    p.set_defaults(run=_data, parser=p, what_name="DATASET")
     for name, text in (
         (
             "experiment",
-            "train + evaluate + report a paper experiment (presets quick, cpu-full, paper)",
+            "train + evaluate + report a paper experiment (`cape experiment NAME --help`: its "
+            "presets and rows)",
         ),
         ("train", "train one model (row and seed) of an experiment, resumable"),
         ("eval", "evaluate one trained model of an experiment"),
@@ -174,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     cut = rest.index("--") if "--" in rest else len(rest)
     debug = args.debug or "--debug" in rest[:cut]
     rest = [a for a in rest[:cut] if a != "--debug"] + rest[cut:]
-    prog = " ".join(["cape", args.command, *([args.what] if "what" in args else [])])
+    prog = " ".join(["cape", args.command, *([args.what] if getattr(args, "what", None) else [])])
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `cape ... | head` ends quietly
     with debugging(debug):
         try:

@@ -94,14 +94,16 @@ def parameter_counts(model: nn.Module) -> dict[str, int]:
 class Experiment(ABC, Generic[ConfigT, DataT]):
     """One paper experiment. Class attributes: `name` (the CLI's), `config_cls` (the config
     dataclass: `rows` with unique names, `seeds`, `train`), `presets` (name -> mapping),
-    `default_preset`; `best_weights`: runs keep and load the checkpoint of the best validation
-    metric (else the latest); `loads_for_evaluation`: `load_run` builds the row's evaluation
-    model (its `eval_options`) rather than its trained row's model."""
+    `default_preset`, `preset_notes` (preset name -> one line, what `--help` says of it);
+    `best_weights`: runs keep and load the checkpoint of the best validation metric (else the
+    latest); `loads_for_evaluation`: `load_run` builds the row's evaluation model (its
+    `eval_options`) rather than its trained row's model."""
 
     name: ClassVar[str]
     config_cls: ClassVar[type]
     presets: ClassVar[dict[str, dict[str, Any]]]
     default_preset: ClassVar[str] = "quick"
+    preset_notes: ClassVar[dict[str, str]] = {}
     best_weights: ClassVar[bool] = False
     loads_for_evaluation: ClassVar[bool] = False
 

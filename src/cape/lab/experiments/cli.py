@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +21,64 @@ from cape.lab.experiments.run_folders import archive_runs, finished_rows, read_r
 __all__ = ["experiment_main", "train_main", "eval_main", "plot_main"]
 
 
-def _parser(prog: str, *, row: bool) -> argparse.ArgumentParser:
-    p = ArgumentParser(prog=prog)
+def _wrapped(head: str, words: list[str], indent: int, width: int = 100) -> list[str]:
+    """`head` then `words` (kept whole: row names hold spaces and hyphens) in lines of at most
+    `width` characters (one word alone may be longer), the later lines indented."""
+    lines, line = [], head
+    for word in words:
+        if line.strip() and len(line) + len(word) > width:
+            lines.append(line.rstrip())
+            line = " " * indent
+        line += word
+    return [*lines, line.rstrip()]
+
+
+def presets_help(exp: Experiment, row_flag: str = "--rows NAME,NAME") -> str:
+    """What `cape experiment NAME --help` adds: each preset of `exp` in one line (its rows, seeds
+    and steps, then its note), then the names of the rows each preset runs (`row_flag` picks among
+    them)."""
+    width = max(len(name) for name in exp.presets) + 4
+    lines = [f"presets of {exp.name} (--preset NAME, default {exp.default_preset}):"]
+    rows = [f"rows of each preset ({row_flag}):"]
+    for name in exp.presets:
+        cfg, _ = resolve_config(exp.config_cls, exp.presets, name)
+        n_rows, n_seeds = len(cfg.rows), len(cfg.seeds)
+        size = (
+            f"{n_rows} row{'s' * (n_rows != 1)} x {n_seeds} seed{'s' * (n_seeds != 1)}, "
+            f"{cfg.train.steps} steps"
+        )
+        note = exp.preset_notes.get(name, "")
+        lines.append(f"  {name:{width - 2}s}{size}{': ' + note if note else ''}")
+        names = [r.name for r in cfg.rows]
+        rows += _wrapped(
+            f"  {name:{width - 2}s}", [n + ", " for n in names[:-1]] + names[-1:], width
+        )
+    return "\n".join([*lines, "", *rows])
+
+
+def _help_of(argv: list[str], row: bool) -> str | None:
+    """The presets and rows of the experiment `argv` names when it asks for --help, else None
+    (resolving every preset is for the help only)."""
+    if not {"-h", "--help"} & set(argv):
+        return None
+    name = next((a for a in argv if a in EXPERIMENTS), None)
+    if name is None:
+        return None
+    return presets_help(EXPERIMENTS[name], "--row NAME" if row else "--rows NAME,NAME")
+
+
+def _parser(prog: str, *, row: bool, argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    p = ArgumentParser(
+        prog=prog,
+        epilog=_help_of(list(argv), row),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("name", choices=sorted(EXPERIMENTS), help="which experiment")
     p.add_argument(
-        "--preset", default=None, help="a preset of the experiment (quick, cpu-full, paper)"
+        "--preset",
+        default=None,
+        help="a preset of the experiment (default quick); "
+        f"`{prog} NAME --help` lists them and their rows",
     )
     p.add_argument(
         "--config",
@@ -100,7 +154,7 @@ def _row(cfg: Any, args: argparse.Namespace) -> tuple[Any, int]:
 
 def experiment_main(argv: list[str]) -> int:
     """Train, evaluate and report every row and seed; resumes what an earlier call left."""
-    args = _parser("cape experiment", row=False).parse_args(argv)
+    args = _parser("cape experiment", row=False, argv=argv).parse_args(argv)
     cfg, mapping, out = _resolve(args)
     if args.print_config:
         import yaml
@@ -123,7 +177,7 @@ def experiment_main(argv: list[str]) -> int:
 
 def train_main(argv: list[str]) -> int:
     """Train one row and seed of an experiment into <out>/<row>/seed<k> (resumable)."""
-    args = _parser("cape train", row=True).parse_args(argv)
+    args = _parser("cape train", row=True, argv=argv).parse_args(argv)
     cfg, _, out = _resolve(args)
     check_out_folder(out, "--out")  # before the data are made and training starts
     exp = EXPERIMENTS[args.name]
@@ -139,7 +193,7 @@ def train_main(argv: list[str]) -> int:
 
 def eval_main(argv: list[str]) -> int:
     """Evaluate one trained row and seed as the config says; prints and saves eval.json."""
-    args = _parser("cape eval", row=True).parse_args(argv)
+    args = _parser("cape eval", row=True, argv=argv).parse_args(argv)
     cfg, _, out = _resolve(args)
     exp = EXPERIMENTS[args.name]
     row, seed = _row(cfg, args)

@@ -62,6 +62,7 @@ _NOT_TRAINING = (
     "rows",
     "data.workers",
     "train.log_every",
+    "train.progress_every",
     "train.keep_last",
     "train.num_workers",
     "train.device",

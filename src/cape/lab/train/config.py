@@ -29,7 +29,9 @@ class TrainConfig:
     """One training run. Steps count optimiser updates (each of `grad_accum` micro-batches).
 
     `eval_every`, `checkpoint_every` and `log_every` are in optimiser steps; 0 turns the action
-    off. The best checkpoint keeps the eval metric `best_metric`, lower (`min`) or higher (`max`).
+    off. `progress_every`: off a terminal, a progress line (step, loss, steps/s, ETA) every so
+    many seconds (0: none; a terminal shows a bar instead). The best checkpoint keeps the eval
+    metric `best_metric`, lower (`min`) or higher (`max`).
     """
 
     steps: int = 1000
@@ -46,6 +48,7 @@ class TrainConfig:
     checkpoint_every: int = 0
     keep_last: int = 3
     log_every: int = 1
+    progress_every: float = 30.0
     seed: int = 0
     deterministic: bool = False
     best_metric: str = "loss"
@@ -70,6 +73,7 @@ class TrainConfig:
             check_int(f"train.{key}", getattr(self, key), minimum=0)
         check_float("train.lr", self.lr, strict=True)
         check_float("train.weight_decay", self.weight_decay)
+        check_float("train.progress_every", self.progress_every)
         if self.clip_norm is not None:
             check_float("train.clip_norm", self.clip_norm, strict=True)
 

@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from cape.lab.errors import DamagedFile
 from cape.lab.io import set_aside
+from cape.lab.progress import StepLines
 from cape.lab.train import distributed as D
 from cape.lab.train.checkpoint import (
     get_rng_state,
@@ -303,9 +304,13 @@ class Trainer:
             self.resume()
         self.logger.truncate(self.step)
         self.model.train()
+        run = self.experiment  # which run of a study the lines are about, when it says
+        where = f" {run['row']} seed{run['seed']}" if {"row", "seed"} <= set(run) else ""
+        lines = StepLines(cfg.steps, self.step, f"train{where}", every=cfg.progress_every)
         for _ in progress(range(self.step, cfg.steps), total=cfg.steps - self.step, desc="train"):
             metrics = self._train_step()
             step, final = self.step, self.step == cfg.steps
+            lines.update(step, metrics.get("loss"))  # off a terminal, every progress_every s
             t0 = time.perf_counter()
             if (cfg.log_every and step % cfg.log_every == 0) or final:
                 self.last_train = D.all_reduce_mean(metrics)

@@ -36,6 +36,7 @@ __all__ = [
     "EvalConfig",
     "AsrConfig",
     "PRESETS",
+    "PRESET_NOTES",
     "BATCHING",
 ]
 
@@ -336,4 +337,14 @@ PRESETS: dict[str, dict[str, Any]] = {
         "rows": copy.deepcopy(_ALL),
         "seeds": [0, 1, 2],
     },
+}
+
+# one line per preset: what `cape experiment NAME --help` says of it
+PRESET_NOTES: dict[str, str] = {
+    "quick": "minutes: the four main encodings on WordNet speech",
+    "digits": "the quick preset on spoken digit strings (a ten-word vocabulary), minutes",
+    "digits-k3": ("every row on digits with a kernel-3 front end (no neighbouring frames)"),
+    "digits-k3-peers": "the peers of issue 32 on digits-k3's settings",
+    "cpu-full": "hours on CPU: every row",
+    "paper": "GPU: the paper's 36-layer D 768 model and its schedule (app. C.2)",
 }

@@ -14,7 +14,7 @@ from typing import Any
 from torch import nn
 
 from cape.lab.experiments.asr import evaluate, report
-from cape.lab.experiments.asr.config import PRESETS, AsrConfig, RowConfig
+from cape.lab.experiments.asr.config import PRESET_NOTES, PRESETS, AsrConfig, RowConfig
 from cape.lab.experiments.asr.data import AsrData, collate_fn
 from cape.lab.experiments.asr.model import ctc_loss_fn, make_model
 from cape.lab.experiments.base import Collected, Experiment, Run, Study, parameter_counts
@@ -29,6 +29,7 @@ class AsrExperiment(Experiment[AsrConfig, AsrData], evaluate=evaluate, report=re
     """Rows of `AsrConfig`; the results add each row's parameter count and the data summary."""
 
     name, config_cls, presets = "asr", AsrConfig, PRESETS
+    preset_notes = PRESET_NOTES
     best_weights = loads_for_evaluation = True
     make_data = staticmethod(AsrData)
 

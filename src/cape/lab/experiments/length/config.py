@@ -37,6 +37,7 @@ __all__ = [
     "EvalConfig",
     "LengthConfig",
     "PRESETS",
+    "PRESET_NOTES",
     "position_options",
     "encoding_size",
 ]
@@ -238,7 +239,7 @@ _QUICK_NAMES = ("nopos", "abspos", "rotary", "ALiBi")
 
 # name -> config mapping (apply `--config` files and `--set` overrides on top)
 PRESETS: dict[str, dict[str, Any]] = {
-    # 4 rows, 1 seed, shorter training: about 2 minutes on 2 CPU cores
+    # shorter training: about 2 minutes on 2 CPU cores
     "quick": {
         "name": "length-quick",
         "seeds": [0],
@@ -252,4 +253,10 @@ PRESETS: dict[str, dict[str, Any]] = {
         "train": _TRAIN,
         "rows": _ROWS,
     },
+}
+
+# one line per preset: what `cape experiment NAME --help` says of it
+PRESET_NOTES: dict[str, str] = {
+    "quick": "shorter training: about 2 minutes on 2 CPU cores",
+    "cpu-full": "every row (the RoPE extensions reuse rotary's runs)",
 }

@@ -24,7 +24,7 @@ from torch import nn
 from cape.lab.data.text.lookup import LookupDataset, Splits
 from cape.lab.experiments.base import Collected, Experiment, Run, Study
 from cape.lab.experiments.length import data, evaluate, model, report
-from cape.lab.experiments.length.config import PRESETS, LengthConfig, RowConfig
+from cape.lab.experiments.length.config import PRESET_NOTES, PRESETS, LengthConfig, RowConfig
 
 __all__ = ["LengthExperiment", "LENGTH"]
 
@@ -33,6 +33,7 @@ class LengthExperiment(Experiment[LengthConfig, Splits], evaluate=evaluate, repo
     """Rows of `LengthConfig` on the lookup task; results add the no-position baselines."""
 
     name, config_cls, presets = "length", LengthConfig, PRESETS
+    preset_notes = PRESET_NOTES
     counts_parameters = True
     make_data = staticmethod(data.make_data)
 

@@ -28,6 +28,7 @@ __all__ = [
     "EvalConfig",
     "LffBoxesConfig",
     "PRESETS",
+    "PRESET_NOTES",
     "POSITIONS",
     "position_options",
     "encoding_size",
@@ -298,4 +299,12 @@ PRESETS: dict[str, dict[str, Any]] = {
         "eval": {"batch_size": 2000},
         "rows": _ROWS,
     },
+}
+
+# one line per preset: what `cape experiment NAME --help` says of it
+PRESET_NOTES: dict[str, str] = {
+    "quick": "Table 4's rows + CAPE: about 5 minutes on 2 CPU cores",
+    "cpu-full": ("every row of Table 3 (+ CAPE, + content only): about 45 minutes on 2 CPU cores"),
+    "peers": "the peers of issue 32 next to Table 4's rows, cpu-full's settings",
+    "paper": "GPU: the paper's screen encoder (6 layers, 8 heads, hidden 128)",
 }

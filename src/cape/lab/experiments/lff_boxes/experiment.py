@@ -22,7 +22,7 @@ from torch import nn
 from cape.lab.data.boxes import BoxDataset, Screens
 from cape.lab.experiments.base import Collected, Experiment, Run, Study
 from cape.lab.experiments.lff_boxes import data, evaluate, model, report
-from cape.lab.experiments.lff_boxes.config import PRESETS, LffBoxesConfig, RowConfig
+from cape.lab.experiments.lff_boxes.config import PRESET_NOTES, PRESETS, LffBoxesConfig, RowConfig
 from cape.lab.experiments.run_folders import summed_accuracy
 
 __all__ = ["LffBoxesExperiment", "LFF_BOXES"]
@@ -34,6 +34,7 @@ class LffBoxesExperiment(Experiment[LffBoxesConfig, Data], evaluate=evaluate, re
     """Rows of `LffBoxesConfig` on screens of boxes; results add the baselines."""
 
     name, config_cls, presets = "lff-boxes", LffBoxesConfig, PRESETS
+    preset_notes = PRESET_NOTES
     counts_parameters = True
     make_data = staticmethod(data.make_data)
 

@@ -26,6 +26,7 @@ __all__ = [
     "EvalConfig",
     "GenerationConfig",
     "PRESETS",
+    "PRESET_NOTES",
 ]
 
 
@@ -196,4 +197,11 @@ PRESETS: dict[str, dict[str, Any]] = {
         "eval": {"batch_size": 8},
         "rows": _ROWS,
     },
+}
+
+# one line per preset: what `cape experiment NAME --help` says of it
+PRESET_NOTES: dict[str, str] = {
+    "quick": "12 px images: a few minutes on 2 CPU cores",
+    "cpu-full": "every row (Figure 3's mean and 95% CI): about 40 minutes on 2 CPU cores",
+    "paper": "GPU only: the paper's sizes (6 layers, d 1024, 64 px images)",
 }

@@ -19,7 +19,12 @@ from torch import nn
 
 from cape.lab.experiments.base import Collected, Experiment, Run, Study
 from cape.lab.experiments.lff_generation import evaluate, report
-from cape.lab.experiments.lff_generation.config import PRESETS, GenerationConfig, RowConfig
+from cape.lab.experiments.lff_generation.config import (
+    PRESET_NOTES,
+    PRESETS,
+    GenerationConfig,
+    RowConfig,
+)
 from cape.lab.experiments.lff_generation.data import GenerationData, make_data
 from cape.lab.experiments.lff_generation.model import PixelTransformer, generation_loss
 from cape.lab.train import distributed as D
@@ -33,6 +38,7 @@ class GenerationExperiment(
     """Rows of `GenerationConfig`; each run also keeps its held-out bpd curve."""
 
     name, config_cls, presets = "lff-generation", GenerationConfig, PRESETS
+    preset_notes = PRESET_NOTES
     make_data = staticmethod(make_data)
 
     def make_model(

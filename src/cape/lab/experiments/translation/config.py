@@ -26,7 +26,15 @@ from cape.lab.experiments.study_config import (
 from cape.lab.experiments.train_as import ReusableRow, check_reuse_fields, check_train_as
 from cape.lab.train.config import TrainConfig
 
-__all__ = ["DataConfig", "ModelConfig", "RowConfig", "EvalConfig", "TranslationConfig", "PRESETS"]
+__all__ = [
+    "DataConfig",
+    "ModelConfig",
+    "RowConfig",
+    "EvalConfig",
+    "TranslationConfig",
+    "PRESETS",
+    "PRESET_NOTES",
+]
 
 
 @dataclass
@@ -200,9 +208,9 @@ _QUICK: dict[str, Any] = {
 }
 
 PRESETS: dict[str, dict[str, Any]] = {
-    # minutes: the four main encodings, one seed, a 2+2-layer d128 model
+    # minutes: the four main encodings, a 2+2-layer d128 model
     "quick": {**copy.deepcopy(_QUICK), "rows": copy.deepcopy(_MAIN), "seeds": [0]},
-    # the peers of issue 32 on the quick model, two seeds (sinpos, relpos and CAPE are the
+    # the peers of issue 32 on the quick model (sinpos, relpos and CAPE are the
     # quick archive's runs)
     "quick-peers": {
         **copy.deepcopy(_QUICK),
@@ -264,4 +272,12 @@ PRESETS: dict[str, dict[str, Any]] = {
         "rows": copy.deepcopy(_ALL),
         "seeds": [0, 1, 2],
     },
+}
+
+# one line per preset: what `cape experiment NAME --help` says of it
+PRESET_NOTES: dict[str, str] = {
+    "quick": "minutes: the four main encodings, a 2+2-layer d128 model",
+    "quick-peers": "the peers of issue 32 on the quick model",
+    "cpu-full": "hours on CPU: every row, a 3+3-layer d256 model",
+    "paper": "GPU: the paper's 6L-6L model (Transformer-base sizes), bf16",
 }

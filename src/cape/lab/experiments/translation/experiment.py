@@ -19,7 +19,12 @@ from torch import nn
 from cape.lab.apps.translate import load_translation_model
 from cape.lab.experiments.base import Collected, Experiment, Run, Study, parameter_counts
 from cape.lab.experiments.translation import evaluate, model, report
-from cape.lab.experiments.translation.config import PRESETS, RowConfig, TranslationConfig
+from cape.lab.experiments.translation.config import (
+    PRESET_NOTES,
+    PRESETS,
+    RowConfig,
+    TranslationConfig,
+)
 from cape.lab.experiments.translation.data import TranslationData, collate_fn
 from cape.lab.io import atomic_write
 from cape.lab.train import distributed as D
@@ -35,6 +40,7 @@ class TranslationExperiment(
     few translations, and the results each row's parameter count and the data summary."""
 
     name, config_cls, presets = "translation", TranslationConfig, PRESETS
+    preset_notes = PRESET_NOTES
     best_weights = True
 
     def make_data(self, cfg: TranslationConfig) -> TranslationData:

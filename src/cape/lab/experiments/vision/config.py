@@ -16,7 +16,15 @@ from cape._checks import check_choice, check_int
 from cape.lab.experiments.study_config import check_position, check_runs, train_preset
 from cape.lab.train.config import TrainConfig
 
-__all__ = ["DataConfig", "ModelConfig", "RowConfig", "EvalConfig", "VisionConfig", "PRESETS"]
+__all__ = [
+    "DataConfig",
+    "ModelConfig",
+    "RowConfig",
+    "EvalConfig",
+    "VisionConfig",
+    "PRESETS",
+    "PRESET_NOTES",
+]
 
 
 @dataclass
@@ -287,7 +295,7 @@ _PEER_ROWS = [
 
 # name -> config mapping (apply `--config` files and `--set` overrides on top)
 PRESETS: dict[str, dict[str, Any]] = {
-    # the README's main job: 6 rows x 2 seeds on `relations`, <= 10 minutes on 2 CPU cores
+    # the README's main job on `relations`: <= 10 minutes on 2 CPU cores
     "quick": {
         "name": "vision-quick",
         "seeds": [0, 1],
@@ -320,7 +328,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "train": _TRAIN_QUICK,
         "rows": _QUICK_ROWS,
     },
-    # every row of the issue, 3 seeds: a few hours on 2 CPU cores
+    # every row of the issue: a few hours on 2 CPU cores
     "cpu-full": {
         "name": "vision-cpu-full",
         "seeds": [0, 1, 2],
@@ -373,3 +381,12 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 PRESETS["peers"] = {**copy.deepcopy(PRESETS["quick"]), **PRESETS["peers"]}
+
+# one line per preset: what `cape experiment NAME --help` says of it
+PRESET_NOTES: dict[str, str] = {
+    "quick": "the README's main job on `relations`: <= 10 minutes on 2 CPU cores",
+    "peers": "quick's settings and rows plus the peers (quick's runs reused from its folder)",
+    "chars-quick": "the previous main job, on characters",
+    "cpu-full": "every row of the issue: a few hours on 2 CPU cores",
+    "paper": "GPU: ViT-B/16 at 224 px (the paper's sizes)",
+}

@@ -18,7 +18,7 @@ from torch import nn
 
 from cape.lab.experiments.base import Collected, Experiment, Run, Study
 from cape.lab.experiments.vision import evaluate, report
-from cape.lab.experiments.vision.config import PRESETS, RowConfig, VisionConfig
+from cape.lab.experiments.vision.config import PRESET_NOTES, PRESETS, RowConfig, VisionConfig
 from cape.lab.experiments.vision.data import VisionData
 from cape.lab.experiments.vision.model import classify_loss, make_model
 from cape.lab.io import write_json
@@ -33,6 +33,7 @@ class VisionExperiment(Experiment[VisionConfig, VisionData], evaluate=evaluate, 
     every row's throughput."""
 
     name, config_cls, presets = "vision", VisionConfig, PRESETS
+    preset_notes = PRESET_NOTES
 
     def make_data(self, cfg: VisionConfig) -> VisionData:
         """The images the config names (rendered and cached on first use)."""
