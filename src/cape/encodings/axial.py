@@ -58,7 +58,7 @@ class SineND(PositionalEncoding):
         super().__init__(dim, pos_dim, _active(aug))
         self.base = check_float("base", base, minimum=1.0, strict=True)
         self.freq_scale = check_float("freq_scale", freq_scale, strict=True)
-        self.fit_grid = fit_grid_pair(fit_grid)
+        self.fit_grid = fit_grid_pair(fit_grid, every_axis=True)
         per_axis = dim // (2 * pos_dim)
         if fit_grid is None:
             omega = sinusoid_frequencies(dim // pos_dim, base=base, freq_scale=freq_scale)

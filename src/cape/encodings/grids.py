@@ -82,13 +82,22 @@ class GridLayout:
         return layout_grid(self, height, width, extent=extent, batch=batch, device=device)
 
 
-def fit_grid_pair(grid: object) -> tuple[int, int] | None:
-    """fit_grid: None or a pair (H, W) of ints -> None or the pair as a tuple."""
+def fit_grid_pair(grid: object, *, every_axis: bool = False) -> tuple[int, int] | None:
+    """fit_grid: None or a pair (H, W) of ints -> None or the pair as a tuple. every_axis: the
+    encoding fits each axis to its own spacing, so each needs two samples."""
     if grid is None:
         return None
     if not isinstance(grid, (tuple, list)) or len(grid) != 2:
-        raise TypeError(f"fit_grid must be a pair (H, W) of ints >= 2, got {grid!r}")
-    return check_int("fit_grid[0]", grid[0]), check_int("fit_grid[1]", grid[1])
+        raise TypeError(f"fit_grid must be a pair (H, W) of ints >= 1, got {grid!r}")
+    pair = check_int("fit_grid[0]", grid[0]), check_int("fit_grid[1]", grid[1])
+    if max(pair) < 2:  # frequencies are fitted to the gaps between samples: one needs two
+        raise ValueError(f"fit_grid must have at least 2 samples on some axis, got {pair}")
+    if every_axis and min(pair) < 2:
+        raise ValueError(
+            f"fit_grid must have at least 2 samples on every axis (each axis's frequencies are "
+            f"fitted to its own spacing), got {pair}"
+        )
+    return pair
 
 
 def sampling_of(module: nn.Module, grid: object) -> tuple[tuple[float, ...], tuple[float, ...]]:

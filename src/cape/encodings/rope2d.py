@@ -80,7 +80,7 @@ class RoPE2d(Rotary):
             raise ValueError(f"heads applies to variant='mixed', got variant={variant!r}")
         else:
             self.heads = None
-        self.fit_grid = fit_grid_pair(fit_grid)
+        self.fit_grid = fit_grid_pair(fit_grid, every_axis=True)
         spacing = (1.0,) * pos_dim if fit_grid is None else sampling_of(self, fit_grid)[0]
         if variant == "axial":
             self._fitted = axial_frequencies(head_dim, theta=self.theta, spacing=spacing)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from .._checks import (
+    _may_inspect_values,
     check_choice,
     check_even,
     check_float,
@@ -289,7 +290,19 @@ class Rotary(GridLayout, QKTransform):
                 positions, k_positions, mask, k_mask, generator, validate
             )
         q_ang, k_ang, q_mag, k_mag = rotation
+        check_half_range(q.dtype, q_mag, k_mag)
         return _rotate(q, q_ang, q_mag), _rotate(k, k_ang, k_mag)
+
+    def check_dtype(self, dtype: torch.dtype, positions: torch.Tensor, mask=None) -> None:
+        """Refuse, naming `positions`, self-attention positions [B, T(, 1)] whose xPos factors
+        would overflow `dtype` (float16) once q and k are scaled (`check_half_range`); the
+        check of an attention's boundary, before its layers skip their own."""
+        if not (self.xpos and dtype == torch.float16) or not _may_inspect_values(positions):
+            return
+        with float32_region(positions.device):
+            pos = as_positions(positions, mask=mask, dims=1, validate=False)
+            *_, q_mag, k_mag = self._extended(pos, pos, mask, mask, validate=False)
+        check_half_range(dtype, q_mag, k_mag)
 
     def _check_call(self, q, k, positions, k_positions, generator) -> None:
         check_generator("generator", generator)
@@ -332,6 +345,30 @@ class Rotary(GridLayout, QKTransform):
             f"head_dim={self.head_dim}, pos_dim={self.pos_dim}, base={self.base}, "
             f"freq_scale={self.freq_scale}{fit}{aug}"
         )
+
+
+# float16 holds up to 65504: a factor on q and k must leave room for their entries, taken to
+# reach this magnitude (activations after a projection rarely do)
+HALF_HEADROOM = 256.0
+
+
+def check_half_range(dtype: torch.dtype, *magnitudes: torch.Tensor | None) -> None:
+    """xPos (and YaRN's temperature) multiply q and k in float32 before the cast back to their
+    dtype: in float16, the largest factor x `HALF_HEADROOM` must stay within 65504, or the cast
+    gives inf. Refused by name (when values may be read)."""
+    if dtype != torch.float16:
+        return
+    for mag in magnitudes:
+        if mag is None or not mag.numel() or not _may_inspect_values(mag):
+            continue
+        top = float(mag.max())
+        if top * HALF_HEADROOM > torch.finfo(torch.float16).max:
+            raise ValueError(
+                f"positions: xPos scales q and k by up to {top:.3g} over these positions; float16 "
+                f"holds up to 65504, which leaves entries up to {65504 / top:.3g} (at least "
+                f"{HALF_HEADROOM:g} needed): use bfloat16 or float32, a larger xpos_scale_base, "
+                "or a shorter span"
+            )
 
 
 def _rotate(x: torch.Tensor, angles: torch.Tensor, magnitude: torch.Tensor | None) -> torch.Tensor:

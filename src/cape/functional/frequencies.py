@@ -71,8 +71,9 @@ def aliased(freqs: torch.Tensor, spacing: torch.Tensor | tuple[float, ...]) -> t
         )
     if bool((d <= 0).any()) or bool(torch.isnan(d).any()):
         raise ValueError(f"spacing must be > 0 on every axis, got {d.tolist()}")
-    phase_step = freqs.to(torch.float64).abs() * d[:, None]  # inf * 0 -> nan: a single sample
-    phase_step = torch.nan_to_num(phase_step, nan=0.0)
+    # an axis with one sample (spacing inf) has no neighbours: no phase step, nothing aliases
+    d = torch.where(torch.isinf(d), torch.zeros_like(d), d)
+    phase_step = freqs.to(torch.float64).abs() * d[:, None]
     return (phase_step >= math.pi).any(dim=0)
 
 

@@ -26,6 +26,7 @@ from .._checks import (
     max_abs,
 )
 from ..encodings.in_attention import AttentionBias, BiasCall, QKTransform
+from ..positions import token_positions
 
 if TYPE_CHECKING:
     from .attention import MultiheadAttention
@@ -163,6 +164,11 @@ def check_call(
         check_mask("query_mask", query_mask, (b, tq))
     q_mask = key_mask if self_attn else query_mask
     _check_positions(attn, positions, (q_mask, key_mask), names)
+    check_dtype = getattr(attn.rotary, "check_dtype", None)  # xPos in float16
+    if check_dtype is not None and self_attn:
+        pos = positions[0]
+        pos = token_positions(b, tq, mask=key_mask, device=query.device) if pos is None else pos
+        check_dtype(query.dtype, pos, key_mask if tuple(pos.shape[:2]) == (b, tq) else None)
 
 
 def biased_attention(
