@@ -78,11 +78,14 @@ def check_compile(case: Case, train: bool) -> str:
         with torch.no_grad():
             worst = max(_diff(compiled(*a), module(*a)) for a in (case.args, case.other))
         return f"{worst:.1e}"
-    for inputs in (case.args, case.other):
+    for given in (case.args, case.other):
         module.zero_grad()
+        # gradients to the float inputs too: an encoding without parameters (sine-Nd) has some
+        inputs = [a.detach().requires_grad_() if a.is_floating_point() else a for a in given]
         loss = case.loss(compiled(*inputs))
         loss.backward()
         grads = [p.grad for p in module.parameters() if p.grad is not None]
+        grads += [a.grad for a in inputs if a.grad is not None]
         if not torch.isfinite(loss) or not all(torch.isfinite(g).all() for g in grads):
             return "fails: non-finite loss or gradients"
     return "ok"
