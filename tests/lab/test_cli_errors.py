@@ -278,7 +278,7 @@ def _fail_with(monkeypatch: pytest.MonkeyPatch, error: BaseException) -> None:
         (
             OSError(28, "No space left on device", "runs/x/metrics.jsonl"),
             1,
-            "[Errno 28] No space left on device: 'runs/x/metrics.jsonl'",
+            "no space left on the disk writing 'runs/x/metrics.jsonl'; free some space and run",
         ),
         (PermissionError(13, "Permission denied", "runs/x"), 1, "Permission denied: 'runs/x'"),
         (RunError("2 problem(s):\n  a.wav\n  b.wav"), 1, "2 problem(s): a.wav; b.wav"),

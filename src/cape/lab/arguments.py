@@ -12,7 +12,7 @@ import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
-from cape.lab.errors import RunError, UsageError
+from cape.lab.errors import RunError, UsageError, is_disk_full
 
 __all__ = [
     "ArgumentParser",
@@ -86,6 +86,8 @@ def _classify(err: BaseException) -> tuple[int, str]:
             )
     elif isinstance(err, RunError):
         return 1, text
+    elif isinstance(err, (OSError, RuntimeError)) and is_disk_full(err):
+        return 1, _disk_full_line(err, text)
     elif isinstance(err, (ValueError, TypeError, FileNotFoundError)):  # UsageError included
         return 2, text
     elif isinstance(err, KeyError):
@@ -99,6 +101,13 @@ def _classify(err: BaseException) -> tuple[int, str]:
         f"unexpected {type(err).__name__}: {text} "
         "(rerun with --debug or CAPE_DEBUG=1 to see the traceback)"
     )
+
+
+def _disk_full_line(err: OSError | RuntimeError, text: str) -> str:
+    """One line for a full disk met outside the lab's own writers (which raise DiskFull)."""
+    name = getattr(err, "filename", None)
+    where = f" writing {str(name)!r}" if name else f" ({text})"
+    return f"no space left on the disk{where}; free some space and run the command again"
 
 
 def report_error(prog: str, err: BaseException, code: int | None = None) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["UsageError", "RunError", "RunFolderBusy", "DamagedFile"]
+__all__ = ["UsageError", "RunError", "RunFolderBusy", "DamagedFile", "DiskFull", "is_disk_full"]
 
 
 class UsageError(ValueError):
@@ -30,3 +30,48 @@ class DamagedFile(RunError):
 
     def __reduce__(self) -> tuple:  # pickled whole (across processes), not from args alone
         return (type(self), (str(self), self.path))
+
+
+class DiskFull(RunError):
+    """The disk filled while the lab wrote a file; the message names the folder and, when
+    known, how many bytes the write needed. What was written before stays whole (every write is
+    atomic): free space and run the command again to resume."""
+
+    def __init__(self, folder: str | Path, needed: int | None = None, free: int | None = None):
+        self.folder = Path(folder)
+        self.needed, self.free = needed, free
+        known = [] if needed is None else [f"{_size(needed)} needed"]
+        known += [] if free is None else [f"{_size(free)} free"]
+        detail = f" ({', '.join(known)})" if known else ""
+        super().__init__(
+            f"no space left on the disk of {str(folder)!r}{detail}; free some space and run "
+            "the command again (the files already written are whole)"
+        )
+
+    def __reduce__(self) -> tuple:
+        return (type(self), (self.folder, self.needed, self.free))
+
+
+def _size(n: int) -> str:
+    """Bytes as a short size: 512 B, 3.2 MB, 1.5 GB."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+_FULL_TEXTS = ("no space left", "pytorchstreamwriter failed", "file write failed", "disk quota")
+
+
+def is_disk_full(err: BaseException) -> bool:
+    """Whether `err` says the disk (or the user's quota) is full: an OSError ENOSPC / EDQUOT,
+    or torch's RuntimeError from its zip writer (`[enforce fail at inline_container.cc]`
+    `file write failed`) or any error that says "No space left"."""
+    import errno
+
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    if isinstance(err, (OSError, RuntimeError)):
+        text = str(err).lower()
+        return any(t in text for t in _FULL_TEXTS)
+    return False

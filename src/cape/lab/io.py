@@ -5,6 +5,11 @@ the folder synced, so a crash or a power cut leaves the old file or the new one,
 A file found damaged anyway (by hand, a full disk, a copy cut short) is `set_aside` under a
 `.damaged-<time>` name, never deleted; `read_json` names such a file in its error.
 
+A full disk is reported as `DiskFull` (one line naming the folder, the bytes needed when known
+and the bytes free), by `atomic_write` and by `disk_full_named` around writes made elsewhere
+(torch's checkpoint writer). The temporaries of a writer killed midway (`.<name>.tmp-*`) are
+found by `leftover_temporaries` and removed by whoever holds the lock of what they belong to.
+
 `write_json` is the lab's one JSON writer (results, evaluations, run records, corpus manifests).
 Its NaN rule: NaN and +-inf are written as `null`, so every file is standard JSON that any
 reader (`json.load`, jq, a browser) accepts; the report code reads `null` back as NaN.
@@ -12,18 +17,20 @@ reader (`json.load`, jq, a browser) accepts; the report code reads `null` back a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import numbers
 import os
+import shutil
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path, PurePath
 from typing import Any
 
-from cape.lab.errors import DamagedFile
+from cape.lab.errors import DamagedFile, DiskFull, is_disk_full
 
 __all__ = [
     "atomic_write",
@@ -34,6 +41,8 @@ __all__ = [
     "fsync_dir",
     "set_aside",
     "zip_problem",
+    "disk_full_named",
+    "leftover_temporaries",
 ]
 
 _log = logging.getLogger(__name__)
@@ -68,20 +77,75 @@ def fsync_dir(path: str | Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: str | Path, write: Callable[[str], None]) -> Path:
+def _free_bytes(folder: Path) -> int | None:
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return None
+
+
+def _full(folder: Path, needed: int | None = None) -> DiskFull:
+    """The DiskFull of a full-disk error met while writing into `folder`."""
+    return DiskFull(folder, needed, _free_bytes(folder))
+
+
+@contextlib.contextmanager
+def disk_full_named(folder: str | Path) -> Iterator[None]:
+    """Turn a full-disk error raised inside (OSError ENOSPC, torch's `inline_container`
+    RuntimeError) into `DiskFull` naming `folder`; other errors pass unchanged."""
+    try:
+        yield
+    except DiskFull:
+        raise
+    except (OSError, RuntimeError) as e:
+        if not is_disk_full(e):
+            raise
+        raise _full(Path(folder)) from e
+
+
+_TMP_MARK = ".tmp-"  # atomic_write's temporaries: .<name>.tmp-<random><suffix>
+
+
+def leftover_temporaries(folder: str | Path, name: str | None = None) -> list[Path]:
+    """`atomic_write`'s temporaries in `folder` (of the file `name` only, when given): what a
+    writer killed midway leaves behind. Only whoever holds the lock of what they belong to may
+    remove them (another writer's temporary looks the same while it is being written)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    prefix = "." if name is None else f".{name}{_TMP_MARK}"
+    return sorted(
+        p
+        for p in folder.iterdir()
+        if p.name.startswith(prefix) and _TMP_MARK in p.name and p.is_file()
+    )
+
+
+def atomic_write(
+    path: str | Path, write: Callable[[str], None], *, size: int | None = None
+) -> Path:
     """Call `write(tmp_path)`, sync it, then rename the temporary file onto `path` (same folder)
-    and sync the folder."""
+    and sync the folder. A full disk raises `DiskFull` naming the folder (and `size`, the bytes
+    being written, when the caller knows it); nothing is left behind."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
+    fd, tmp = tempfile.mkstemp(
+        prefix=f".{path.name}{_TMP_MARK}", suffix=path.suffix, dir=path.parent
+    )
     os.close(fd)
     try:
         write(tmp)
         fsync_file(tmp)
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the usual permissions
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
+        if (
+            isinstance(e, (OSError, RuntimeError))
+            and not isinstance(e, DiskFull)
+            and is_disk_full(e)
+        ):
+            raise _full(path.parent, size) from e
         raise
     fsync_dir(path.parent)
     return path
@@ -134,7 +198,8 @@ def write_text(path: str | Path, text: str) -> Path:
     returns the path."""
     if not isinstance(text, str):
         raise ValueError(f"text must be a str, got {type(text).__name__}")
-    return atomic_write(path, lambda tmp: _write_str(tmp, text))
+    size = len(text.encode("utf-8"))
+    return atomic_write(path, lambda tmp: _write_str(tmp, text), size=size)
 
 
 def _write_str(tmp: str, text: str) -> None:

@@ -1,6 +1,9 @@
 """`cape transcribe`: the command line of `cape.lab.apps.transcribe` (print each WAV file's
 text, or score a folder against a transcript list). Every input is checked before the model is
-loaded; a mistake raises UsageError (or FileNotFoundError) naming the file, line or flag."""
+loaded; a mistake raises UsageError (or FileNotFoundError) naming the file, line or flag. Of
+several WAV files, the ones that cannot be read (damaged, truncated, empty) are skipped, the
+others transcribed, and the bad ones listed at the end with their reasons (RunError: exit 1);
+when none can be read, that is a mistake (UsageError: exit 2)."""
 
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from cape.lab.apps.transcribe import (
     transcribe,
 )
 from cape.lab.arguments import ArgumentParser, check_out_file
-from cape.lab.errors import UsageError
+from cape.lab.errors import RunError, UsageError
 from cape.lab.io import write_json
 
 __all__ = ["main"]
@@ -56,27 +59,65 @@ def _audio_files(paths: list[str]) -> list[Path]:
     return files
 
 
-def _check_audio(files: list[Path]) -> None:
-    """UsageError naming the first file that is not a readable WAV with samples: read from the
-    headers, before the model is loaded and before any file is transcribed."""
+def _audio_problem(file: Path) -> str | None:
+    """Why `file` is not a WAV file that can be transcribed (read from its header: before the
+    model is loaded), naming it; None when it looks whole."""
     import soundfile
 
+    from cape.lab.data.speech.audio import wav_truncation
+
+    if file.stat().st_size == 0:
+        return f"{file} is an empty file (0 bytes); give WAV files"
+    try:
+        frames = soundfile.info(str(file)).frames
+        cut = wav_truncation(file)
+    except Exception as e:  # soundfile raises LibsndfileError, RuntimeError, ...
+        reason = " ".join(str(e).split()) or type(e).__name__
+        return f"{file} is not a readable WAV file ({reason}); give WAV files"
+    if frames == 0:
+        return f"{file} holds no audio samples; give WAV files with speech"
+    if cut is not None:
+        return f"WAV file {file} is truncated: {cut}"
+    return None
+
+
+def _check_audio(files: list[Path]) -> dict[Path, str]:
+    """{file: why} of the files that cannot be transcribed; UsageError naming them when no
+    file can be (nothing to do: a mistake in the command)."""
+    bad = {f: why for f in files if (why := _audio_problem(f)) is not None}
+    if len(bad) == len(files):
+        raise UsageError("; ".join(bad.values()))
+    return bad
+
+
+def _transcribe_files(
+    files: list[Path], bad: dict[Path, str], model: Any, spec: dict[str, Any], args: Any
+) -> None:
+    """Print `name<TAB>text` for each file not in `bad` as it goes; a file that fails to load
+    joins `bad`. RunError listing every bad file, after the good ones are printed."""
+    feat = spec["features"]
     for file in files:
-        if file.stat().st_size == 0:
-            raise UsageError(f"{file} is an empty file (0 bytes); give WAV files")
+        if file in bad:
+            continue
         try:
-            frames = soundfile.info(str(file)).frames
-        except Exception as e:  # soundfile raises LibsndfileError, RuntimeError, ...
-            reason = " ".join(str(e).split()) or type(e).__name__
-            raise UsageError(f"{file} is not a readable WAV file ({reason}); give WAV files") from e
-        if frames == 0:
-            raise UsageError(f"{file} holds no audio samples; give WAV files with speech")
+            wave = load_audio(file, feat["sample_rate"], win_ms=feat["win_ms"])
+        except (OSError, ValueError) as e:  # its message names the file
+            bad[file] = str(e)
+            continue
+        text = transcribe(model, spec, [wave], hop_ms=args.hop_ms, beam=args.beam)[0]
+        print(f"{file}\t{text}", flush=True)  # as it goes: long lists show progress
+    if bad:
+        listed = "; ".join(bad[f] for f in files if f in bad)
+        raise RunError(
+            f"{len(bad)} of {len(files)} WAV file(s) could not be transcribed (the others are "
+            f"printed above): {listed}"
+        )
 
 
 def main(argv: list[str]) -> int:
     """`cape transcribe MODEL AUDIO...`: print `name<TAB>text` per WAV file, or with
     `--transcripts TSV` score one folder and print WER/CER per duration bin. Returns 0; raises
-    ValueError for bad usage."""
+    ValueError for bad usage, RunError listing the WAV files that could not be transcribed."""
     p = ArgumentParser(
         prog="cape transcribe", description="Transcribe WAV files with a trained CTC model."
     )
@@ -103,7 +144,7 @@ def main(argv: list[str]) -> int:
         check_out_file(args.out, "--out")
     if args.transcripts is None:
         files = _audio_files(args.audio)
-        _check_audio(files)
+        bad = _check_audio(files)
     elif len(args.audio) != 1 or not Path(args.audio[0]).is_dir():
         raise ValueError(f"with --transcripts, audio must be one folder, got {args.audio}")
     else:
@@ -113,10 +154,7 @@ def main(argv: list[str]) -> int:
     )
     feat = spec["features"]
     if args.transcripts is None:
-        for file in files:
-            wave = load_audio(file, feat["sample_rate"], win_ms=feat["win_ms"])
-            text = transcribe(model, spec, [wave], hop_ms=args.hop_ms, beam=args.beam)[0]
-            print(f"{file}\t{text}", flush=True)  # as it goes: long lists show progress
+        _transcribe_files(files, bad, model, spec, args)
         return 0
     result = evaluate_folder(
         model, spec, args.audio[0], args.transcripts, hop_ms=args.hop_ms, beam=args.beam

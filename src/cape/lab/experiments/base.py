@@ -27,7 +27,7 @@ from torch import nn
 from cape.lab.experiments.run_folders import cached_runs, fit_best, read_results, run_dir
 from cape.lab.experiments.study_config import save_config
 from cape.lab.experiments.train_as import trained_row
-from cape.lab.io import write_json
+from cape.lab.io import disk_full_named, write_json
 from cape.lab.train import Trainer, seed_everything
 from cape.lab.train import distributed as D
 from cape.lab.train.checkpoint import latest_checkpoint, load_checkpoint, pick_checkpoint
@@ -237,9 +237,10 @@ class Experiment(ABC, Generic[ConfigT, DataT]):
     def fitted(self, trainer: Trainer) -> tuple[nn.Module, dict[str, Any]]:
         """Run `trainer` (resuming) -> (model, summary): with `best_weights`, the model holds
         the weights of the best validation metric when a best/ checkpoint was saved."""
-        if self.best_weights:
-            return fit_best(trainer)
-        summary = trainer.fit(resume=True)
+        with disk_full_named(trainer.run_dir):  # torch's checkpoint writer: one line, the folder
+            if self.best_weights:
+                return fit_best(trainer)
+            summary = trainer.fit(resume=True)
         return trainer.model, summary
 
     # --- a study -----------------------------------------------------------------------------

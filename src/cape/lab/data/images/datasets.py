@@ -12,6 +12,7 @@ from torch.utils.data import Dataset
 
 from cape.lab.data.images.fonts import FontSplit
 from cape.lab.data.images.render import load_split, make_split
+from cape.lab.errors import DamagedFile, UsageError
 
 __all__ = ["ArrayImageDataset", "ImageFolderDataset", "char_dataset"]
 
@@ -105,8 +106,26 @@ _IMAGE_SUFFIXES = (
 )
 
 
+def _class_images(folder: Path) -> list[Path]:
+    """The image files of class folder `folder`, sorted; UsageError naming a folder with none
+    (an empty class would be trained as a class that never occurs)."""
+    files = sorted(
+        p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in _IMAGE_SUFFIXES
+    )
+    if not files:
+        raise UsageError(
+            f"class folder {str(folder)!r} holds no images ({', '.join(_IMAGE_SUFFIXES)}); "
+            "add images to it or remove it"
+        )
+    return files
+
+
 class ImageFolderDataset(Dataset):
-    """Your own images: `root/<class>/<image>`; classes are the sorted sub-folder names.
+    """Your own images: `root/<class>/<image>`; classes are the sorted sub-folder names (not
+    the hidden ones, whose names start with ".").
+
+    A class folder without images is a UsageError naming it; an image that cannot be read (cut
+    short, not an image) is a `DamagedFile` naming it, raised by `load`.
 
     `size`: images are resized to ``size x size`` (LANCZOS), or kept at their own size when None.
     `split`: None (all images) or "train"/"val"/"test", drawn per class with `fractions` from a
@@ -136,18 +155,17 @@ class ImageFolderDataset(Dataset):
         if fr.shape != (3,) or (fr < 0).any() or fr.sum() <= 0:
             raise ValueError(f"fractions must be 3 non-negative numbers, got {fractions!r}")
         self.root, self.size, self.split = root, size, split
-        self.classes = sorted(p.name for p in root.iterdir() if p.is_dir())
+        # hidden folders (.ipynb_checkpoints, .git) are not classes
+        self.classes = sorted(
+            p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")
+        )
         if not self.classes:
             raise FileNotFoundError(f"no class sub-folders in {str(root)!r}")
         self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
         bounds = np.cumsum(fr) / fr.sum()
         self.samples: list[tuple[Path, int]] = []
         for ci, c in enumerate(self.classes):
-            files = sorted(
-                p
-                for p in (root / c).iterdir()
-                if p.is_file() and p.suffix.lower() in _IMAGE_SUFFIXES
-            )
+            files = _class_images(root / c)
             if split is not None:
                 n = len(files)
                 cuts = np.round(bounds * n).astype(int)
@@ -163,11 +181,19 @@ class ImageFolderDataset(Dataset):
 
     def load(self, i: int) -> np.ndarray:
         """Image `i` as uint8 ``[H, W, 3]`` (resized to `size` when set)."""
-        with Image.open(self.samples[i][0]) as im:
-            im = im.convert("RGB")
-            if self.size is not None:
-                im = im.resize((self.size, self.size), Image.Resampling.LANCZOS)
-            return np.asarray(im)
+        path = self.samples[i][0]
+        try:
+            with Image.open(path) as im:
+                im = im.convert("RGB")
+                if self.size is not None:
+                    im = im.resize((self.size, self.size), Image.Resampling.LANCZOS)
+                return np.asarray(im)
+        except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
+            reason = " ".join(str(e).split()) or type(e).__name__
+            raise DamagedFile(
+                f"image {str(path)!r} is damaged or not an image ({reason}); replace or remove it",
+                path,
+            ) from e
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
         return _to_tensor(self.load(i), self._norm), self.samples[i][1]

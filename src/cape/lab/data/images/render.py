@@ -6,7 +6,8 @@ character is drawn on a large canvas (`CANVAS` px) with its noise, and only then
 requested size with Pillow's LANCZOS filter, so one seed is the same object at every resolution.
 
 Caches are compressed ``.npz`` files (no pickles), written atomically in shards so an interrupted
-run resumes where it stopped:
+run resumes where it stopped. One process renders a cache file at a time (`cape.lab.data.cache`:
+a lock beside it); others started at the same time wait for it and read what it wrote:
 
 - ``make_split``: images uint8 ``[N, S, S, 3]``, labels int64 ``[N]``, seeds int64 ``[N]``;
 - ``make_native_sizes``: images of their own random sizes, stored as one flat uint8 buffer
@@ -20,7 +21,6 @@ import hashlib
 import json
 import multiprocessing
 import os
-import shutil
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from cape.lab.data.cache import building, remove_leftovers, remove_tree
 from cape.lab.data.images.fonts import CHARSET, FontSplit, font_split
 from cape.lab.data.images.glyphs import CANVAS, contrasting_colours, finish, glyph_mask
 from cape.lab.data.images.relations import render_relation
@@ -209,22 +210,56 @@ def _generate(
     desc: str,
     task: str = "chars",
 ) -> Path:
-    if _whole(path):
-        return path
+    """`path`, rendered unless whole on disk: by one process at a time (the others wait on the
+    lock beside it, then read it), through shards that a killed run leaves to resume from."""
     if not isinstance(shard_size, int) or shard_size < 1:
         raise ValueError(f"shard_size must be a positive int, got {shard_size!r}")
     workers = min(2, os.cpu_count() or 1) if workers is None else workers
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive int, got {workers!r}")
     shard_dir = path.with_name(path.stem + ".shards")
+    whole = path.exists() and zip_problem(path) is None
+    if whole and (keep_shards or not shard_dir.exists()):
+        return path  # made before: read it without waiting for any lock
+    with building(path):
+        if not _whole(path):  # a damaged file is set aside (only the lock's holder does that)
+            remove_leftovers(path.parent, path.name)
+            shards = _shard_jobs(shard_dir, seeds, shard_size)
+            _render_shards(shards, fonts, size, low, high, workers, desc, task)
+            _merge_shards(path, shards, size)
+        if not keep_shards:  # also what a builder killed after its merge left behind
+            remove_tree(shard_dir)
+    return path
+
+
+def _shard_jobs(
+    shard_dir: Path, seeds: np.ndarray, shard_size: int
+) -> list[tuple[Path, np.ndarray]]:
+    """(shard path, seeds) of every shard; the folder made, a killed writer's temporaries gone."""
     shard_dir.mkdir(parents=True, exist_ok=True)
+    remove_leftovers(shard_dir)
+    return [
+        (shard_dir / f"shard_{k:05d}.npz", seeds[start : start + shard_size])
+        for k, start in enumerate(range(0, max(len(seeds), 1), shard_size))
+    ]
+
+
+def _render_shards(
+    jobs: list[tuple[Path, np.ndarray]],
+    fonts: list[Path],
+    size: int | None,
+    low: int,
+    high: int,
+    workers: int,
+    desc: str,
+    task: str,
+) -> None:
+    """Render the shards of `jobs` that are not whole on disk (the others are kept)."""
     font_strs = [str(p) for p in fonts]
-    jobs = []  # (shard path, seeds)
-    for k, start in enumerate(range(0, max(len(seeds), 1), shard_size)):
-        jobs.append((shard_dir / f"shard_{k:05d}.npz", seeds[start : start + shard_size]))
     todo = [(p, s) for p, s in jobs if not _whole(p)]
-    bar = progress(total=len(seeds), desc=desc, unit="img")
-    bar.update(len(seeds) - sum(len(s) for _, s in todo))
+    total = sum(len(s) for _, s in jobs)
+    bar = progress(total=total, desc=desc, unit="img")
+    bar.update(total - sum(len(s) for _, s in todo))
     with bar:
         if workers == 1 or len(todo) <= 1:
             for p, s in todo:
@@ -237,6 +272,10 @@ def _generate(
                 ]
                 for f in futures:
                     bar.update(f.result())
+
+
+def _merge_shards(path: Path, jobs: list[tuple[Path, np.ndarray]], size: int | None) -> None:
+    """Write the shards of `jobs`, concatenated, atomically to `path`."""
     parts = []
     for p, _ in jobs:
         with np.load(p, allow_pickle=False) as z:
@@ -246,9 +285,6 @@ def _generate(
         nbytes = 3 * merged["sizes"] ** 2
         merged["offsets"] = np.concatenate([[0], np.cumsum(nbytes)]).astype(np.int64)
     _savez(path, **merged)
-    if not keep_shards:
-        shutil.rmtree(shard_dir, ignore_errors=True)
-    return path
 
 
 def make_split(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import shutil
+import struct
 import subprocess
 from functools import lru_cache
 from pathlib import Path
@@ -24,6 +25,7 @@ __all__ = [
     "read_wav",
     "resample",
     "sox_effects",
+    "wav_truncation",
     "write_wav",
 ]
 
@@ -209,6 +211,9 @@ def read_wav(path: str | Path, *, mix: bool = False) -> tuple[np.ndarray, int]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no such WAV file: {path}")
+    cut = wav_truncation(path)
+    if cut is not None:
+        raise ValueError(f"WAV file {path} is truncated: {cut}")
     sf = _soundfile()
     try:
         data, sr = sf.read(str(path), dtype="float32", always_2d=True)
@@ -219,3 +224,45 @@ def read_wav(path: str | Path, *, mix: bool = False) -> tuple[np.ndarray, int]:
             raise ValueError(f"{path} must be mono, got {data.shape[1]} channels")
         return data.mean(axis=1, dtype=np.float32), int(sr)
     return np.ascontiguousarray(data[:, 0]), int(sr)
+
+
+_STREAMED = (0, 0xFFFFFFFF)  # a data size a streaming writer leaves: unknown, not checked
+
+
+def _chunks(head: bytes) -> dict[bytes, tuple[int, int]]:
+    """The RIFF chunks in `head` (a WAV file's first bytes): {id: (offset of data, size)}."""
+    chunks, pos = {}, 12
+    while pos + 8 <= len(head):
+        cid, size = head[pos : pos + 4], struct.unpack("<I", head[pos + 4 : pos + 8])[0]
+        chunks.setdefault(cid, (pos + 8, size))
+        if cid == b"data":
+            break
+        pos += 8 + size + (size & 1)
+    return chunks
+
+
+def wav_truncation(path: str | Path) -> str | None:
+    """What is missing from a RIFF WAV file cut short (its header's data size against the bytes
+    present): "its header says 7.40 s (118400 frames), the file holds 2.47 s"; None for a whole
+    file, a file that is not RIFF WAV (soundfile judges it) or a streamed one of unknown size."""
+    path = Path(path)
+    with open(path, "rb") as f:
+        head = f.read(1 << 16)
+    if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+        return None
+    chunks = _chunks(head)
+    if b"data" not in chunks or b"fmt " not in chunks:
+        return None
+    start, declared = chunks[b"data"]
+    fmt_at = chunks[b"fmt "][0]
+    if declared in _STREAMED or fmt_at + 16 > len(head):
+        return None
+    rate, _, align = struct.unpack("<IIH", head[fmt_at + 4 : fmt_at + 14])
+    present = path.stat().st_size - start
+    if present >= declared or align == 0 or rate == 0:
+        return None
+    frames, held = declared // align, max(present, 0) // align
+    return (
+        f"its header says {frames / rate:.2f} s ({frames} frames), the file holds "
+        f"{held / rate:.2f} s ({held} frames)"
+    )

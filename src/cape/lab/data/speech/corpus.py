@@ -23,14 +23,14 @@ from __future__ import annotations
 import json
 import logging
 import multiprocessing
-import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
 from cape._checks import check_choice, check_int
 from cape.lab.arguments import ArgumentParser, check_out_folder, report_error
+from cape.lab.data.cache import building, remove_leftovers
 from cape.lab.data.settings import check_made_with
-from cape.lab.data.speech.audio import read_wav, write_wav
+from cape.lab.data.speech.audio import read_wav
 from cape.lab.data.speech.synth import (
     DURATION_BINS,
     HELDOUT_VOICES,
@@ -39,11 +39,11 @@ from cape.lab.data.speech.synth import (
     SPEECH_SPLITS,
     TRAIN_VOICES,
     UtteranceParams,
-    synthesize_utterance,
     utterance_params,
 )
+from cape.lab.data.speech.utterance_files import _crc32, _make_one
 from cape.lab.data.text.sentences import TEXT_SOURCES, source_sentences
-from cape.lab.errors import DamagedFile
+from cape.lab.errors import DamagedFile, DiskFull
 from cape.lab.io import atomic_write, read_json, set_aside, write_json
 from cape.lab.progress import progress as progress_bar  # `progress` names the on/off flag here
 
@@ -71,48 +71,6 @@ class CorpusError(RuntimeError):
         shown = "\n  ".join(self.problems[:50])
         more = f"\n  ... and {len(self.problems) - 50} more" if len(self.problems) > 50 else ""
         super().__init__(f"{len(self.problems)} problem(s) in the {self.what}:\n  {shown}{more}")
-
-
-def _crc32(path: Path) -> int:
-    return zlib.crc32(path.read_bytes()) & 0xFFFFFFFF
-
-
-def _existing(root: Path, params: UtteranceParams) -> tuple[dict | None, str | None]:
-    """(record, None) when the utterance is complete on disk, (None, why) when it must be made;
-    why is None for a plainly missing one, else names the defect."""
-    wav = root / params.split / f"{params.name}.wav"
-    meta = wav.with_suffix(".json")
-    if not meta.is_file():
-        return None, None if not wav.exists() else f"{wav}: no record (unfinished)"
-    try:
-        record = json.loads(meta.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        return None, f"{meta}: unreadable record ({e})"
-    if not wav.is_file():
-        return None, f"{wav}: missing"
-    if record.get("voice") != params.voice or record.get("seed") != params.seed:
-        return None, f"{meta}: made with other parameters"
-    size = wav.stat().st_size
-    if size != record.get("bytes"):
-        return None, f"{wav}: {size} bytes, its record says {record.get('bytes')}"
-    if _crc32(wav) != record.get("crc32"):
-        return None, f"{wav}: corrupt (checksum differs from its record)"
-    return record, None
-
-
-def _make_one(job: tuple[str, UtteranceParams]) -> tuple[dict, str, str | None]:
-    """Make (or keep) one utterance -> (record, "made" | "kept", defect that was repaired)."""
-    root, params = Path(job[0]), job[1]
-    record, defect = _existing(root, params)
-    if record is not None:
-        return record, "kept", None
-    wave, record = synthesize_utterance(params, cache_dir=root / "cache")
-    wav = root / params.split / f"{params.name}.wav"
-    atomic_write(wav, lambda tmp: write_wav(tmp, wave, SAMPLE_RATE))
-    record["crc32"] = _crc32(wav)
-    record["bytes"] = wav.stat().st_size
-    write_json(wav.with_suffix(".json"), record)
-    return record, "made", defect
 
 
 def _plan(
@@ -182,8 +140,9 @@ def make_speech_corpus(
     Resumable: existing complete utterances are kept, missing ones made, ones whose WAV has the
     wrong size or checksum or whose record is unreadable are made again (logged by name). Every
     file is written atomically and the manifests last, so an interrupted run loses at most the
-    utterances in flight. Raises ValueError when `root` holds a corpus made with another seed,
-    noise, sox or text setting; CorpusError naming every utterance that could not be made.
+    utterances in flight. One process builds `root` at a time (a lock in it): another waits.
+    Raises ValueError when `root` holds a corpus made with another seed, noise, sox or text
+    setting; CorpusError naming every utterance that could not be made.
     """
     root = Path(root)
     counts = {
@@ -213,9 +172,15 @@ def make_speech_corpus(
         "duration_bins": [list(b) for b in DURATION_BINS],
     }
     root.mkdir(parents=True, exist_ok=True)
-    _check_config(root, config)
-    source_sentences(text, cache_dir=root / "cache")  # once here, not in every worker
-    plan = _plan(seed, counts, snr_db, sox, text)
+    with building(root, folder=True):  # one builder; the others wait, then find it made
+        remove_leftovers(root, recursive=True)  # a killed builder's temporaries
+        _check_config(root, config)
+        source_sentences(text, cache_dir=root / "cache")  # once here, not in every worker
+        return _make(root, _plan(seed, counts, snr_db, sox, text), workers, progress)
+
+
+def _make(root: Path, plan: dict[str, list[UtteranceParams]], workers: int, progress: bool):
+    """Make the utterances of `plan` missing under `root`, then the manifests (lock held)."""
     jobs = [(str(root), p) for split in SPEECH_SPLITS for p in plan[split]]
     records: dict[tuple[str, str], dict] = {}
     summary = {s: {"made": 0, "kept": 0, "repaired": 0} for s in SPEECH_SPLITS}
@@ -237,6 +202,8 @@ def make_speech_corpus(
             for job in jobs:
                 try:
                     collect(job[1], _make_one(job))
+                except DiskFull:
+                    raise
                 except Exception as e:  # noqa: BLE001 - reported by name below
                     failures.append(f"{job[1].split}/{job[1].name}: {type(e).__name__}: {e}")
                 bar.update()
@@ -246,6 +213,8 @@ def make_speech_corpus(
                 for job, result in pending:
                     try:
                         collect(job[1], result.get())
+                    except DiskFull:
+                        raise
                     except Exception as e:  # noqa: BLE001 - reported by name below
                         failures.append(f"{job[1].split}/{job[1].name}: {type(e).__name__}: {e}")
                     bar.update()

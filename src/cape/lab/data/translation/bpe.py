@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from cape._checks import check_float, check_int
+from cape.lab.data.cache import building, remove_leftovers
 from cape.lab.io import atomic_write
 
 __all__ = ["BOS_ID", "EOS_ID", "PAD_ID", "UNK_ID", "Tokenizer", "bpe_path", "train_bpe"]
@@ -61,10 +62,9 @@ def train_bpe(
     Deterministic: every sentence is used in file order (no sampling, no shuffling) on one
     thread, trained in memory (no file names in the model), so two builds give byte-identical
     models. The .vocab (piece<TAB>score) and then the .model are written atomically: the
-    .model's presence means complete.
+    .model's presence means complete. One process trains it at a time (a lock beside it).
     Raises FileNotFoundError naming a missing split file, ValueError when the text is too
     small for `vocab_size` (sentencepiece's message)."""
-    from cape.lab.data.translation.corpus import load_pairs
 
     check_int("vocab_size", vocab_size, minimum=8)
     check_float("character_coverage", character_coverage, minimum=0.9)
@@ -76,6 +76,20 @@ def train_bpe(
     path = bpe_path(root, vocab_size, splits, character_coverage)
     if path.is_file():
         return path
+    with building(path):  # one trainer; another waits, then finds the model made
+        if not path.is_file():
+            remove_leftovers(path.parent, path.name)
+            remove_leftovers(path.parent, path.with_suffix(".vocab").name)
+            _train(root, path, vocab_size, splits, character_coverage)
+    return path
+
+
+def _train(
+    root: Path, path: Path, vocab_size: int, splits: Sequence[str], character_coverage: float
+) -> None:
+    """Train the model and write its .vocab, then its .model (the lock held)."""
+    from cape.lab.data.translation.corpus import load_pairs
+
     spm = _spm()
     lines = [side for split in splits for pair in load_pairs(root, split) for side in pair]
     model = io.BytesIO()  # from memory to memory: no temporary path ends up in the model
@@ -102,7 +116,6 @@ def train_bpe(
     )
     atomic_write(path.with_suffix(".vocab"), lambda tmp: Path(tmp).write_text(vocab, "utf-8"))
     atomic_write(path, lambda tmp: Path(tmp).write_bytes(proto))
-    return path
 
 
 class Tokenizer:

@@ -15,8 +15,9 @@ Apertium (`translate_apertium`, `apertium -u eng-spa` in paragraph mode). Layout
   many pairs the ratio filter and the de-duplication dropped, and the sources; written last.
 
 A build with other settings than the manifest's raises ValueError (use a new root); the same
-settings return the manifest at once. The joint SentencePiece BPE lives in
-`cape.lab.data.translation.bpe`.
+settings return the manifest at once. One process builds a root at a time (`.lock` in it): one
+started meanwhile waits, then returns the manifest the first wrote. The joint SentencePiece BPE
+lives in `cape.lab.data.translation.bpe`.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from cape._checks import check_choice, check_int
+from cape.lab.data.cache import building, remove_leftovers
 from cape.lab.data.settings import check_made_with
 from cape.lab.data.text.sentences import WORDNET_DIR
 from cape.lab.data.translation.apertium import (
@@ -249,12 +251,33 @@ def make_translation_corpus(
     }
     check_int("workers", workers)
     check_int("chunk", chunk)
-    manifest_path = root / "manifest.json"
-    old = _manifest(manifest_path, set_damaged_aside=True)
+    made = _made(root, settings, set_damaged_aside=False)  # made before: no lock to wait for
+    if made is not None:
+        return made
+    root.mkdir(parents=True, exist_ok=True)
+    with building(root, folder=True):  # one builder; the others wait, then find it made
+        made = _made(root, settings, set_damaged_aside=True)
+        if made is not None:
+            return made
+        remove_leftovers(root, recursive=True)  # a killed builder's temporaries
+        return _build(root, settings, chunk=chunk, workers=workers, progress=progress)
+
+
+def _made(root: Path, settings: dict, *, set_damaged_aside: bool) -> dict | None:
+    """The manifest of the corpus in `root` when it is complete, else None. ValueError when it
+    was made with other `settings`."""
+    old = _manifest(root / "manifest.json", set_damaged_aside=set_damaged_aside)
     if old is not None:
         check_made_with(root, "translation corpus", old["settings"], settings, settings)
         if all((root / f"{s}.tsv").is_file() for s in old["counts"]):
             return old
+    return None
+
+
+def _build(root: Path, settings: dict, *, chunk: int, workers: int, progress: bool) -> dict:
+    """Translate (through the chunk cache), split, write the splits and the manifest, last."""
+    fortunes, limit = settings["fortunes"], settings["limit"]
+    manifest_path = root / "manifest.json"
     start = time.perf_counter()
     english = english_sentences(fortunes=fortunes)
     if limit is not None:
