@@ -225,7 +225,8 @@ def test_cli_reference_covers_every_command() -> None:
         "cape data",
     ]
     expected += [
-        f"cape bench {w}" for w in ("encodings", "slowdown", "throughput", "train", "gpu", "rotary")
+        f"cape bench {w}"
+        for w in ("encodings", "slowdown", "throughput", "train", "gpu", "rotary", "deploy")
     ]
     expected += [f"cape data {w}" for w in ("chars", "speech", "translation")]
     assert sorted(pages) == sorted(expected)

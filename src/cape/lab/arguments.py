@@ -35,6 +35,7 @@ _EXTRA_OF_MODULE = {
     "sacrebleu": "translation",
     "matplotlib": "plot",
     "rotary_embedding_torch": "test",  # `cape bench rotary`: the reference
+    "onnxruntime": "test",  # `cape bench deploy`: the ONNX check (a cell says when it is missing)
 }
 
 _debug = False  # set by `debugging` for the duration of one command (report_error reads it)
