@@ -47,8 +47,21 @@ def init_distributed(device: str = "auto") -> DistInfo:
     if dev.type == "cuda":
         torch.cuda.set_device(dev)  # nccl collectives and all_gather_object use this device
     if world > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
+        _join("nccl" if dev.type == "cuda" else "gloo", rank, world)
     return DistInfo(rank, world, local_rank, dev)
+
+
+def _join(backend: str, rank: int, world: int) -> None:
+    """`init_process_group` on torchrun's store (env://), its keys under this restart's prefix.
+
+    torchrun's agent keeps one store (MASTER_PORT) for every restart of `--max-restarts`, and
+    the process group's keys (each rank's gloo address, nccl's id) are not per restart: a rank
+    of the restarted round that asks before rank 0 has published anew reads the dead round's
+    address and fails ("Gloo connectFullMesh failed ... Connection refused" on its port)."""
+    store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world))
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    store = dist.PrefixStore(f"cape/attempt_{attempt}/", store)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world)
 
 
 def is_distributed() -> bool:
