@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["UsageError", "RunError", "RunFolderBusy", "DamagedFile"]
+__all__ = ["UsageError", "RunError", "RunFolderBusy", "DamagedFile", "Preempted"]
 
 
 class UsageError(ValueError):
@@ -30,3 +30,18 @@ class DamagedFile(RunError):
 
     def __reduce__(self) -> tuple:  # pickled whole (across processes), not from args alone
         return (type(self), (str(self), self.path))
+
+
+class Preempted(RunError):
+    """A stop signal (SIGTERM, SIGUSR1) ended training at the end of a step, that step saved;
+    the message says which step and how to resume. `cape` exits with 75 (EX_TEMPFAIL), and
+    only `rank` 0 of a torchrun job prints the message."""
+
+    exit_code = 75  # EX_TEMPFAIL (sysexits.h): stopped early, a rerun resumes
+
+    def __init__(self, message: str, rank: int = 0) -> None:
+        super().__init__(message)
+        self.rank = rank
+
+    def __reduce__(self) -> tuple:
+        return (type(self), (str(self), self.rank))

@@ -18,6 +18,7 @@ __all__ = [
     "is_main",
     "barrier",
     "all_reduce_mean",
+    "collective_device",
     "all_gather_object",
     "cleanup",
 ]
@@ -86,7 +87,8 @@ def barrier() -> None:
         dist.barrier()
 
 
-def _collective_device() -> torch.device:
+def collective_device() -> torch.device:
+    """The device a collective's tensors live on: the current CUDA device under nccl, else CPU."""
     if is_distributed() and dist.get_backend() == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
@@ -100,7 +102,7 @@ def all_reduce_mean(metrics: dict[str, float]) -> dict[str, float]:
         return {k: float(v) for k, v in metrics.items()}
     keys = sorted(metrics)
     buf = torch.tensor(
-        [float(metrics[k]) for k in keys], dtype=torch.float64, device=_collective_device()
+        [float(metrics[k]) for k in keys], dtype=torch.float64, device=collective_device()
     )
     dist.all_reduce(buf, op=dist.ReduceOp.SUM)
     buf /= dist.get_world_size()
