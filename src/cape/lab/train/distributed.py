@@ -18,7 +18,7 @@ __all__ = [
     "is_main",
     "barrier",
     "all_reduce_mean",
-    "collective_device",
+    "cpu_group",
     "all_gather_object",
     "cleanup",
 ]
@@ -87,11 +87,25 @@ def barrier() -> None:
         dist.barrier()
 
 
-def collective_device() -> torch.device:
-    """The device a collective's tensors live on: the current CUDA device under nccl, else CPU."""
+def _collective_device() -> torch.device:
     if is_distributed() and dist.get_backend() == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
+
+
+_cpu_group: Any = None  # under nccl: a gloo group over the same ranks (`cpu_group`)
+
+
+def cpu_group() -> Any:
+    """The process group for small collectives on CPU tensors, which must not wait for the GPU
+    (a host sync per step): None (the default group) under gloo; under nccl, a gloo group over
+    the same ranks, made at the first call (a collective: every rank calls it in turn)."""
+    global _cpu_group
+    if dist.get_backend() != "nccl":
+        return None
+    if _cpu_group is None:
+        _cpu_group = dist.new_group(backend="gloo")
+    return _cpu_group
 
 
 def all_reduce_mean(metrics: dict[str, float]) -> dict[str, float]:
@@ -102,7 +116,7 @@ def all_reduce_mean(metrics: dict[str, float]) -> dict[str, float]:
         return {k: float(v) for k, v in metrics.items()}
     keys = sorted(metrics)
     buf = torch.tensor(
-        [float(metrics[k]) for k in keys], dtype=torch.float64, device=collective_device()
+        [float(metrics[k]) for k in keys], dtype=torch.float64, device=_collective_device()
     )
     dist.all_reduce(buf, op=dist.ReduceOp.SUM)
     buf /= dist.get_world_size()
@@ -119,5 +133,7 @@ def all_gather_object(obj: Any) -> list[Any]:
 
 
 def cleanup() -> None:
+    global _cpu_group
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+    _cpu_group = None

@@ -74,11 +74,12 @@ def requested() -> int:
 
 def agreed() -> int:
     """The stop signal any rank caught, 0 when none: the same on every rank (under torchrun a
-    collective: every rank calls it at the same step). In one process, `requested()`."""
+    collective: every rank calls it at the same step; on the CPU, through gloo even under nccl,
+    so it never waits for the GPU). In one process, `requested()`."""
     if not D.is_distributed():
         return _caught
-    flag = torch.tensor([_caught], dtype=torch.int64, device=D.collective_device())
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    flag = torch.tensor([_caught], dtype=torch.int64)  # on the CPU: no wait for the GPU
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=D.cpu_group())
     return int(flag.item())
 
 
