@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from cape.lab import cli
-from cape.lab.errors import RunError, UsageError
+from cape.lab.errors import Preempted, RunError, UsageError
 
 CAPE = str(Path(sys.executable).parent / "cape")  # the console script of this environment
 TRAIN = ["train", "vision", "--row", "CAPE"]
@@ -315,6 +315,15 @@ def test_ctrl_c_exits_130_quietly(monkeypatch, capsys) -> None:
     monkeypatch.delenv("CAPE_DEBUG", raising=False)
     _fail_with(monkeypatch, KeyboardInterrupt())
     assert run(["encodings"], capsys) == (130, [])
+
+
+def test_a_preempted_run_exits_75_and_only_rank_0_says_where_it_saved(monkeypatch, capsys) -> None:
+    monkeypatch.delenv("CAPE_DEBUG", raising=False)
+    line = "stopped by SIGTERM after step 7 of 20, saved in r/checkpoints/step_00000007; rerun"
+    _fail_with(monkeypatch, Preempted(line))
+    assert run(["encodings"], capsys) == (75, [f"cape encodings: {line}"])
+    _fail_with(monkeypatch, Preempted(line, rank=1))
+    assert run(["encodings"], capsys) == (75, [])
 
 
 @pytest.mark.parametrize(

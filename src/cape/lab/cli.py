@@ -2,7 +2,9 @@
 
 Exit codes, the same in every subcommand: 0 ok; 2 the user's mistake (an argument, a config, a
 path, an input file), one line naming it and what is allowed; 1 a failure at run time, one line
-naming what failed; 130 interrupted (Ctrl-C). A traceback only with `cape --debug ...` (also
+naming what failed; 130 interrupted (Ctrl-C); 75 training stopped by SIGTERM or SIGUSR1 (a
+cluster's preemption) after saving a checkpoint of its current step, one line naming it (rerun
+the same command to resume). A traceback only with `cape --debug ...` (also
 accepted after the subcommand) or CAPE_DEBUG=1.
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 import argparse
 import ast
 import signal
+import sys
 import traceback
 from pathlib import Path
 
@@ -21,7 +24,7 @@ from cape.lab.arguments import (
     debugging,
     report_error,
 )
-from cape.lab.errors import UsageError
+from cape.lab.errors import Preempted, UsageError
 
 __all__ = ["main"]
 
@@ -37,7 +40,9 @@ _DATA_SETS = {
 
 _EPILOG = (
     "exit codes: 0 ok, 2 a mistake in the command (an argument, a config, a path, an input "
-    "file), 1 a failure at run time, 130 interrupted; each error is one line on stderr. "
+    "file), 1 a failure at run time, 130 interrupted, 75 training stopped by SIGTERM or "
+    "SIGUSR1 (preemption) with its current step saved: rerun the same command to resume; "
+    "each error is one line on stderr. "
     "--debug (before or after the subcommand) or the environment variable CAPE_DEBUG=1 also "
     "prints the traceback."
 )
@@ -242,6 +247,10 @@ def main(argv: list[str] | None = None) -> int:
             if debug_wanted():
                 traceback.print_exc()
             return 130
+        except Preempted as err:  # a checkpoint of the step it stopped at: not an error
+            if err.rank == 0:  # under torchrun every rank stops, one says so
+                print(f"{prog}: {err}", file=sys.stderr)
+            return err.exit_code  # 75
         except Exception as err:  # one line, its code by class (see arguments._classify)
             return report_error(prog, err)
 

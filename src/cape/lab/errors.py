@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["UsageError", "RunError", "RunFolderBusy", "DamagedFile", "DiskFull", "is_disk_full"]
+__all__ = [
+    "UsageError", "RunError", "RunFolderBusy", "DamagedFile", "DiskFull", "Preempted",
+    "is_disk_full",
+]  # fmt: skip
 
 
 class UsageError(ValueError):
@@ -75,3 +78,18 @@ def is_disk_full(err: BaseException) -> bool:
         text = str(err).lower()
         return any(t in text for t in _FULL_TEXTS)
     return False
+
+
+class Preempted(RunError):
+    """A stop signal (SIGTERM, SIGUSR1) ended training at the end of a step, that step saved;
+    the message says which step and how to resume. `cape` exits with 75 (EX_TEMPFAIL), and
+    only `rank` 0 of a torchrun job prints the message."""
+
+    exit_code = 75  # EX_TEMPFAIL (sysexits.h): stopped early, a rerun resumes
+
+    def __init__(self, message: str, rank: int = 0) -> None:
+        super().__init__(message)
+        self.rank = rank
+
+    def __reduce__(self) -> tuple:
+        return (type(self), (str(self), self.rank))

@@ -18,6 +18,7 @@ __all__ = [
     "is_main",
     "barrier",
     "all_reduce_mean",
+    "cpu_group",
     "all_gather_object",
     "cleanup",
 ]
@@ -47,8 +48,21 @@ def init_distributed(device: str = "auto") -> DistInfo:
     if dev.type == "cuda":
         torch.cuda.set_device(dev)  # nccl collectives and all_gather_object use this device
     if world > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
+        _join("nccl" if dev.type == "cuda" else "gloo", rank, world)
     return DistInfo(rank, world, local_rank, dev)
+
+
+def _join(backend: str, rank: int, world: int) -> None:
+    """`init_process_group` on torchrun's store (env://), its keys under this restart's prefix.
+
+    torchrun's agent keeps one store (MASTER_PORT) for every restart of `--max-restarts`, and
+    the process group's keys (each rank's gloo address, nccl's id) are not per restart: a rank
+    of the restarted round that asks before rank 0 has published anew reads the dead round's
+    address and fails ("Gloo connectFullMesh failed ... Connection refused" on its port)."""
+    store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world))
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    store = dist.PrefixStore(f"cape/attempt_{attempt}/", store)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world)
 
 
 def is_distributed() -> bool:
@@ -79,6 +93,21 @@ def _collective_device() -> torch.device:
     return torch.device("cpu")
 
 
+_cpu_group: Any = None  # under nccl: a gloo group over the same ranks (`cpu_group`)
+
+
+def cpu_group() -> Any:
+    """The process group for small collectives on CPU tensors, which must not wait for the GPU
+    (a host sync per step): None (the default group) under gloo; under nccl, a gloo group over
+    the same ranks, made at the first call (a collective: every rank calls it in turn)."""
+    global _cpu_group
+    if dist.get_backend() != "nccl":
+        return None
+    if _cpu_group is None:
+        _cpu_group = dist.new_group(backend="gloo")
+    return _cpu_group
+
+
 def all_reduce_mean(metrics: dict[str, float]) -> dict[str, float]:
     """Mean of each metric over ranks (one float64 all-reduce for the whole dict).
 
@@ -104,5 +133,7 @@ def all_gather_object(obj: Any) -> list[Any]:
 
 
 def cleanup() -> None:
+    global _cpu_group
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+    _cpu_group = None

@@ -18,10 +18,11 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset
 
-from cape.lab.errors import DamagedFile
+from cape.lab.errors import DamagedFile, Preempted
 from cape.lab.io import set_aside
 from cape.lab.progress import StepLines
 from cape.lab.train import distributed as D
+from cape.lab.train import preempt
 from cape.lab.train.checkpoint import (
     get_rng_state,
     load_checkpoint,
@@ -63,6 +64,10 @@ class Trainer:
     unless a metric is logged, every `log_every` steps). Under torchrun the model is
     wrapped in DDP; only rank 0 writes to `run_dir`, holding its lock during `fit` (a second
     process on the same folder gets `RunFolderBusy`). Build the model after `seed_everything`.
+
+    SIGTERM or SIGUSR1 during `fit` (a cluster's preemption) stops it at the end of the current
+    step, every rank at the same one: that step is checkpointed and `fit` raises `Preempted`
+    (`cape` exits 75); `fit(resume=True)` continues bit-exactly (`cape.lab.train.preempt`).
 
     Exact resume covers RNG draws in the main process (loss_fn, collate_fn with num_workers=0);
     draws inside DataLoader workers are seeded per epoch iterator, not checkpointed.
@@ -293,7 +298,7 @@ class Trainer:
         fraction of loop time spent on data, logging and checkpoints rather than compute. A
         resumed run's metrics and seconds include the sessions before (from its checkpoint).
         Logged rows of the steps trained again (after the checkpoint) are dropped first."""
-        with locked_folder(self.run_dir):
+        with locked_folder(self.run_dir), preempt.catching_stop_signals():
             return self._fit(resume)
 
     def _fit(self, resume: bool) -> dict[str, float]:
@@ -335,13 +340,33 @@ class Trainer:
                     self.save(name="best")
                 self.times["checkpoint"] += time.perf_counter() - t2
             t3 = time.perf_counter()
-            if cfg.checkpoint_every and (step % cfg.checkpoint_every == 0 or final):
+            saved = bool(cfg.checkpoint_every and (step % cfg.checkpoint_every == 0 or final))
+            if saved:
                 self.save()
             self.times["checkpoint"] += time.perf_counter() - t3
             if self.on_step_end is not None:
                 self.on_step_end(self, step, metrics)
+            self._stop_if_signalled(saved)
         self.logger.close()
         return self._summary(self.last_train, self.last_eval)
+
+    def _stop_if_signalled(self, saved: bool) -> None:
+        """At a step's end: when any rank caught SIGTERM/SIGUSR1 (`preempt`), checkpoint this
+        step (unless just saved) and raise `Preempted` naming it; a collective under DDP."""
+        signum = preempt.agreed()
+        if not signum:
+            return
+        t0 = time.perf_counter()
+        if not saved:
+            self.save()
+        self.times["checkpoint"] += time.perf_counter() - t0
+        self.logger.close()
+        where = self.ckpt_dir / f"step_{self.step:08d}"
+        raise Preempted(
+            f"stopped by {preempt.signal_name(signum)} after step {self.step} of "
+            f"{self.cfg.steps}, saved in {where}; run the same command again to resume",
+            rank=self.dist.rank,
+        )
 
     def _summary(self, train_m: dict[str, float], eval_m: dict[str, float]) -> dict[str, float]:
         t = self.times
