@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -63,6 +64,9 @@ def _join(backend: str, rank: int, world: int) -> None:
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     store = dist.PrefixStore(f"cape/attempt_{attempt}/", store)
     dist.init_process_group(backend, store=store, rank=rank, world_size=world)
+    # destroyed before the interpreter exits: left to teardown, gloo's threads can abort the
+    # process after a finished run ("terminate called without an active exception", SIGABRT)
+    atexit.register(cleanup)
 
 
 def is_distributed() -> bool:
