@@ -104,6 +104,7 @@ def test_greedy_generate_is_the_argmax_of_full_forwards(case: str) -> None:
     assert model.training
     assert got.shape == (3, 17) and got.dtype == torch.long
     assert torch.equal(got, expected)
+    model.loss(got).backward()  # generated tokens can be trained on (not inference tensors)
     if case in CACHED:  # the cached and the uncached loops agree
         assert torch.equal(model.generate(prompt, 12, cache=False), got)
 

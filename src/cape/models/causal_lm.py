@@ -281,7 +281,8 @@ class CausalLM(nn.Module):
         with _eval_mode(self):
             use_cache = self.can_cache if cache is None else cache
             state = self.start_cache() if use_cache else None
-            return self._generate(prompt, max_new, temp, top_k, generator, eos, state)
+            out = self._generate(prompt, max_new, temp, top_k, generator, eos, state)
+        return out.clone()  # a normal tensor: an inference-mode one cannot enter autograd
 
     def _generate(
         self,
