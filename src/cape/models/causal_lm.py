@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._checks import check_int, check_rate
+from .._checks import check_generator, check_int, check_rate
 from ..build import encoding_class
 from ..encodings.in_attention import InAttentionEncoding
 from ..positions import token_positions
@@ -187,6 +187,7 @@ class CausalLM(nn.Module):
         _check_tokens("tokens", tokens, self.vocab_size)
         if mask is not None:
             _check_mask("mask", mask, tuple(tokens.shape))
+        check_generator("generator", generator)  # refused even when nothing is drawn
         x = self.drop(self.embed(tokens) * self.embed_scale)
         h = self.stack(x, mask=mask, positions=positions, generator=generator)
         return self._logits(h)
