@@ -28,6 +28,7 @@ import pytest
 import torch
 from _contract import Call, Draw, Recorder
 from _contract_api import GENERATORS as API
+from _contract_lm import GENERATORS as LM
 from _contract_modules import GENERATORS as MODULES
 from _contract_peers import GENERATORS as PEERS
 from hypothesis import HealthCheck, Phase, given, seed, settings
@@ -36,15 +37,17 @@ from hypothesis import strategies as st
 import cape
 from cape.models import CTCModel, Seq2Seq, ViT
 
-GROUPS = {**API, **MODULES, **PEERS}
+GROUPS = {**API, **MODULES, **PEERS, **LM}
 FAST = {"positions": 200, "augment": 200, "functional": 200, "encodings": 250, "models": 80}
 FAST["peers"] = 120
+FAST["lm"] = 60
 SLOW = {"positions": 1500, "augment": 1500, "functional": 2500, "encodings": 3500, "models": 1000}
 SLOW["peers"] = 1000
+SLOW["lm"] = 600
 # another sample of inputs: CAPE_CONTRACT_SEED=1 pytest ... (empty: the sample CI draws)
 SEED = os.environ.get("CAPE_CONTRACT_SEED", "")
 # chance that one argument is drawn from the refused values (calls with many arguments: less)
-P_BAD = {"encodings": 0.05, "models": 0.05}
+P_BAD = {"encodings": 0.05, "models": 0.05, "lm": 0.05}
 
 
 def run_group(group: str, examples: int) -> Recorder:

@@ -1,8 +1,10 @@
 """Models that combine content with positions: attention, Transformer stacks, the ViT, the CTC
-recogniser and the encoder-decoder translator (with its greedy and beam search)."""
+recogniser, the encoder-decoder translator (with its greedy and beam search) and the causal
+language model."""
 
 from .asr import CTCModel
 from .attention import MultiheadAttention, attention_mask
+from .causal_lm import CausalLM
 from .plan import PositionPlan, position_plan
 from .search import beam_search, greedy_decode, max_lengths, sequence_nll
 from .seq2seq import Seq2Seq
@@ -26,6 +28,7 @@ __all__ = [
     "ViT",
     "CTCModel",
     "Seq2Seq",
+    "CausalLM",
     "greedy_decode",
     "beam_search",
     "max_lengths",

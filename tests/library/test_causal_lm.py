@@ -1,0 +1,243 @@
+"""`cape.models.CausalLM`: incremental decoding equals the full forward for every encoding,
+logits at t never read later tokens (in training, CAPE's draws included), greedy generation is
+the argmax continuation of repeated full forwards, sampling keeps to the top k, and what
+cannot be cached or is not causal is refused by name."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from cape.augment import Augmentation
+from cape.models import CausalLM
+
+VOCAB = 13
+TINY = dict(dim=32, layers=2, heads=2, ffn_dim=64)
+ATOL = 1e-5
+AUG = Augmentation(max_global_shift=5.0, max_local_shift=0.5, max_global_scaling=1.5)
+LENGTH = dict(train_length=8.0, factor=2.0)  # texts of 16-20 tokens: beyond train_length
+
+# name -> (cape.build name, position_options): every encoding whose keys a cache can keep
+CACHED: dict[str, tuple[str, dict | None]] = {
+    "nopos": ("nopos", None),
+    "sinpos": ("sinpos", None),
+    "cape1d": ("cape1d", None),  # the text preset: Dmax 5, emax 0.5
+    "relpos": ("relpos", {"max_distance": 4.0}),  # < the lengths: clipped buckets
+    "rotary": ("rotary", None),
+    "rotary-pi": ("rotary", {"scaling": "pi", **LENGTH}),
+    "rotary-ntk": ("rotary", {"scaling": "ntk", **LENGTH}),
+    "rotary-yarn": ("rotary", {"scaling": "yarn", **LENGTH}),
+    "rotary-xpos": ("rotary", {"xpos": True, "xpos_center": 0.0, "xpos_scale_base": 16.0}),
+    "alibi": ("alibi", None),
+    "fire": ("fire", {"threshold": 4.0}),  # < the lengths: the normaliser grows with i
+    "rotary+cape": ("rotary", {"augmentation": AUG}),
+    "rotary+cape-per-layer": ("rotary", {"augmentation": AUG, "draw": "per_layer"}),
+    "alibi+cape": ("alibi", {"augmentation": AUG}),
+    "fire+cape": ("fire", {"augmentation": AUG, "threshold": 4.0}),
+}
+# keys rescaled or re-centred by each call's span: full forwards only
+SPAN = {
+    "rotary-yarn-span": ("rotary", {"scaling": "yarn", "train_length": 8.0}),
+    "rotary-xpos-span": ("rotary", {"xpos": True, "xpos_scale_base": 16.0}),
+}
+AUGMENTED = {"cape1d", "rotary+cape", "rotary+cape-per-layer", "alibi+cape", "fire+cape"}
+
+
+def _model(case: str, seed: int = 0, **kw) -> CausalLM:
+    position, options = {**CACHED, **SPAN}[case]
+    torch.manual_seed(seed)
+    return CausalLM(VOCAB, position=position, position_options=options, **{**TINY, **kw})
+
+
+def _tokens(batch: int, length: int, seed: int) -> torch.Tensor:
+    return torch.randint(0, VOCAB, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+def _full_argmax(model: CausalLM, prompt: torch.Tensor, steps: int) -> torch.Tensor:
+    """The reference continuation: a full forward per new token, argmax of the last row."""
+    out = prompt
+    with torch.no_grad():
+        for _ in range(steps):
+            out = torch.cat([out, model(out)[:, -1].argmax(-1, keepdim=True)], dim=1)
+    return out
+
+
+@pytest.mark.parametrize("case", sorted(CACHED))
+def test_prefill_then_steps_equal_the_full_forward(case: str) -> None:
+    model = _model(case).eval()
+    tokens = _tokens(3, 18, 1)
+    with torch.no_grad():
+        full = model(tokens)
+        cache = model.start_cache()
+        rows = [model.step(tokens[:, :7], cache)]  # a prompt of 7, then one token at a time
+        rows += [model.step(tokens[:, t : t + 1], cache) for t in range(7, 18)]
+    steps = torch.cat(rows, dim=1)
+    assert cache.length == 18 and steps.shape == (3, 18, VOCAB) and steps.dtype == torch.float32
+    torch.testing.assert_close(steps, full, rtol=0, atol=ATOL)
+
+
+@pytest.mark.parametrize("case", sorted({**CACHED, **SPAN}))
+def test_logits_at_t_ignore_later_tokens_in_training(case: str) -> None:
+    model = _model(case).train()  # dropout 0.1 and CAPE's draws on
+    tokens, t = _tokens(2, 16, 2), 9
+    changed = tokens.clone()
+    changed[:, t + 1 :] = (changed[:, t + 1 :] + 1 + _tokens(2, 6, 3) % (VOCAB - 1)) % VOCAB
+
+    def run(x: torch.Tensor, seed: int) -> torch.Tensor:
+        torch.manual_seed(0)  # the same dropout masks (they read shapes only)
+        return model(x, generator=torch.Generator().manual_seed(seed))
+
+    a, b = run(tokens, 5), run(changed, 5)
+    torch.testing.assert_close(a[:, : t + 1], b[:, : t + 1], rtol=0, atol=ATOL)
+    assert (a[:, t + 1 :] - b[:, t + 1 :]).abs().max() > 1e-3  # later tokens do matter there
+    if case in AUGMENTED:  # the generator really feeds CAPE's draws
+        assert (a[:, : t + 1] - run(tokens, 6)[:, : t + 1]).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("case", sorted({**CACHED, **SPAN}))
+def test_greedy_generate_is_the_argmax_of_full_forwards(case: str) -> None:
+    model = _model(case, dropout=0.0).eval()
+    prompt = _tokens(3, 5, 4)
+    expected = _full_argmax(model, prompt, 12)
+    got = model.train().generate(prompt, 12)  # generate decodes in eval mode, then restores
+    assert model.training
+    assert got.shape == (3, 17) and got.dtype == torch.long
+    assert torch.equal(got, expected)
+    model.loss(got).backward()  # generated tokens can be trained on (not inference tensors)
+    if case in CACHED:  # the cached and the uncached loops agree
+        assert torch.equal(model.generate(prompt, 12, cache=False), got)
+
+
+def test_sampling_keeps_to_the_top_k_and_is_reproducible() -> None:
+    model = _model("rotary+cape").eval()
+    prompt = _tokens(8, 3, 5)
+
+    def sample(seed: int, top_k: int | None) -> torch.Tensor:
+        gen = torch.Generator().manual_seed(seed)
+        return model.generate(prompt, 24, temperature=3.0, top_k=top_k, generator=gen)
+
+    def outside_top3(out: torch.Tensor) -> int:
+        with torch.no_grad():
+            logits = model(out)[:, 2:-1]  # the rows that chose tokens 3..
+        top = logits.topk(3, dim=-1).indices
+        return int((top != out[:, 3:, None]).all(-1).sum())
+
+    out = sample(0, 3)
+    assert out.shape == (8, 27) and torch.equal(out[:, :3], prompt)
+    assert outside_top3(out) == 0
+    assert outside_top3(sample(0, None)) > 0  # hot sampling without the cut leaves the top 3
+    assert torch.equal(sample(0, 3), out)
+    assert not torch.equal(sample(1, 3), out)
+
+
+def test_eos_ends_a_row_and_fills_it() -> None:
+    model = _model("alibi").eval()
+    gen = torch.Generator().manual_seed(0)
+    out = model.generate(_tokens(6, 2, 6), 30, temperature=2.0, generator=gen, eos=4)
+    assert out.shape == (6, 32)
+    ended = 0
+    for row in out[:, 2:].tolist():
+        if 4 in row:
+            ended += 1
+            first = row.index(4)
+            assert set(row[first:]) == {4}
+    assert ended > 0
+
+
+def test_loss_is_next_token_cross_entropy_over_real_tokens() -> None:
+    model = _model("rotary").eval()
+    tokens = _tokens(3, 10, 7)
+    mask = torch.arange(10)[None] < torch.tensor([10, 6, 2])[:, None]
+    logits = model(tokens, mask)
+    expected = [
+        F.cross_entropy(logits[i, : n - 1], tokens[i, 1:n], reduction="sum")
+        for i, n in enumerate((10, 6, 2))
+    ]
+    loss = model.loss(tokens, mask)
+    torch.testing.assert_close(loss, torch.stack(expected).sum() / (9 + 5 + 1))
+    other = torch.where(mask, tokens, (tokens + 3) % VOCAB)  # padding holds other ids
+    torch.testing.assert_close(model.loss(other, mask), loss)
+    full = F.cross_entropy(model(tokens)[:, :-1].reshape(-1, VOCAB), tokens[:, 1:].reshape(-1))
+    torch.testing.assert_close(model.loss(tokens), full)
+    model.train().loss(tokens, mask).backward()
+    assert model.out_proj is None and model.embed.weight.grad is not None  # tied head
+
+
+@pytest.mark.parametrize("case", ["cape1d", "relpos", "rotary-xpos", "fire"])
+def test_right_padding_leaves_real_tokens_unchanged(case: str) -> None:
+    model = _model(case).eval()
+    tokens = _tokens(2, 12, 8)
+    mask = torch.ones(2, 12, dtype=torch.bool)
+    mask[1, 7:] = False
+    with torch.no_grad():
+        padded = model(tokens, mask)[1, :7]
+        alone = model(tokens[1:, :7])[0]
+    torch.testing.assert_close(padded, alone, rtol=0, atol=ATOL)
+
+
+@pytest.mark.parametrize(
+    ("case", "option"), [("rotary-yarn-span", "factor"), ("rotary-xpos-span", "xpos_center")]
+)
+def test_a_cache_is_refused_where_keys_follow_the_span(case: str, option: str) -> None:
+    model = _model(case).eval()
+    with pytest.raises(ValueError, match=rf"position_options\['{option}'\]"):
+        model.start_cache()
+    with pytest.raises(ValueError, match=option):
+        model.generate(_tokens(1, 3, 9), 2, cache=True)
+    assert not model.can_cache and _model("rotary-yarn").can_cache
+
+
+def test_cache_and_step_need_eval_mode() -> None:
+    model = _model("rotary").train()
+    with pytest.raises(ValueError, match="eval"):
+        model.start_cache()
+    cache = model.eval().start_cache()
+    with pytest.raises(ValueError, match="eval"):
+        model.train().step(_tokens(1, 2, 0), cache)
+
+
+NORMALIZED = Augmentation(max_global_shift=5.0, normalize=True)
+
+
+@pytest.mark.parametrize(
+    ("position", "options"),
+    [
+        ("cape1d", {"augmentation": NORMALIZED}),
+        ("rotary", {"augmentation": NORMALIZED}),
+        ("rotary", {"augmentation": NORMALIZED, "draw": "per_layer"}),
+        ("alibi", {"augmentation": NORMALIZED}),
+    ],
+)
+def test_mean_normalisation_is_refused(position: str, options: dict) -> None:
+    with pytest.raises(ValueError, match="normalize"):
+        CausalLM(VOCAB, position=position, position_options=options, **TINY)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "words"),
+    [
+        (dict(top_k=VOCAB + 1, temperature=1.0), ValueError, "top_k"),
+        (dict(top_k=0, temperature=1.0), ValueError, "top_k"),
+        (dict(temperature=-1.0), ValueError, "temperature"),
+        (dict(eos=VOCAB), ValueError, "eos"),
+        (dict(cache="yes"), TypeError, "cache"),
+    ],
+)
+def test_generate_names_bad_arguments(kwargs: dict, error: type, words: str) -> None:
+    model = _model("rotary")
+    with pytest.raises(error, match=words):
+        model.generate(_tokens(1, 3, 0), 2, **kwargs)
+    with pytest.raises(ValueError, match="prompt"):
+        model.generate(_tokens(1, 0, 0), 2)
+
+
+def test_spec_rebuilds_the_model_and_options_are_checked() -> None:
+    model = _model("rotary-yarn", tie_embeddings=False)
+    rebuilt = CausalLM(**model.spec)
+    assert rebuilt.spec == model.spec and rebuilt.out_proj is not None
+    assert CausalLM(VOCAB, position="alibi", **TINY).stack.layers[0].self_attn.biases[0].causal
+    with pytest.raises(ValueError, match="position"):
+        CausalLM(VOCAB, position="cape2d", **TINY)  # reads 2-D positions
+    with pytest.raises(ValueError, match="divisible"):
+        CausalLM(VOCAB, dim=30, heads=4)
