@@ -37,6 +37,7 @@ import numpy as np
 from cape.lab.data.cache import building, remove_leftovers
 from cape.lab.data.text_corpus.sources import Source, read_documents
 from cape.lab.data.text_corpus.tokenizers import (
+    MIN_BPE_VOCAB,
     BpeTokenizer,
     ByteTokenizer,
     dtype_for,
@@ -238,6 +239,8 @@ def build_text_corpus(
     if tokenizer == "bytes" and vocab not in (None, ByteTokenizer.vocab_size):
         raise UsageError(f"--vocab is for --tokenizer bpe (bytes has 257 ids), got {vocab}")
     size = ByteTokenizer.vocab_size if tokenizer == "bytes" else vocab or DEFAULT_BPE_VOCAB
+    if size < MIN_BPE_VOCAB and tokenizer == "bpe":
+        raise UsageError(f"--vocab must be at least {MIN_BPE_VOCAB} for bpe, got {size}")
     fractions = check_fractions(fractions)
     start = time.perf_counter()
     source = read_documents(corpus)
