@@ -14,6 +14,9 @@ DEB_PACKAGES="$DEB_PACKAGES espeak-ng libespeak-ng1 wordnet-base sox libsndfile1
 # Apertium English->Spanish and fortune cookies for the translation corpus
 # (cape.lab.data.translation).
 DEB_PACKAGES="$DEB_PACKAGES apertium apertium-eng-spa fortunes-min fortunes"
+# The King James Bible and the Jargon File for the text corpora of the causal language models
+# (cape.lab.data.text_corpus; the fortunes above are a third).
+DEB_PACKAGES="$DEB_PACKAGES bible-kjv dict-jargon"
 missing=$(for p in $DEB_PACKAGES; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done)
 if [ -n "$missing" ]; then
   SUDO=$([ "$(id -u)" -eq 0 ] || echo sudo)

@@ -187,7 +187,7 @@ _HELPS = [
     ["bench"],
     *(["bench", b] for b in ("encodings", "slowdown", "throughput", "train", "gpu", "rotary")),
     ["data"],
-    *(["data", d] for d in ("chars", "speech", "translation")),
+    *(["data", d] for d in ("chars", "speech", "translation", "text")),
     ["experiment"],
     *(["experiment", e] for e in ("asr", "length", "vision")),
     ["train"],
@@ -222,7 +222,7 @@ def test_bench_help_lists_every_benchmark_with_a_line(capsys: pytest.CaptureFixt
 def test_data_help_lists_every_data_set_with_a_line(capsys: pytest.CaptureFixture) -> None:
     assert _exit_code(["data", "--help"]) == 0
     lines = capsys.readouterr().out.split("data sets:\n")[1].splitlines()
-    assert [line.split()[0] for line in lines] == ["chars", "speech", "translation"]
+    assert [line.split()[0] for line in lines] == ["chars", "speech", "translation", "text"]
     assert all(len(line.split()) > 3 for line in lines)
 
 

@@ -228,7 +228,7 @@ def test_cli_reference_covers_every_command() -> None:
         f"cape bench {w}"
         for w in ("encodings", "slowdown", "throughput", "train", "gpu", "rotary", "deploy")
     ]
-    expected += [f"cape data {w}" for w in ("chars", "speech", "translation")]
+    expected += [f"cape data {w}" for w in ("chars", "speech", "translation", "text")]
     assert sorted(pages) == sorted(expected)
     for command, text in pages.items():
         assert text.startswith(f"usage: {command} "), f"{command}: {text[:200]}"

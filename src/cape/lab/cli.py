@@ -36,6 +36,7 @@ _DATA_SETS = {
     "chars": "rendered character images at several sizes and fonts (vision, cape.lab.data.images)",
     "speech": "WordNet text and digit strings spoken by espeak-ng (asr, cape.lab.data.speech)",
     "translation": "English-Spanish pairs: WordNet + fortunes through Apertium (translation)",
+    "text": "real text for language models: KJV Bible, Jargon File, fortunes, stdlib, a folder",
 }
 
 _EPILOG = (
@@ -97,6 +98,10 @@ def _data(args: argparse.Namespace, rest: list[str]) -> int:
         from cape.lab.data.translation.command import translation_main
 
         return translation_main(rest)
+    if args.what == "text":  # corpora for causal LMs (cape.lab.data.text_corpus)
+        from cape.lab.data.text_corpus.command import text_main
+
+        return text_main(rest)
     from cape.lab.data.images.render import make_native_sizes, make_split
 
     p = ArgumentParser(prog=f"cape data {args.what}")
