@@ -46,6 +46,7 @@ class FIRE(PositionBias):
         threshold: float = 512.0,
         augmentation: Augmentation | None = None,
     ) -> None:
+        check_int("heads", heads)  # its MLP has one output per head: a number is needed
         super().__init__(heads, augmentation)
         self.hidden = check_int("hidden", hidden)
         self.causal = check_bool("causal", causal)
