@@ -125,8 +125,9 @@ def positions_line(study: Study) -> str:
         best, off = study.cells[(ranked[0], study.train)], study.cells[(blind[0], study.train)]
         answer = "yes" if study.better(best, off) else "no"
         said = (
-            f"{answer}: at {at} the best row `{ranked[0]}` has {study.text(best)} {study.metric}"
-            f", `{blind[0]}` (no positions) {study.text(off)}"
+            f"{answer}: at {at} the best row `{ranked[0]}` has {study.text(best)}"
+            + (f" {study.metric}" if study.metric else "")
+            + f", `{blind[0]}` (no positions) {study.text(off)}"
         )
         if answer == "no" and not study.one_seed:
             said += ", within the seeds' spread"

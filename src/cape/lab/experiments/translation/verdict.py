@@ -56,7 +56,7 @@ def study(results: dict[str, Any]) -> Study:
     columns = list(BUCKETS.values())
     return Study(
         rows=results["config"]["rows"], cells=_cells(results), columns=columns, train="test",
-        unseen=columns[1:], metric="BLEU", unit=" BLEU",
+        unseen=columns[1:], metric="", unit=" BLEU",
         pair_unit="BLEU points (positive: better)", extra=_own(results),
     )  # fmt: skip
 
