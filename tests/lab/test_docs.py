@@ -290,3 +290,44 @@ def test_plot_redraws_archived_report(name: str, tmp_path: Path) -> None:
     shutil.copytree(archive, copy)
     assert main(["plot", str(copy)]) == 0
     assert (copy / "report.md").read_bytes() == (archive / "report.md").read_bytes()
+
+
+# a verdict line copied from an archived report: `<!-- verdict from results/<run>/report.md -->`
+# on the line before it
+_VERDICT_MARK = re.compile(r"^<!-- verdict from (results/[^ ]+/report\.md) -->$")
+EXPERIMENT_PAGES = sorted((ROOT / "docs" / "experiments").glob("*.md"))
+# no archived report with a results.json to write a verdict from (cpu-full predates it)
+NO_VERDICT = {"lff-generation.md"}
+
+
+def _first_verdict_line(report: Path) -> str:
+    lines = report.read_text(encoding="utf-8").splitlines()
+    start = lines.index("## Verdict")  # ValueError: the report has no verdict
+    return next(line for line in lines[start + 1 :] if line.startswith("- "))
+
+
+def _verdict_lines(page: Path) -> list[tuple[str, str]]:
+    lines = page.read_text(encoding="utf-8").splitlines()
+    return [
+        (m.group(1), lines[i + 1])
+        for i, line in enumerate(lines[:-1])
+        if (m := _VERDICT_MARK.match(line))
+    ]
+
+
+@pytest.mark.parametrize("page", EXPERIMENT_PAGES, ids=[p.name for p in EXPERIMENT_PAGES])
+def test_pages_state_the_verdict_of_their_archived_report(page: Path) -> None:
+    """Each experiment page, and the index for each of them, states the verdict in one line: the
+    first verdict line of the archived report it names, word for word."""
+    found = _verdict_lines(page)
+    if page.name not in NO_VERDICT:
+        assert found, f"{_rel(page)} states no verdict (`<!-- verdict from results/... -->`)"
+    if page.name == "index.md":
+        pages = [p for p in EXPERIMENT_PAGES if p.name != "index.md"]
+        named = {run for p in pages for run, _ in _verdict_lines(p)}
+        assert {run for run, _ in found} == named, "the index states another set of verdicts"
+    for report, line in found:
+        first = _first_verdict_line(ROOT / report)
+        assert line.startswith("- ") and line.endswith(first[2:]), (
+            f"{_rel(page)}: the verdict line differs from the first of {report}:\n{first}"
+        )

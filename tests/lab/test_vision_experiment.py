@@ -600,7 +600,7 @@ def test_relations_run_reports_whether_rows_use_their_positions(tmp_path) -> Non
     }
     report = (out / "report.md").read_text()
     assert report.index("## Verdict") < report.index("Top-1 accuracy (%) on test images")
-    assert "Does the task need positions?" in report and "32 training images (relations)" in report
+    assert "**Positions needed?**" in report and "32 training images (relations)" in report
     assert "with the positions taken out at test time" in report
 
 

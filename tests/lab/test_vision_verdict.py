@@ -1,8 +1,10 @@
-"""The vision report's verdict, on hand-made records whose conclusions are worked out here."""
+"""The vision report's verdict (the shared `cape.lab.experiments.verdict` on the vision study), on
+hand-made records whose conclusions are worked out here."""
 
 from __future__ import annotations
 
-from cape.lab.experiments.vision.verdict import NO_POSITIONS, removed_table_cells, verdict
+from cape.lab.experiments.verdict import verdict
+from cape.lab.experiments.vision.verdict import NO_POSITIONS, removed_table_cells, study
 
 CONFIG = {
     "rows": [
@@ -12,7 +14,6 @@ CONFIG = {
         {"name": "lazy", "position": "cape2d"},
     ]
 }
-ROWS = [r["name"] for r in CONFIG["rows"]]
 
 
 def _rec(row: str, seed: int, size: int, acc: float, method: str = "plain") -> dict:
@@ -37,63 +38,62 @@ def _records() -> list[dict]:
     return out
 
 
+def _verdict(records: list[dict], claims: list | None = None) -> list[str]:
+    return verdict(study({"config": CONFIG, "records": records}, 32, claims or []))
+
+
 def test_verdict_says_what_the_numbers_say() -> None:
-    text = verdict(_records(), CONFIG, ROWS, 32, num_classes=4)
-    assert text is not None
-    # nopos 25.0 +- 1.4 at 32 px, chance 25%: within max(5, 2 std) of chance -> cannot solve it
-    assert "reaches 25.0 ± 1.4% at the training size (32 px), against 25% by chance" in text
-    assert "it cannot solve the task without them" in text
-    assert "learned absolute positions (`abspos`) reach 91.0 ± 1.4%" in text
-    # drops at 32 px, paired by seed: abspos 64, 67 -> 65.5 +- 2.1; CAPE 58, 62 -> 60.0 +- 2.8;
-    # lazy 2, 1 -> 1.5 +- 0.7 (under 5 points: not used)
-    assert "`abspos` 65.5 ± 2.1, `CAPE` 60.0 ± 2.8, `lazy` 1.5 ± 0.7" in text
-    assert "Used by: `abspos`, `CAPE`. Not used (at most 5 points): `lazy`." in text
-    assert "seeds disagree" not in text
-    # 24 px: CAPE 72.0 +- 2.8 best; abspos 61.0 +- 1.4 is 11 points behind (not level);
-    # lazy 50.0; nopos is left out of the ranking
-    assert "**At 24 px (smaller than training)** the best row is `CAPE` with 72.0 ± 2.8%" in text
-    assert "no other row is within the seeds' spread of it; no positions: 26.0 ± 1.4%" in text
-    # 64 px: CAPE 42.5 +- 0.7 best; abspos 42.0 +- 2.8 within max std 2.8 -> level
-    assert "the best row is `lazy` with 51.0 ± 1.4%" in text  # lazy keeps 51.0 at 64 px
-    # shares kept: CAPE 72 / 89 = 81%, abspos 61 / 91 = 67%
-    assert "`abspos` 67%, `CAPE` 81%, `lazy` 98%" in text
+    first, at24, at64 = _verdict(_records())
+    # at 32 px: abspos 91.0 +- 1.4 best, nopos 25.0 +- 1.4, far beyond the spread
+    assert first.startswith(
+        "**Positions needed?** yes: at 32 px the best row `abspos` has 91.0 ± 1.4% top-1 "
+        "accuracy, `nopos` (no positions) 25.0 ± 1.4%"
+    )
+    # positions removed at 32 px: abspos 25.5, CAPE 29.0, lazy 49.5 (51.0 +- 1.4 -> 49.5 +- 0.7:
+    # 1.5 points, beyond the larger std 1.4)
+    assert "`abspos` 91.0 → 25.5%, `CAPE` 89.0 → 29.0%, `lazy` 51.0 → 49.5%" in first
+    assert "worse without them: `abspos`, `CAPE`, `lazy`" in first
+    # 24 px: CAPE 72.0 +- 2.8; abspos 61.0 is 11 points behind
+    assert at24 == "**Best at 24 px**: `CAPE` 72.0 ± 2.8%; no other row within the seeds' spread."
+    # 64 px: lazy 51.0 +- 1.4 keeps its accuracy; CAPE 42.5, abspos 42.0 are far behind
+    assert at64.startswith("**Best at 64 px**: `lazy` 51.0 ± 1.4%; no other row")
 
 
 def test_level_rows_are_named() -> None:
-    """Without `lazy`, at 64 px: CAPE 42.5 +- 0.7 is best and abspos 42.0 +- 2.8 differs by 0.5,
-    under the larger std (2.8): level with it."""
-    recs = [r for r in _records() if r["row"] != "lazy"]
-    text = verdict(recs, CONFIG, ROWS, 32, num_classes=4)
-    assert (
-        "**At 64 px (larger than training)** the best row is `CAPE` with 42.5 ± 0.7%; level "
-        "with it within the seeds' spread: `abspos`; no positions: 25.0 ± 0.0%." in text
-    )
+    records = [r for r in _records() if not (r["row"] == "abspos" and r["size"] == 24)]
+    records += [_rec("abspos", 0, 24, 69.0), _rec("abspos", 1, 24, 71.0)]  # 70.0 +- 1.4
+    said = _verdict(records)
+    assert "**Best at 24 px**: `CAPE` 72.0 ± 2.8%; level with it within the seeds' spread: " \
+        "`abspos` 70.0 ± 1.4%." in said  # fmt: skip
 
 
 def test_a_task_that_does_not_need_positions_is_called_so() -> None:
-    recs = [dict(r, acc=r["acc"] + 40.0) if r["row"] == "nopos" else r for r in _records()]
-    text = verdict(recs, CONFIG, ROWS, 32, num_classes=4)
-    assert "40.0 points above chance, so the task does not need positions at this budget" in text
+    records = [r for r in _records() if r["row"] != "nopos"]
+    records += [_rec("nopos", s, size, 90.0 + s) for s in (0, 1) for size in (24, 32, 64)]
+    first = _verdict(records)[0]
+    assert first.startswith("**Positions needed?** no: at 32 px the best row `abspos` has 91.0")
+    assert "within the seeds' spread" in first
 
 
-def test_no_verdict_without_positions_removed_measurements() -> None:
-    recs = [r for r in _records() if r["method"] == "plain"]
-    assert verdict(recs, CONFIG, ROWS, 32, num_classes=4) is None
-    assert removed_table_cells(recs) == []
-    cells = removed_table_cells(_records())
-    assert {(c["row"], c["size"]) for c in cells} == {("abspos", 32), ("CAPE", 32), ("lazy", 32)}
+def test_one_seed_says_the_spread_is_unknown() -> None:
+    said = _verdict([r for r in _records() if r["seed"] == 0])
+    assert all("one seed: spread unknown, compared plainly" in line for line in said)
+    assert said[1] == (
+        "**Best at 24 px**: `CAPE` 70.0%; next `abspos` 60.0% "
+        "(one seed: spread unknown, compared plainly)."
+    )
 
 
-def test_seeds_that_disagree_are_called_so() -> None:
-    """CAPE loses 58 points with seed 0 and 2 with seed 1: 30.0 +- 39.6, under twice its spread."""
-    recs = [
-        dict(r, acc=88.0) if (r["row"], r["seed"], r["method"]) == ("CAPE", 1, NO_POSITIONS) else r
-        for r in _records()
-    ]
-    text = verdict(recs, CONFIG, ROWS, 32, num_classes=4)
-    assert "`CAPE` 30.0 ± 39.6" in text
-    assert "Used by: `abspos`." in text
-    assert "The seeds disagree (a cost under twice its spread): `CAPE`." in text
+def test_the_papers_claims_are_counted() -> None:
+    claims = [("CAPE ≥ sinpos at 32 px", "89.0 vs 80.0", True), ("x > y", "1.0 vs 2.0", False)]
+    assert _verdict(_records(), claims)[-1] == (
+        "**The paper's claims**: 1 of 2 hold; not: x > y (1.0 vs 2.0)."
+    )
+
+
+def test_removed_table_cells() -> None:
+    cells = {(c["row"], c["size"]): c for c in removed_table_cells(_records())}
+    assert cells[("CAPE", 32)]["mean"] == 29.0 and len(cells) == 3
 
 
 def test_rows_fitted_to_the_grid_are_set_against_their_paper_twin() -> None:
@@ -111,7 +111,7 @@ def test_rows_fitted_to_the_grid_are_set_against_their_paper_twin() -> None:
             _rec(row, s, size, accs[s] - (size == 64) * 10) for s in (0, 1) for size in (32, 64)
         ]
         recs += [_rec(row, s, 32, 25.0, NO_POSITIONS) for s in (0, 1)]
-    text = verdict(recs, config, ["nopos", "CAPE", "fit", "lone"], 32, num_classes=4)
+    text = "\n".join(verdict(study({"config": config, "records": recs}, 32)))
     # fit - CAPE: 89 - 60 = +29.0 at both sizes; stds 1.4 and 14.1: apart by more than 14.1
     assert (
         "`fit` against `CAPE` (the paper's frequencies), points: +29.0 at 32 px, +29.0 at 64 px."

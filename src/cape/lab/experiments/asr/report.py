@@ -12,8 +12,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from cape.lab.experiments.pairs import verdict_pairs
 from cape.lab.experiments.reporting import add_curves, add_tradeoff, plot_ok, train_cost_table
+from cape.lab.experiments.verdict import Study, add_verdict, verdict
 from cape.lab.report import Report, claims_table, mean_std, summarize, summary_table
 
 __all__ = ["render", "bin_table", "flatness", "paper_claims"]
@@ -214,6 +214,25 @@ def _reliance_table(results: dict[str, Any]) -> str | None:
     return "\n".join(lines)
 
 
+def study(results: dict[str, Any], claims: list[Any] | None = None) -> Study:
+    """The speech study for the verdict (`cape.lab.experiments.verdict`): WER on test at the
+    training hop per duration bin; the training bin is the first (utterances <= 6 s), the bins
+    past it are never seen in training; positions removed in that bin."""
+    hop = results["config"]["features"]["hop_ms"]
+    recs = [r for r in results["records"] if r["hop_ms"] == hop]
+    test = [r for r in recs if r["split"] == "test"]
+    cells = {(c["row"], c["bin"]): c for c in summarize(test, ["row", "bin"], "wer")}
+    bins = _bins(test)
+    gone = [r for r in recs if r["split"] == NO_POSITIONS and r["bin"] == bins[0]]
+    return Study(
+        rows=results["config"]["rows"], cells=cells, columns=bins, train=bins[0],
+        unseen=[b for b in bins[1:] if b != "all"],
+        label=lambda b: b if b == "all" else f"{b} s", metric="WER", higher=False,
+        removed={c["row"]: c for c in summarize(gone, ["row"], "wer")},
+        claims=claims or [], pair_unit="WER points on test (negative: fewer errors)",
+    )  # fmt: skip
+
+
 def render(out: Path, results: dict[str, Any]) -> Path:
     cfg = results["config"]
     rows = [r["name"] for r in cfg["rows"]]
@@ -238,6 +257,8 @@ def render(out: Path, results: dict[str, Any]) -> Path:
         f"{cfg['seeds']} (mean ± std over seeds). Produced by `cape experiment asr`; "
         "`cape plot` redraws this page from results.json."
     )
+    claims = paper_claims(results)
+    add_verdict(rep, verdict(study(results, claims)))
     for split, label in SPLITS.items():
         if not any(r["split"] == split for r in results["records"]):
             continue
@@ -269,21 +290,12 @@ def render(out: Path, results: dict[str, Any]) -> Path:
         present = [n for n in names if n in rows]
         if len(present) >= 2 and set(present) - set(MAIN):  # a study needs one of its own rows
             rep.table(bin_table(results, "test", present), caption=caption)
-    claims = paper_claims(results)
     if claims:
         rep.table(
             claims_table(claims),
             caption="The paper's findings (sec. 5.2, app. C) checked "
             "on test WER, means over seeds; rows of the names the presets use.",
         )
-    test = [r for r in results["records"] if r["split"] == "test" and r["hop_ms"] == f["hop_ms"]]
-    cells = {(c["row"], c["bin"]): c for c in summarize(test, ["row", "bin"], "wer")}
-    said = verdict_pairs(
-        cfg["rows"], lambda row, b: cells.get((row, b)), _bins(test),
-        lambda b: b if b == "all" else f"{b} s", "WER points on test (negative: fewer errors)",
-    )  # fmt: skip
-    if said:
-        rep.paragraph(" ".join(said))
     reliance = _reliance_table(results)
     if reliance:
         rep.table(

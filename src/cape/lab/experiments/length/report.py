@@ -11,8 +11,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from cape.lab.experiments.pairs import verdict_pairs
 from cape.lab.experiments.reporting import add_curves, plot_ok, seeds_by_row, train_cost_table
+from cape.lab.experiments.verdict import Study, add_verdict
+from cape.lab.experiments.verdict import verdict as shared_verdict
 from cape.lab.report import MISSING, Report, mean_std, summarize
 from cape.lab.stats import welch_t_test
 
@@ -142,42 +143,25 @@ def _kept(results: dict[str, Any], ref: int) -> tuple[str, list[str]]:
     return "\n".join(lines), said
 
 
-def _best_longest(results: dict[str, Any], cells: dict) -> str:
-    longest = results["config"]["eval"]["lengths"][-1]
-    ranked = sorted(
-        (r["name"] for r in results["config"]["rows"] if (r["name"], longest) in cells),
-        key=lambda n: -_mean(cells[n, longest]),
-    )
-    if not ranked:
-        return f"Best at {longest} tokens: no row was evaluated there."
-    top = ranked[0]
-    text = (
-        f"**Best at {longest} tokens ({_factor(results, longest)}): {top}**, "
-        f"{_text(cells[top, longest])}% over {cells[top, longest]['n']} seed(s)"
-    )
-    if len(ranked) > 1:
-        second = ranked[1]
-        p = _p(cells[top, longest], cells[second, longest])
-        text += f"; next {second}, {_text(cells[second, longest])}% ({_p_text(p)})"
-    return text + "."
-
-
 def verdict(results: dict[str, Any]) -> tuple[list[str], str]:
-    """The verdict's paragraphs and its table of kept accuracy, written from the numbers."""
+    """The verdict's lines (`cape.lab.experiments.verdict`, with this experiment's test of
+    positions against the position-blind bound and the rows that keep their accuracy) and the
+    table of kept accuracy, written from the numbers."""
     cells = _cells(results)
-    ref = results["config"]["eval"]["lengths"][0]
+    rows, lengths = results["config"]["rows"], results["config"]["eval"]["lengths"]
+    ref = lengths[0]
     table, said = _kept(results, ref)
     keep = (
         f"**Rows that keep >= {KEEP:.0%} of their {ref}-token accuracy** (of the rows more than "
         f"{MARGIN:g} points above the position-blind bound at {ref} tokens; share of the 1x "
         "accuracy per seed, mean ± std over seeds): " + "; ".join(said) + "."
     )
-    rows, lengths = results["config"]["rows"], results["config"]["eval"]["lengths"]
-    cell = lambda row, n: cells.get((row, n))  # noqa: E731
-    label = lambda n: f"{n} tokens"  # noqa: E731
-    pairs = verdict_pairs(rows, cell, lengths, label)
-    said = [_positions_needed(results, cells, ref), keep, _best_longest(results, cells), *pairs]
-    return said, table
+    study = Study(
+        rows=rows, cells=cells, columns=lengths, train=ref, unseen=lengths[1:],
+        label=lambda n: f"{n} tokens", positions=_positions_needed(results, cells, ref),
+        extra=[keep],
+    )  # fmt: skip
+    return shared_verdict(study), table
 
 
 def render(out: Path, results: dict[str, Any]) -> Path:
@@ -196,6 +180,8 @@ def render(out: Path, results: dict[str, Any]) -> Path:
         f"over seeds; accuracy over the scored tokens, %). The final weights are evaluated. "
         f"Produced by `cape experiment length`; `cape plot` redraws this page from results.json."
     )
+    lines, table = verdict(results)
+    add_verdict(rep, lines)
     notes = []
     for r in cfg["rows"]:
         parts = [f"options {r['options']}"] if r["options"] else []
@@ -223,10 +209,6 @@ def render(out: Path, results: dict[str, Any]) -> Path:
         "best guess from a token and the multiset of its sequence (what a model without "
         "positions can reach).",
     )
-    rep.heading("Verdict")
-    paragraphs, table = verdict(results)
-    for text in paragraphs:
-        rep.paragraph(text)
     if len(table.splitlines()) > 2:
         rep.table(
             table,

@@ -13,6 +13,7 @@ from typing import Any
 from cape.lab.data.boxes import QUESTIONS
 from cape.lab.experiments.lff_boxes.verdict import verdict
 from cape.lab.experiments.reporting import add_tradeoff, plot_ok, train_cost_table
+from cape.lab.experiments.verdict import add_verdict
 from cape.lab.report import Report, mean_std, summarize, summary_table
 from cape.lab.stats import welch_t_test
 
@@ -104,6 +105,7 @@ def render(out: Path, results: dict[str, Any]) -> Path:
         f"Produced by `cape experiment lff-boxes`; `cape plot` "
         f"redraws this page from results.json."
     )
+    add_verdict(rep, verdict(results))
     base = results.get("baselines", {})
     if base:
         parts = [
@@ -128,11 +130,6 @@ def render(out: Path, results: dict[str, Any]) -> Path:
         "coordinate values (Tables 3-4 analog); encoding params: trainable parameters of "
         "the position encoding.",
     )
-    said = verdict(results)
-    if said:
-        rep.heading("Verdict")
-        for sentence in said:
-            rep.paragraph(sentence)
     for split, label in SETS.items():
         recs = [r for r in results["records"] if r["set"] == split]
         if recs:

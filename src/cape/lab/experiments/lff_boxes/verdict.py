@@ -1,13 +1,15 @@
-"""The LFF boxes report's verdict, written from the numbers: which rows answer best on unseen
-coordinates (within the seeds' spread), which lose accuracy from seen to unseen coordinates
-beyond it, whether the task needs positions at all, and each row with CAPE's augmentation of
-the corners against the same row without it."""
+"""The LFF boxes report's verdict (`cape.lab.experiments.verdict`): answer accuracy on screens
+with seen coordinates (the training column) and unseen ones, each row with CAPE's augmentation
+of the corners against the same row without it, and a line of its own: the rows that lose
+accuracy from seen to unseen coordinates beyond the seeds' spread."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from cape.lab.experiments.pairs import level, pair_sentences
+from cape.lab.experiments.pairs import level
+from cape.lab.experiments.verdict import Study
+from cape.lab.experiments.verdict import verdict as shared_verdict
 from cape.lab.report import summarize
 
 __all__ = ["verdict"]
@@ -31,43 +33,29 @@ def _twins(rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
 
 
 def verdict(results: dict[str, Any]) -> list[str]:
-    """The verdict's sentences (markdown) from the records' overall accuracy per set."""
+    """The verdict's lines (markdown) from the records' overall accuracy per set."""
     rows = results["config"]["rows"]
-    names = [r["name"] for r in rows]
     recs = [r for r in results["records"] if r["question"] == "all"]
     cells = {(c["row"], c["set"]): c for c in summarize(recs, ["row", "set"], "acc")}
+    names = [r["name"] for r in rows]
     there = [n for n in names if (n, "test_unseen") in cells and (n, "test_seen") in cells]
     if not there:
         return []
-    unseen = {n: cells[(n, "test_unseen")] for n in there}
-    best = max(there, key=lambda n: unseen[n]["mean"])
-    tied = [n for n in there if n != best and level(unseen[n], unseen[best])]
-    level_with = ", ".join(f"`{n}`" for n in tied)
-    said = [
-        f"**Unseen coordinates**: `{best}` answers best ({unseen[best]['mean']:.1f} ± "
-        f"{unseen[best]['std']:.1f}%)"
-        + (f"; level with it within the seeds' spread: {level_with}." if tied else ".")
-    ]
     drops = {
-        n: unseen[n]["mean"] - cells[(n, "test_seen")]["mean"]
+        n: cells[(n, "test_unseen")]["mean"] - cells[(n, "test_seen")]["mean"]
         for n in there
-        if not level(unseen[n], cells[(n, "test_seen")])
-        and unseen[n]["mean"] < cells[(n, "test_seen")]["mean"]
+        if not level(cells[(n, "test_unseen")], cells[(n, "test_seen")])
+        and cells[(n, "test_unseen")]["mean"] < cells[(n, "test_seen")]["mean"]
     }
-    said.append(
+    lose = (
         "**Lose accuracy on unseen coordinates** (beyond the seeds' spread): "
         + (", ".join(f"`{n}` {d:+.1f} points" for n, d in drops.items()) if drops else "none")
         + "."
     )
-    blind = [r["name"] for r in rows if r["position"] == "nopos" and r["name"] in unseen]
-    if blind:
-        gap = unseen[best]["mean"] - unseen[blind[0]]["mean"]
-        said.append(
-            f"**Positions needed**: `{best}` is {gap:+.1f} points above `{blind[0]}` "
-            f"({unseen[blind[0]]['mean']:.1f}%) on unseen coordinates."
-        )
-    said += pair_sentences(
-        "CAPE's augmentation", _twins(rows), lambda n, s: cells.get((n, s)), list(SETS),
-        SETS.get, "accuracy points (positive: better)", twin_note=" (not augmented)",
+    study = Study(
+        rows=rows, cells=cells, columns=list(SETS), train="test_seen", unseen=["test_unseen"],
+        label=lambda s: f"{SETS[s]} coordinates", metric="answer accuracy",
+        pairs=[("CAPE's augmentation", _twins(rows), " (not augmented)")],
+        pair_unit="accuracy points (positive: better)", extra=[lose],
     )  # fmt: skip
-    return said
+    return shared_verdict(study)

@@ -20,6 +20,7 @@ from typing import Any
 from scipy import stats
 
 from cape.lab.experiments.reporting import add_curves, plot_ok, train_cost_table
+from cape.lab.experiments.verdict import Study, add_verdict, verdict
 from cape.lab.report import Report, mean_std, pivot, summarize
 
 __all__ = ["t_quantile_975", "confidence_cells", "render"]
@@ -112,6 +113,17 @@ def render(out: Path, results: dict[str, Any]) -> Path:
     )
     final = confidence_cells(results["records"], ["row"], "bpd")
     curve = confidence_cells(results["curves"], ["row", "step"], "bpd") if results["curves"] else []
+    cells = {(c["row"], "final"): c for c in final}
+    add_verdict(
+        rep,
+        verdict(
+            Study(
+                rows=cfg["rows"], cells=cells, columns=["final"], train="final",
+                unseen=["final"], label=lambda _: "the end of training", higher=False,
+                metric="held-out bits per dim", unit=" bpd", digits=4,
+            )
+        ),
+    )  # fmt: skip
     rep.table(
         _final_table(final, results["records"], rows, positions),
         caption="Final held-out bits per dim (lower is better; mean ± std over seeds, "

@@ -15,6 +15,7 @@ import numpy as np
 
 from cape.lab.experiments.reporting import add_curves, plot_ok, seeds_by_row, train_cost_table
 from cape.lab.experiments.translation.verdict import verdict
+from cape.lab.experiments.verdict import add_verdict
 from cape.lab.report import Report, summarize, summary_table
 
 __all__ = ["render", "bleu_table", "nll_table", "nll_curve_cells"]
@@ -125,6 +126,7 @@ def render(out: Path, results: dict[str, Any]) -> Path:
         f"(mean ± std over seeds{_partial(results, cfg['seeds'])}). Produced by "
         "`cape experiment translation`; `cape plot` redraws this page from results.json."
     )
+    add_verdict(rep, verdict(results))
     rep.table(
         bleu_table(results),
         caption=f"sacreBLEU on test (all, and by reference length: "
@@ -137,9 +139,6 @@ def render(out: Path, results: dict[str, Any]) -> Path:
         f"pairs (2-4 joined), by output position; training targets have at most "
         f"{results.get('train_length', '?')} tokens.",
     )
-    rep.heading("Verdict")
-    for sentence in verdict(results):
-        rep.paragraph(sentence)
     rep.table(_params(results), caption="Trainable parameters and the seeds reported, per row.")
     _plots(rep, out, results)
     _examples(rep, results)

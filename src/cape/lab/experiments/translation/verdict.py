@@ -1,16 +1,18 @@
-"""The translation report's verdict, written from the numbers: which rows translate the long
-buckets best (within the seeds' spread), how much of their test BLEU each keeps on the longest
-bucket, which rows' teacher-forced NLL stays lowest far past the training lengths, and the
-pairs every study compares (`cape.lab.experiments.pairs.verdict_pairs`)."""
+"""The translation report's verdict (`cape.lab.experiments.verdict`): BLEU on test and on the
+long buckets never seen in training, and lines of its own: how much of their test BLEU the rows
+keep on the longest bucket, which rows' teacher-forced NLL stays lowest far past the training
+lengths."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from cape.lab.experiments.pairs import level, verdict_pairs
+from cape.lab.experiments.pairs import level
+from cape.lab.experiments.verdict import Study
+from cape.lab.experiments.verdict import verdict as shared_verdict
 from cape.lab.report import summarize
 
-__all__ = ["verdict"]
+__all__ = ["study", "verdict"]
 
 # the columns the verdict reads: (split, bin) -> label
 BUCKETS = {
@@ -49,19 +51,26 @@ def _level_with(names: list[str], intro: str) -> str:
     return f"{intro}{', '.join(names)}." if names else "."
 
 
+def study(results: dict[str, Any]) -> Study:
+    """The translation study: BLEU per bucket, test as the training column."""
+    columns = list(BUCKETS.values())
+    return Study(
+        rows=results["config"]["rows"], cells=_cells(results), columns=columns, train="test",
+        unseen=columns[1:], metric="", unit=" BLEU",
+        pair_unit="BLEU points (positive: better)", extra=_own(results),
+    )  # fmt: skip
+
+
 def verdict(results: dict[str, Any]) -> list[str]:
-    """The verdict's sentences (markdown) from the results' records."""
+    """The verdict's lines (markdown) from the results' records."""
+    return shared_verdict(study(results))
+
+
+def _own(results: dict[str, Any]) -> list[str]:
+    """The share of the test BLEU kept at the longest bucket, the stacked sentences' NLL."""
     rows = [r["name"] for r in results["config"]["rows"]]
     cells = _cells(results)
     said = []
-    best = _best(cells, rows, LONGEST, high=True)
-    if best:
-        others = [f"`{r}` ({_cell(cells[(r, LONGEST)])})" for r in best[1:]]
-        said.append(
-            f"**Longest bucket ({LONGEST})**: `{best[0]}` translates best "
-            f"({_cell(cells[(best[0], LONGEST)], ' BLEU')})"
-            + _level_with(others, "; level with it within the seeds' spread: ")
-        )
     # a share of a BLEU near 0 says nothing: only rows that translate (test BLEU at least
     # half the best row's) are ranked
     tested = {r: cells[(r, "test")]["mean"] for r in rows if (r, "test") in cells}
@@ -92,9 +101,4 @@ def verdict(results: dict[str, Any]) -> list[str]:
                 f"lowest NLL ({nll[(low[0], band)]['mean']:.2f} nats per token)"
                 + _level_with([f"`{r}`" for r in low[1:]], ", level with ")
             )
-    columns = list(BUCKETS.values())
-    said += verdict_pairs(
-        results["config"]["rows"], lambda r, c: cells.get((r, c)), columns, str,
-        "BLEU points (positive: better)",
-    )  # fmt: skip
     return said

@@ -14,8 +14,9 @@ import numpy as np
 import torch
 
 from cape.lab.experiments.reporting import add_curves, add_tradeoff, plot_ok, train_cost_table
+from cape.lab.experiments.verdict import add_verdict, verdict
 from cape.lab.experiments.vision.config import RowConfig
-from cape.lab.experiments.vision.verdict import removed_table_cells, verdict
+from cape.lab.experiments.vision.verdict import removed_table_cells, study
 from cape.lab.io import atomic_write
 from cape.lab.report import Report, claims_table, mean_std, pivot, summarize, summary_table
 from cape.models.vit import ViT
@@ -112,10 +113,8 @@ def render(out: Path, results: dict[str, Any], maps: dict[str, np.ndarray] | Non
         f"vision`; `cape plot` redraws this page from results.json."
     )
     opts = dict(rows="row", cols="size", row_order=rows, col_format="{} px")
-    data = results.get("data", {})
-    said = verdict(results["records"], cfg, rows, main_size, data.get("classes"))
-    if said:  # results with positions-removed measurements open with their verdict
-        rep.heading("Verdict").paragraph(said)
+    claims = paper_claims(results)
+    add_verdict(rep, verdict(study(results, main_size, claims)))
     rendered = cfg["data"].get("source", "chars") in ("chars", "relations")
     for split, title in (
         ("test", "test images (train fonts)" if rendered else "the folder's test images"),
@@ -151,7 +150,6 @@ def render(out: Path, results: dict[str, Any], maps: dict[str, np.ndarray] | Non
             "use its positions.",
         )
     _extra_tables(rep, results, rows)
-    claims = paper_claims(results)
     if claims:
         ours = (
             ", then ours (a row with scaled frequencies against the same row at the paper's)"
