@@ -12,6 +12,7 @@ from cape.lab.experiments.base import Experiment
 from cape.lab.experiments.length.experiment import LENGTH
 from cape.lab.experiments.lff_boxes.experiment import LFF_BOXES
 from cape.lab.experiments.lff_generation.experiment import LFF_GENERATION
+from cape.lab.experiments.lm.experiment import LM
 from cape.lab.experiments.run_folders import slug
 from cape.lab.experiments.study_config import merge, resolve_config
 from cape.lab.experiments.translation.experiment import TRANSLATION
@@ -20,5 +21,5 @@ from cape.lab.experiments.vision.experiment import VISION
 __all__ = ["Experiment", "EXPERIMENTS", "merge", "resolve_config", "slug"]
 
 EXPERIMENTS: dict[str, Experiment] = {
-    e.name: e for e in (VISION, LFF_GENERATION, LFF_BOXES, ASR, TRANSLATION, LENGTH)
+    e.name: e for e in (VISION, LFF_GENERATION, LFF_BOXES, ASR, TRANSLATION, LENGTH, LM)
 }

@@ -1,0 +1,252 @@
+"""Configuration of the language-model experiment (trained at context L, evaluated at 1x-16x L)
+and its presets.
+
+A `cape.models.CausalLM` learns next-token prediction on real text (`cape.lab.data.text_corpus`)
+with windows of L = `data.context` tokens, then is evaluated on non-overlapping windows of
+`eval.factors` x L tokens (the ALiBi paper's protocol). Every row is a `cape.build` name with its
+options; `eval_options` change the encoding at evaluation only (RoPE's PI, NTK, YaRN chosen at
+inference), `train_as` makes a row evaluate another row's trained weights, and `finetune_from`
+makes a row start from another row's final weights and train `finetune.steps` more steps at
+`finetune.factor` x L (the PI and YaRN papers' recipe, scaled down).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cape._checks import check_float, check_int
+from cape.lab.data.text_corpus import TOKENIZERS
+from cape.lab.experiments.study_config import (
+    check_best_metric,
+    check_position,
+    check_runs,
+    check_transformer,
+)
+from cape.lab.experiments.train_as import (
+    ReusableRow,
+    check_reuse_fields,
+    check_train_as,
+    trained_row,
+)
+from cape.lab.train.config import TrainConfig
+
+__all__ = [
+    "DataConfig",
+    "ModelConfig",
+    "FinetuneConfig",
+    "EvalConfig",
+    "RowConfig",
+    "LMConfig",
+    "position_options",
+]
+
+
+@dataclass
+class DataConfig:
+    """The corpus (`build_text_corpus`: a name such as "kjv" or a folder of .txt files, built
+    once under `root`) and its `tokenizer` ("bytes", or "bpe" of `vocab` pieces); `context`: L,
+    the training window in tokens; `train_windows`: how many training windows are drawn (uniform
+    starts in the train split, from `seed`; the engine shuffles them); `val_tokens`: the first
+    tokens of the validation split scored at L during training (the checkpoint's metric)."""
+
+    corpus: str = "kjv"
+    tokenizer: str = "bytes"
+    vocab: int | None = None
+    root: str = "data/text"
+    context: int = 128
+    train_windows: int = 100000
+    val_tokens: int = 32768
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for key in ("corpus", "root"):
+            value = getattr(self, key)
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"data.{key} must be a non-empty string, got {value!r}")
+        if self.tokenizer not in TOKENIZERS:
+            raise ValueError(
+                f"data.tokenizer must be one of {', '.join(TOKENIZERS)}, got {self.tokenizer!r}"
+            )
+        if self.vocab is not None:
+            check_int("data.vocab", self.vocab, minimum=2)
+        check_int("data.context", self.context, minimum=2)
+        check_int("data.train_windows", self.train_windows)
+        check_int("data.val_tokens", self.val_tokens, minimum=2)
+        check_int("data.seed", self.seed, minimum=0)
+
+
+@dataclass
+class ModelConfig:
+    """The `cape.models.CausalLM`'s sizes (tied input and output embeddings)."""
+
+    dim: int = 128
+    heads: int = 4
+    layers: int = 2
+    ffn_dim: int = 512
+    dropout: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_transformer(self, ("dim", "heads", "layers", "ffn_dim"), ("dropout",))
+
+
+@dataclass
+class FinetuneConfig:
+    """The fine-tune of the `finetune_from` rows: `steps` steps of `batch_size` windows of
+    `factor` x L tokens at learning rate `lr` (`warmup_steps` of warm-up, then cosine)."""
+
+    factor: int = 4
+    steps: int = 50
+    batch_size: int = 8
+    lr: float = 3e-4
+    warmup_steps: int = 5
+
+    def __post_init__(self) -> None:
+        check_int("finetune.factor", self.factor, minimum=2)
+        check_int("finetune.steps", self.steps)
+        check_int("finetune.batch_size", self.batch_size)
+        if check_float("finetune.lr", self.lr) <= 0:
+            raise ValueError(f"finetune.lr must be > 0, got {self.lr}")
+        check_int("finetune.warmup_steps", self.warmup_steps, minimum=0)
+
+
+@dataclass
+class EvalConfig:
+    """factors: the evaluation lengths as multiples of L (increasing, the first 1: the verdict's
+    reference); split: "test" or "val"; max_tokens: how many tokens of the split are scored (its
+    first ones; 0 = all of it), the same at every length; batch_tokens: tokens per evaluation
+    batch (windows per batch = max(1, batch_tokens // length)); buckets: how many position
+    buckets the loss by position (over the full windows of the longest length) averages over.
+    Here, not in `data`, so that changing them evaluates the trained runs again (no retraining)."""
+
+    factors: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16])
+    split: str = "test"
+    max_tokens: int = 0
+    batch_tokens: int = 8192
+    buckets: int = 32
+
+    def __post_init__(self) -> None:
+        if not self.factors:
+            raise ValueError("eval.factors must list at least one factor")
+        for i, f in enumerate(self.factors):
+            check_int(f"eval.factors[{i}]", f)
+        if list(self.factors) != sorted(set(self.factors)) or self.factors[0] != 1:
+            raise ValueError(f"eval.factors must be strictly increasing from 1, got {self.factors}")
+        if self.split not in ("val", "test"):
+            raise ValueError(f"eval.split must be 'val' or 'test', got {self.split!r}")
+        check_int("eval.max_tokens", self.max_tokens, minimum=0)
+        check_int("eval.batch_tokens", self.batch_tokens)
+        check_int("eval.buckets", self.buckets)
+
+
+@dataclass
+class RowConfig(ReusableRow):
+    """One row: `position` (a 1-D `cape.build` name) with `options`; `eval_options` replace or
+    add options at evaluation only; `train_as`: an earlier row whose trained weights this row
+    evaluates (no training); `finetune_from`: an earlier row whose final weights this row starts
+    from, trained `finetune.steps` more at `finetune.factor` x L with its own options. Options
+    with a RoPE `scaling` get `train_length` L by default, and a fine-tuned row `factor`
+    `finetune.factor` (`position_options`)."""
+
+    finetune_from: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError("rows[].name must be a non-empty string")
+        key = f"rows[{self.name}]"
+        self.position = check_position(f"{key}.position", self.position)
+        if not isinstance(self.options, dict):
+            raise ValueError(f"{key}.options must be a mapping, got {self.options!r}")
+        check_reuse_fields(key, self)
+        if self.finetune_from is not None and not isinstance(self.finetune_from, str):
+            raise ValueError(f"{key}.finetune_from must be a row name or null")
+        if self.finetune_from is not None and self.train_as is not None:
+            raise ValueError(f"{key}: give train_as or finetune_from, not both")
+
+
+def position_options(row: RowConfig, cfg: LMConfig, *, evaluation: bool = False) -> dict:
+    """The `position_options` of a row's `CausalLM`: its options (those of the row it is trained
+    as, if any), at evaluation its `eval_options` over them; with a RoPE `scaling`,
+    `train_length` defaults to L and, for a fine-tuned row, `factor` to `finetune.factor`."""
+    trained = trained_row(cfg.rows, row)
+    options = dict(trained.options)
+    if evaluation:
+        options.update(row.eval_options)
+    if options.get("scaling") is not None:
+        options.setdefault("train_length", cfg.data.context)
+        if trained.finetune_from is not None:
+            options.setdefault("factor", float(cfg.finetune.factor))
+    return options
+
+
+@dataclass
+class LMConfig:
+    """The whole experiment: every row is trained once per seed (or reuses the weights of the
+    row its `train_as` names, or fine-tunes those of its `finetune_from`) and evaluated at every
+    length."""
+
+    name: str = "lm"
+    seeds: list[int] = field(default_factory=lambda: [0])
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    rows: list[RowConfig] = field(default_factory=list)
+
+    @property
+    def lengths(self) -> list[int]:
+        """The evaluation lengths in tokens: every factor x L."""
+        return [f * self.data.context for f in self.eval.factors]
+
+    def row(self, name: str) -> RowConfig:
+        """The row called `name`."""
+        return next(r for r in self.rows if r.name == name)
+
+    def __post_init__(self) -> None:
+        check_runs(self.rows, self.seeds)
+        check_best_metric(self.train, "loss", "min", "the validation loss at L")
+        if self.eval.max_tokens and self.eval.max_tokens <= self.lengths[-1]:
+            raise ValueError(
+                f"eval.max_tokens must exceed the longest evaluation length {self.lengths[-1]} "
+                f"(or be 0: the whole split), got {self.eval.max_tokens}"
+            )
+        check_train_as(self.rows)
+        self._check_finetunes()
+        for row in self.rows:
+            self._check_encoding(row)
+
+    def _check_finetunes(self) -> None:
+        """Every `finetune_from` names an earlier row that trains its own weights from scratch,
+        with the same `position`."""
+        for i, row in enumerate(self.rows):
+            if row.finetune_from is None:
+                continue
+            key = f"rows[{row.name}].finetune_from"
+            earlier = {
+                r.name: r for r in self.rows[:i] if r.train_as is None and r.finetune_from is None
+            }
+            source = earlier.get(row.finetune_from)
+            if source is None:
+                raise ValueError(
+                    f"{key} must name an earlier row trained from scratch (one of "
+                    f"{sorted(earlier)}), got {row.finetune_from!r}"
+                )
+            if source.position != row.position:
+                raise ValueError(
+                    f"{key}: the row's position {row.position!r} must be that of "
+                    f"{source.name!r} ({source.position!r})"
+                )
+
+    def _check_encoding(self, row: RowConfig) -> None:
+        """Build the row's model for training and for evaluation: bad options fail here."""
+        from cape.models import CausalLM
+
+        m = self.model
+        for what, evaluation in (("options", False), ("eval_options", True)):
+            try:
+                CausalLM(
+                    2, dim=m.dim, layers=1, heads=m.heads, ffn_dim=4, position=row.position,
+                    position_options=position_options(row, self, evaluation=evaluation),
+                )  # fmt: skip
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"rows[{row.name}].{what}: {e}") from None

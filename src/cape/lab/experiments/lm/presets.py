@@ -1,0 +1,102 @@
+"""The language-model experiment's presets: `quick` (the default) and `cpu-full`.
+
+Rows are `cape.build` names with options (one name, one method everywhere in cape). The RoPE
+extensions chosen at inference (PI, NTK, YaRN) reuse rotary's runs (`train_as: rotary`, only
+`eval_options` change); the fine-tuned ones start from rotary's final weights and train
+`finetune.steps` more at 4x L with the scaling set (`finetune_from: rotary`); both scale from
+`train_length` L (`config.position_options`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cape.lab.experiments.pairs import preset_augmentation
+from cape.lab.experiments.study_config import train_preset
+
+__all__ = ["PRESETS", "PRESET_NOTES", "ROWS"]
+
+# CAPE's augmentation of token positions (the "text" preset: global shift 5 tokens, local
+# shift 0.5, no mean-normalisation, which a causal model refuses), as fields for the names that
+# take no preset (alibi, fire)
+_CAPE_TEXT = preset_augmentation("text")
+_EXTENSIONS = (("PI", "pi"), ("NTK", "ntk"), ("YaRN", "yarn"))
+_FINETUNED = (("PI", "pi"), ("YaRN", "yarn"))
+
+ROWS: list[dict[str, Any]] = [
+    {"name": "nopos", "position": "nopos"},
+    {"name": "sinpos", "position": "sinpos"},
+    {"name": "CAPE", "position": "cape1d", "options": {"preset": "text", "normalize": False}},
+    {"name": "relpos", "position": "relpos"},
+    {"name": "rotary", "position": "rotary"},
+    *[
+        {
+            "name": f"rotary {label}@inference",
+            "position": "rotary",
+            "train_as": "rotary",
+            "eval_options": {"scaling": scaling},
+        }
+        for label, scaling in _EXTENSIONS
+    ],
+    *[
+        {
+            "name": f"rotary {label} fine-tuned",
+            "position": "rotary",
+            "finetune_from": "rotary",
+            "options": {"scaling": scaling},
+        }
+        for label, scaling in _FINETUNED
+    ],
+    {"name": "xPos", "position": "rotary", "options": {"xpos": True}},
+    {"name": "ALiBi", "position": "alibi"},
+    {"name": "FIRE", "position": "fire"},
+    {"name": "rotary+CAPE", "position": "rotary", "options": {"preset": "text"}},
+    {"name": "ALiBi+CAPE", "position": "alibi", "options": dict(_CAPE_TEXT)},
+    {"name": "FIRE+CAPE", "position": "fire", "options": dict(_CAPE_TEXT)},
+]
+_QUICK_NAMES = ("nopos", "rotary", "ALiBi", "rotary+CAPE")
+
+# Timings (one thread, 2 cores shared with another job; dim 128, 2 layers, batch 24 x 128
+# bytes): ~0.27 s a step for rotary, nopos and ALiBi, ~0.3 s for FIRE and relpos.
+_QUICK_TRAIN = train_preset(
+    dict(steps=300, batch_size=24, lr=2e-3, weight_decay=0.01, warmup_steps=30),
+    every=150,
+    best="loss",
+    log_every=50,
+)
+_FULL_TRAIN = train_preset(
+    dict(steps=1200, batch_size=32, lr=1e-3, weight_decay=0.01, warmup_steps=100),
+    every=400,
+    best="loss",
+    log_every=100,
+)
+
+# name -> config mapping (apply `--config` files and `--set` overrides on top)
+PRESETS: dict[str, dict[str, Any]] = {
+    "quick": {
+        "name": "lm-quick",
+        "seeds": [0],
+        "data": {"context": 128, "val_tokens": 16384},
+        "model": {"dim": 128, "heads": 4, "layers": 2, "ffn_dim": 512},
+        "train": _QUICK_TRAIN,
+        "eval": {"factors": [1, 2, 4, 8, 16], "max_tokens": 65536},
+        "rows": [r for r in ROWS if r["name"] in _QUICK_NAMES],
+    },
+    "cpu-full": {
+        "name": "lm-cpu-full",
+        "seeds": [0, 1, 2],
+        "data": {"context": 256, "val_tokens": 32768},
+        "model": {"dim": 128, "heads": 4, "layers": 3, "ffn_dim": 512},
+        "train": _FULL_TRAIN,
+        "finetune": {"factor": 4, "steps": 100, "batch_size": 8, "lr": 3e-4},
+        "eval": {"factors": [1, 2, 4, 8, 16], "max_tokens": 131072},
+        "rows": ROWS,
+    },
+}
+
+# one line per preset: what `cape experiment NAME --help` says of it
+PRESET_NOTES: dict[str, str] = {
+    "quick": "KJV bytes, L=128, 1x-16x: about 8 minutes on 2 CPU cores",
+    "cpu-full": "every row, L=256, 1x-16x (the RoPE extensions at inference reuse rotary's "
+    "runs): about 7 hours on 2 CPU cores",
+}

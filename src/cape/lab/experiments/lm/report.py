@@ -1,0 +1,175 @@
+"""The language-model experiment's report: perplexity by evaluation length, the corpus, the
+verdict (`verdict.py`), the plots (perplexity against length, loss by position) and the
+training cost.
+
+`render(out, results)` writes `report.md`, `perplexity_vs_length.png` and
+`loss_by_position.png`, a pure function of the results (the `Experiment` base writes
+`results.json` first, and `cape plot` renders again from it).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from cape.lab.experiments.lm.plots import can_plot, plot_lines
+from cape.lab.experiments.lm.verdict import KEEP, ppl_cells, verdict
+from cape.lab.report import MISSING, Report, mean_std, summarize
+
+__all__ = ["render", "ppl_table", "corpus_table"]
+
+
+def _seeds(results: dict[str, Any]) -> dict[str, int]:
+    """How many seeds each row holds (its runs in results["train"])."""
+    out: dict[str, int] = {}
+    for key in results.get("train", {}):
+        row = key.rpartition("/seed")[0]
+        out[row] = out.get(row, 0) + 1
+    return out
+
+
+def _encoding(row: dict[str, Any]) -> str:
+    text = row["position"]
+    parts = [f"{k}={v}" for k, v in row["options"].items()]
+    parts += [f"{k}={v} at evaluation" for k, v in row["eval_options"].items()]
+    parts += [f"weights of {row['train_as']}"] if row.get("train_as") else []
+    parts += [f"fine-tuned from {row['finetune_from']}"] if row.get("finetune_from") else []
+    return text + (f" ({', '.join(parts)})" if parts else "")
+
+
+def ppl_table(results: dict[str, Any], key: str = "ppl", digits: int = 2) -> str:
+    """Markdown: per row, its encoding, seeds and mean ± std of `key` at every evaluation
+    length (lowest per length in bold)."""
+    cfg = results["config"]
+    context, factors = cfg["data"]["context"], cfg["eval"]["factors"]
+    cells, seeds = ppl_cells(results, key), _seeds(results)
+    best = {
+        f: min((c["mean"] for (_, g), c in cells.items() if g == f), default=math.nan)
+        for f in factors
+    }
+    head = ["row", "encoding", "seeds", *[f"{f * context} ({f}x)" for f in factors]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in cfg["rows"]:
+        name = row["name"]
+        line = [name, _encoding(row), str(seeds.get(name, 0))]
+        for f in factors:
+            cell = cells.get((name, f))
+            text = MISSING if cell is None else mean_std(cell, digits)
+            line.append(f"**{text}**" if cell is not None and cell["mean"] == best[f] else text)
+        lines.append("| " + " | ".join(line) + " |")
+    return "\n".join(lines)
+
+
+def corpus_table(results: dict[str, Any]) -> str:
+    """Markdown: documents, bytes, tokens and bytes per token of each split."""
+    lines = [
+        "| split | documents | bytes | tokens | bytes/token |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for split, s in results["corpus"]["splits"].items():
+        bpt = MISSING if s["bytes_per_token"] is None else f"{s['bytes_per_token']:.3f}"
+        lines.append(f"| {split} | {s['documents']} | {s['bytes']} | {s['tokens']} | {bpt} |")
+    return "\n".join(lines)
+
+
+def _setup(rep: Report, results: dict[str, Any]) -> None:
+    cfg = results["config"]
+    d, m, t, ft, e = cfg["data"], cfg["model"], cfg["train"], cfg["finetune"], cfg["eval"]
+    c = results["corpus"]
+    vocab = c["vocabulary"]
+    rep.paragraph(
+        f"A causal language model (`cape.models.CausalLM`: d={m['dim']}, {m['layers']} layers, "
+        f"{m['heads']} heads, FFN {m['ffn_dim']}, dropout {m['dropout']}, tied embeddings) "
+        f"learns next-token prediction on the `{c['corpus']}` corpus ({vocab['tokenizer']} "
+        f"tokenizer, {vocab['size']} ids) in windows of L = {d['context']} tokens: "
+        f"{t['steps']} steps of batch {t['batch_size']} ({t['optimizer']}, lr {t['lr']}, "
+        f"{t['schedule']}); seeds {cfg['seeds']}. Fine-tuned rows start from their source's "
+        f"final weights and train {ft['steps']} more steps of batch {ft['batch_size']} at "
+        f"{ft['factor']}x L (lr {ft['lr']}). Evaluation (the ALiBi paper's protocol): the "
+        f"first {c['scored_tokens']} predicted tokens of the {c['scored_split']} split cut into "
+        f"non-overlapping windows of each length {[f * d['context'] for f in e['factors']]}; "
+        "every token is predicted once, with the context of its own window only. Perplexity is "
+        "exp of the mean loss per token; bits per byte convert it by the split's bytes per "
+        "token. Produced by `cape experiment lm`; `cape plot` redraws this page from "
+        "results.json."
+    )
+
+
+def _plots(rep: Report, out: Path, results: dict[str, Any]) -> None:
+    cfg = results["config"]
+    if not (results["records"] and can_plot()):
+        return
+    order = [r["name"] for r in cfg["rows"]]
+    cells = summarize(results["records"], ["row", "length"], "ppl")
+    plot_lines(
+        [c for c in cells if c["n"]], out / "perplexity_vs_length.png", x="length", order=order,
+        x_label="evaluation length (tokens, log scale)", y_label="perplexity (log scale)",
+        title="Perplexity vs evaluation length", vline=cfg["data"]["context"], logy=True,
+    )  # fmt: skip
+    rep.image(
+        "perplexity_vs_length.png",
+        "Perplexity against the evaluation length (log scales), one line per row (error bars: "
+        "std over seeds); the dashed line is the training context L.",
+    )
+    by_pos = results.get("by_position") or []
+    if not by_pos:
+        return
+    cells = summarize(by_pos, ["row", "position"], "loss")
+    longest = cfg["eval"]["factors"][-1] * cfg["data"]["context"]
+    plot_lines(
+        [c for c in cells if c["n"]], out / "loss_by_position.png", x="position", order=order,
+        x_label="position in the window (tokens, log scale)", y_label="loss (nats per token)",
+        title=f"Loss by position in windows of {longest} tokens", vline=cfg["data"]["context"],
+    )  # fmt: skip
+    rep.image(
+        "loss_by_position.png",
+        f"Mean loss by position inside the windows of {longest} tokens (averaged over "
+        f"{cfg['eval']['buckets']} position buckets and over seeds); the dashed line is L.",
+    )
+
+
+def _cost(rep: Report, results: dict[str, Any]) -> None:
+    lines = ["| run | steps | train s | final val loss |", "|---|---|---|---|"]
+    for name, s in results["train"].items():
+        if "train_as" in s:
+            continue
+        seconds = sum(s.get(f"time_{k}", 0.0) for k in ("data", "compute", "log", "checkpoint"))
+        loss = s.get("eval_loss", math.nan)
+        loss_s = MISSING if loss is None or math.isnan(loss) else f"{loss:.4f}"
+        steps = s.get("step")
+        steps_s = MISSING if steps is None else str(int(steps))
+        lines.append(f"| {name} | {steps_s} | {seconds:.0f} | {loss_s} |")
+    if len(lines) > 2:
+        rep.heading("Training cost")
+        rep.table("\n".join(lines), caption="Per run: steps, seconds, validation loss at L.")
+
+
+def render(out: Path, results: dict[str, Any]) -> Path:
+    rep = Report(f"Language-model experiment `{results['name']}`")
+    _setup(rep, results)
+    rep.heading("Corpus")
+    rep.table(corpus_table(results), caption=f"`{results['corpus']['corpus']}`, by split.")
+    rep.heading("Perplexity by evaluation length")
+    rep.table(
+        ppl_table(results),
+        caption="Perplexity per evaluation length (tokens; x: times L), mean ± std over seeds, "
+        "lowest per length in bold.",
+    )
+    rep.table(
+        ppl_table(results, "bpb", 3),
+        caption="The same in bits per byte (mean ± std over seeds).",
+    )
+    rep.heading("Verdict")
+    paragraphs, table = verdict(results)
+    for text in paragraphs:
+        rep.paragraph(text)
+    rep.table(
+        table,
+        caption=f"Perplexity at each longer length over the row's own at 1x (keeps: <= "
+        f"{1 + KEEP:.2f}).",
+    )
+    rep.heading("Plots")
+    _plots(rep, out, results)
+    _cost(rep, results)
+    return rep.write(out / "report.md")
