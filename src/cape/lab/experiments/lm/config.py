@@ -114,8 +114,9 @@ class EvalConfig:
     """factors: the evaluation lengths as multiples of L (increasing, the first 1: the verdict's
     reference); split: "test" or "val"; max_tokens: how many tokens of the split are scored (its
     first ones; 0 = all of it), the same at every length; batch_tokens: tokens per evaluation
-    batch (windows per batch = max(1, batch_tokens // length)); buckets: how many position
-    buckets the loss by position (over the full windows of the longest length) averages over.
+    batch (windows per batch = max(1, batch_tokens // length)); buckets: at most how many
+    position buckets (log-spaced: `evaluate.position_buckets`) the loss by position over the
+    full windows of the longest length averages over.
     Here, not in `data`, so that changing them evaluates the trained runs again (no retraining)."""
 
     factors: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16])

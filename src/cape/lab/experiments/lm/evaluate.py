@@ -63,9 +63,12 @@ def window_loss(
 
 
 def position_buckets(length: int, buckets: int) -> list[tuple[int, int]]:
-    """`buckets` (at most `length`) contiguous position ranges [start, end) covering a window."""
-    edges = np.linspace(0, length, min(buckets, length) + 1).round().astype(int)
-    return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+    """At most `buckets` contiguous position ranges [start, end) covering a window of `length`,
+    log-spaced (the first [0, 1), then edges at round(geomspace(1, length, buckets))): the
+    first tokens, where the context grows, are seen one by one, the far ones in wide ranges."""
+    edges = np.unique(np.round(np.geomspace(1, length, max(buckets, 2))).astype(int))
+    edges = [0, *(int(e) for e in edges)]
+    return list(zip(edges[:-1], edges[1:], strict=True))
 
 
 def eval_records(
@@ -75,8 +78,8 @@ def eval_records(
     `eval_options`; strict loading): "records", one per length {"row", "seed", "factor",
     "length", "loss" (nats per token), "ppl", "bpb", "tokens" (predicted), "windows"}, and
     "by_position", one per position bucket of the longest length {"row", "seed", "start",
-    "end", "position" (the bucket's middle), "loss" (mean over its tokens of the full
-    windows)}."""
+    "end", "position" (the bucket's middle, counting from 1), "loss" (mean over its tokens of
+    the full windows)}."""
     evaluator = evaluation_model(
         row,
         model.to(device),
@@ -100,7 +103,7 @@ def eval_records(
             loss = float(longest.by_position[a:b].sum() / ((b - a) * longest.full))
             by_position.append(
                 {"row": row.name, "seed": seed, "start": a, "end": b,
-                 "position": (a + b - 1) / 2, "loss": loss}
+                 "position": (a + 1 + b) / 2, "loss": loss}
             )  # fmt: skip
     return {"records": records, "by_position": by_position}
 

@@ -56,8 +56,14 @@ ROWS: list[dict[str, Any]] = [
 ]
 _QUICK_NAMES = ("nopos", "rotary", "ALiBi", "rotary+CAPE")
 
-# Timings (one thread, 2 cores shared with another job; dim 128, 2 layers, batch 24 x 128
-# bytes): ~0.27 s a step for rotary, nopos and ALiBi, ~0.3 s for FIRE and relpos.
+# quick: 4m15s on 2 cores shared with another job (OMP_NUM_THREADS=1), corpus included: 38-70 s
+# of training a row (300 steps of 24 x 128 bytes, d 128, 2 layers), ~15 s of evaluation.
+# cpu-full, estimated from 4 timed steps of each encoding at its size (one thread, 2 cores shared
+# with another job; 32 x 256 bytes, d 128, 3 layers): 0.58-0.65 s a step (nopos, sinpos, CAPE,
+# rotary, xPos, ALiBi), 0.79 FIRE, 0.99 relpos, so ~7.5 s a step over the 11 rows trained from
+# scratch: 1000 steps x 3 seeds ~ 6.2 h; the fine-tunes (100 steps of 8 x 1024) ~10 min; the
+# evaluation of 65,536 test bytes at 256-4096 ~13 s a run (rotary) to ~4 min (FIRE: its bias MLP
+# over 4096 x 4096 pairs), ~40 min in all: about 7 hours.
 _QUICK_TRAIN = train_preset(
     dict(steps=300, batch_size=24, lr=2e-3, weight_decay=0.01, warmup_steps=30),
     every=150,
@@ -65,8 +71,8 @@ _QUICK_TRAIN = train_preset(
     log_every=50,
 )
 _FULL_TRAIN = train_preset(
-    dict(steps=1200, batch_size=32, lr=1e-3, weight_decay=0.01, warmup_steps=100),
-    every=400,
+    dict(steps=1000, batch_size=32, lr=1e-3, weight_decay=0.01, warmup_steps=100),
+    every=500,
     best="loss",
     log_every=100,
 )
@@ -89,14 +95,14 @@ PRESETS: dict[str, dict[str, Any]] = {
         "model": {"dim": 128, "heads": 4, "layers": 3, "ffn_dim": 512},
         "train": _FULL_TRAIN,
         "finetune": {"factor": 4, "steps": 100, "batch_size": 8, "lr": 3e-4},
-        "eval": {"factors": [1, 2, 4, 8, 16], "max_tokens": 131072},
+        "eval": {"factors": [1, 2, 4, 8, 16], "max_tokens": 65536},
         "rows": ROWS,
     },
 }
 
 # one line per preset: what `cape experiment NAME --help` says of it
 PRESET_NOTES: dict[str, str] = {
-    "quick": "KJV bytes, L=128, 1x-16x: about 8 minutes on 2 CPU cores",
+    "quick": "KJV bytes, L=128, 1x-16x: about 5 minutes on 2 CPU cores, corpus included",
     "cpu-full": "every row, L=256, 1x-16x (the RoPE extensions at inference reuse rotary's "
     "runs): about 7 hours on 2 CPU cores",
 }

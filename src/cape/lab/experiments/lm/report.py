@@ -119,13 +119,14 @@ def _plots(rep: Report, out: Path, results: dict[str, Any]) -> None:
     longest = cfg["eval"]["factors"][-1] * cfg["data"]["context"]
     plot_lines(
         [c for c in cells if c["n"]], out / "loss_by_position.png", x="position", order=order,
-        x_label="position in the window (tokens, log scale)", y_label="loss (nats per token)",
+        x_label="position in the window (token number, log scale)", y_label="loss (nats per token)",
         title=f"Loss by position in windows of {longest} tokens", vline=cfg["data"]["context"],
     )  # fmt: skip
     rep.image(
         "loss_by_position.png",
         f"Mean loss by position inside the windows of {longest} tokens (averaged over "
-        f"{cfg['eval']['buckets']} position buckets and over seeds); the dashed line is L.",
+        f"log-spaced position buckets, at most {cfg['eval']['buckets']}, and over seeds); the "
+        "dashed line is L.",
     )
 
 
