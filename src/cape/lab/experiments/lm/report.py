@@ -1,6 +1,6 @@
-"""The language-model experiment's report: perplexity by evaluation length, the corpus, the
-verdict (`verdict.py`), the plots (perplexity against length, loss by position) and the
-training cost.
+"""The language-model experiment's report: the verdict first (`verdict.py`, one bullet line
+each), perplexity and bits per byte by evaluation length, the corpus, the plots (perplexity
+against length, loss by position) and the training cost.
 
 `render(out, results)` writes `report.md`, `perplexity_vs_length.png` and
 `loss_by_position.png`, a pure function of the results (the `Experiment` base writes
@@ -149,8 +149,14 @@ def _cost(rep: Report, results: dict[str, Any]) -> None:
 def render(out: Path, results: dict[str, Any]) -> Path:
     rep = Report(f"Language-model experiment `{results['name']}`")
     _setup(rep, results)
-    rep.heading("Corpus")
-    rep.table(corpus_table(results), caption=f"`{results['corpus']['corpus']}`, by split.")
+    rep.heading("Verdict")  # first: what the numbers say, one bullet line each
+    lines, table = verdict(results)
+    rep.paragraph("\n".join(f"- {line}" for line in lines))
+    rep.table(
+        table,
+        caption=f"Perplexity at each longer length over the row's own at 1x (keeps: <= "
+        f"{1 + KEEP:.2f}).",
+    )
     rep.heading("Perplexity by evaluation length")
     rep.table(
         ppl_table(results),
@@ -161,15 +167,8 @@ def render(out: Path, results: dict[str, Any]) -> Path:
         ppl_table(results, "bpb", 3),
         caption="The same in bits per byte (mean ± std over seeds).",
     )
-    rep.heading("Verdict")
-    paragraphs, table = verdict(results)
-    for text in paragraphs:
-        rep.paragraph(text)
-    rep.table(
-        table,
-        caption=f"Perplexity at each longer length over the row's own at 1x (keeps: <= "
-        f"{1 + KEEP:.2f}).",
-    )
+    rep.heading("Corpus")
+    rep.table(corpus_table(results), caption=f"`{results['corpus']['corpus']}`, by split.")
     rep.heading("Plots")
     _plots(rep, out, results)
     _cost(rep, results)

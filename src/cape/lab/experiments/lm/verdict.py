@@ -172,7 +172,8 @@ def best_longest(results: dict[str, Any], cells: Cells) -> str:
 
 
 def verdict(results: dict[str, Any]) -> tuple[list[str], str]:
-    """The verdict's paragraphs and its table of perplexity ratios, from the numbers."""
+    """The verdict's lines (the report writes each as a bullet) and its table of perplexity
+    ratios, from the numbers."""
     cells = ppl_cells(results)
     table, said = kept(results)
     keep = (
