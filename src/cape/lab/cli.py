@@ -81,8 +81,11 @@ def _what(args: argparse.Namespace, rest: list[str]) -> bool:
 def _bench(args: argparse.Namespace, rest: list[str]) -> int:
     import importlib
 
+    from cape.lab.bench.allocator import set_allocator
+
     if not _what(args, rest):
         return 0
+    set_allocator(args.allocator)  # before anything is measured; every table names the state
     module = importlib.import_module(f".bench.{args.what}", __package__)  # one module per benchmark
     return module.main(rest)
 
@@ -185,10 +188,16 @@ def _parser() -> ArgumentParser:
         "bench",
         help="benchmarks of the cost of the encodings",
         add_help=False,
-        usage="cape bench [-h] BENCHMARK [OPTIONS]  (`cape bench BENCHMARK --help`: its options)",
+        usage="cape bench [-h] [--allocator {warm,cold}] BENCHMARK [OPTIONS]  (`cape bench "
+        "BENCHMARK --help`: its options)",
         epilog=_choices_help("benchmarks", {b: _summary(b) for b in _BENCHES}),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument(
+        "--allocator", choices=("warm", "cold"), default="warm",
+        help="the host allocator while measuring: warm (default: freed memory is reused, as a "
+        "caching allocator does) or cold (glibc's defaults: large blocks mapped on every call)",
+    )  # fmt: skip
     p.add_argument("what", nargs="?", choices=_BENCHES, metavar="BENCHMARK", help="which benchmark")
     p.set_defaults(run=_bench, parser=p, what_name="BENCHMARK")
     p = sub.add_parser(

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from cape.lab.bench.allocator import allocator_state
 from cape.lab.report import write_text
 
 __all__ = ["machine", "markdown_table", "write_results"]
@@ -41,6 +42,7 @@ def machine(device: str | torch.device = "cpu") -> dict[str, str]:
     dev = torch.device(device)
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
     return {
+        "allocator": allocator_state(),
         "device": name,
         "cpu": _cpu_name(),
         "cores": str(os.cpu_count() or 0),
