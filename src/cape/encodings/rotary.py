@@ -290,7 +290,8 @@ class Rotary(GridLayout, QKTransform):
                 positions, k_positions, mask, k_mask, generator, validate
             )
         q_ang, k_ang, q_mag, k_mag = rotation
-        check_half_range(q.dtype, q_mag, k_mag)
+        if self.xpos:  # YaRN's temperature alone (0.1 ln s + 1) stays near 1: nothing to read
+            check_half_range(q.dtype, q_mag, k_mag)
         return _rotate(q, q_ang, q_mag), _rotate(k, k_ang, k_mag)
 
     def check_dtype(self, dtype: torch.dtype, positions: torch.Tensor, mask=None) -> None:
@@ -353,9 +354,9 @@ HALF_HEADROOM = 256.0
 
 
 def check_half_range(dtype: torch.dtype, *magnitudes: torch.Tensor | None) -> None:
-    """xPos (and YaRN's temperature) multiply q and k in float32 before the cast back to their
-    dtype: in float16, the largest factor x `HALF_HEADROOM` must stay within 65504, or the cast
-    gives inf. Refused by name (when values may be read)."""
+    """xPos's scales (times YaRN's temperature, with both) multiply q and k in float32 before
+    the cast back to their dtype: in float16, the largest factor x `HALF_HEADROOM` must stay
+    within 65504, or the cast gives inf. Refused by name (when values may be read)."""
     if dtype != torch.float16:
         return
     for mag in magnitudes:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 
 __all__ = ["STATES", "set_allocator", "allocator_state", "mapped_bytes"]
@@ -41,6 +42,7 @@ class _MallInfo2(ctypes.Structure):
     ]
 
 
+@functools.cache  # find_library runs ldconfig in a subprocess: once is enough
 def _glibc() -> ctypes.CDLL | None:
     name = ctypes.util.find_library("c")
     if name is None:
