@@ -36,7 +36,7 @@ from torch import nn
 from ..augment import Augmentation
 from ..build import build, encoding_options
 from ..functional.rotary import apply_rotary
-from ..models.plan import take_augmentation
+from ..models.plan import moves_positions, take_augmentation
 
 __all__ = ["replace_pos_embed", "add_rotary", "remove_pos_embed", "RotaryPositions"]
 
@@ -263,7 +263,7 @@ class RotaryPositions(nn.Module):
         prefix = grid.new_zeros(1, self.num_prefix_tokens, 2)
         pos = torch.cat([prefix, grid], dim=1)
         aug = self.augmentation
-        if aug is not None and (aug.normalize or (self.training and aug.random)):
+        if moves_positions(aug, self.training):
             pos = aug(pos.expand(batch, -1, -1), training=self.training, generator=self.generator)
         self.positions = pos
         return pos

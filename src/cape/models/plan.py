@@ -31,7 +31,7 @@ from ..augment import Augmentation
 from ..build import build, encoding_class
 from ..positions import as_positions, token_positions
 
-__all__ = ["DRAWS", "PositionPlan", "position_plan", "resolve_options"]
+__all__ = ["DRAWS", "PositionPlan", "moves_positions", "position_plan", "resolve_options"]
 
 DRAWS = ("shared", "per_layer")  # who draws an in-attention augmentation: the stack, each layer
 PLAN_OPTIONS = ("draw",)  # options of the plan itself, taken out before `cape.build`
@@ -74,6 +74,14 @@ def take_augmentation(encoding: nn.Module, *, causal: bool = False) -> Augmentat
     if aug is not None:
         encoding.augmentation = None
     return aug
+
+
+def moves_positions(augmentation: Augmentation | None, training: bool) -> bool:
+    """Whether a call of `augmentation` in this mode changes any position: mean-normalisation
+    always, the random draws in training only (None: nothing)."""
+    return augmentation is not None and (
+        augmentation.normalize or (training and augmentation.random)
+    )
 
 
 @dataclasses.dataclass(eq=False)
@@ -157,7 +165,7 @@ class PositionPlan:
         if mask is not None:
             check_mask("mask", mask, shape)
         aug = self.stack_augmentation
-        if aug is None or not (aug.normalize or (training and aug.random)):
+        if not moves_positions(aug, training):
             return positions
         if positions is None:
             pos = token_positions(*shape, mask=mask, device=device)
