@@ -31,7 +31,7 @@ from ..augment import Augmentation
 from ..build import build, encoding_class
 from ..positions import as_positions, token_positions
 
-__all__ = ["DRAWS", "PositionPlan", "moves_positions", "position_plan", "resolve_options"]
+__all__ = ["DRAWS", "PositionPlan", "position_plan", "resolve_options"]
 
 DRAWS = ("shared", "per_layer")  # who draws an in-attention augmentation: the stack, each layer
 PLAN_OPTIONS = ("draw",)  # options of the plan itself, taken out before `cape.build`
