@@ -6,6 +6,7 @@ Data flow: positions (`cape.positions`) -> augmentation (`cape.augment`) -> enco
 
 from . import functional, models
 from ._checks import value_checks, value_checks_enabled
+from ._fusion import fusion, fusion_enabled
 from .augment import Augmentation, augment_pair, augment_positions, mean_normalize
 from .build import ENCODINGS, build, encoding_class, encoding_options
 from .encodings import (
@@ -72,4 +73,6 @@ __all__ = [
     "token_positions",
     "value_checks",
     "value_checks_enabled",
+    "fusion",
+    "fusion_enabled",
 ]

@@ -285,6 +285,40 @@ def value_checks_enabled(d: Draw) -> Call:
     )
 
 
+def fusion(d: Draw) -> Call:
+    """cape.fusion(enabled) as a `with` block around a small CAPE1d add_to in training: True
+    takes the compiled kernel (a compiler is present here), None (auto) and False do not at
+    this size; the sum is the eager one to float rounding; after the block, as before."""
+    enabled = d.bad("enabled", d.choice((None, True, False)), (1, "no"))
+    enc = cape.CAPE1d(8, augmentation=cape.Augmentation(max_global_shift=2.0)).train()
+    x = torch.linspace(-1, 1, 2 * 5 * 8).reshape(2, 5, 8).requires_grad_(True)
+
+    def call() -> torch.Tensor:
+        before = cape.fusion_enabled()
+        with cape.fusion(enabled):
+            y = enc.add_to(x, generator=torch.Generator().manual_seed(1))
+            ran = "Compiled" in type(y.grad_fn).__name__  # the kernel is an autograd Function
+        restored = cape.fusion_enabled() == before
+        with cape.fusion(False):
+            ref = enc.add_to(x, generator=torch.Generator().manual_seed(1))
+        close = torch.allclose(y, ref, atol=1e-5)
+        return torch.tensor([float(ran), float(restored), float(close)])
+
+    def check(out: torch.Tensor) -> str | None:
+        want = [float(enabled is True), 1.0, 1.0]
+        return None if out.tolist() == want else f"(compiled, restored, close) {out.tolist()}"
+
+    return d.finish("cape.fusion", call, ("enabled",), check)
+
+
+def fusion_enabled(d: Draw) -> Call:
+    def call() -> torch.Tensor:
+        state = cape.fusion_enabled()
+        return torch.tensor(-1.0 if state is None else float(state))
+
+    return d.finish("cape.fusion_enabled", call, ())
+
+
 # --- cape.functional -----------------------------------------------------------------------------
 
 BAD_DIM = (0, -2, 3, 2.0, "8")
@@ -692,7 +726,7 @@ GENERATORS = {
     "positions": [lengths_to_mask, token_positions, timestamps, as_positions]
     + each(grid_positions, ("positions", "indices")),
     "augment": [augment_positions, augment_pair, mean_normalize, registry, value_checks]
-    + [value_checks_enabled],
+    + [value_checks_enabled, fusion, fusion_enabled],
     "functional": [frequencies]
     + each(sinusoids, SINUSOIDS)
     + each(fourier, ("features", "lff", "lff", "kernel"))

@@ -126,9 +126,10 @@ def test_abspos_gets_frame_indices() -> None:
 def test_sinusoid_uses_timestamps(position: str) -> None:
     model = _model(position).eval()
     seen = []
-    # clone: the encoder's add_to adds the content into a fresh embedding in place
+    # the encoder calls add_to, whose output (the hook's) is x + embedding: take x back off
     handle = model.encoder.position.register_forward_hook(
-        lambda _m, _a, out: seen.append(out.clone())
+        lambda _m, args, kw, out: seen.append(out - args[0] if kw.get("add") else out),
+        with_kwargs=True,
     )
     feats = torch.randn(2, 30, 16)
     lengths = torch.tensor([30, 20])

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
 from .._checks import check_float, check_int
 from ..augment import Augmentation
 from ..functional.frequencies import grid_frequencies_1d
-from ..functional.sinusoidal import axial_sinusoidal, sinusoid_frequencies
+from ..functional.sinusoidal import (
+    _axial_sinusoidal_add,
+    axial_sinusoidal,
+    sinusoid_frequencies,
+)
 from ..positions import grid_indices
 from .base import PositionalEncoding
 from .grids import fit_grid_pair, max_scaling_of, sampling_of
@@ -98,6 +102,9 @@ class SineND(PositionalEncoding):
 
     def embed(self, positions: torch.Tensor) -> torch.Tensor:
         return axial_sinusoidal(positions, self.dim, freqs=self.freqs)
+
+    def embed_kernel(self) -> tuple[Callable[..., torch.Tensor], tuple[torch.Tensor, ...]]:
+        return _axial_sinusoidal_add, (self.freqs,)
 
     def grid_positions(
         self,

@@ -31,6 +31,7 @@ of given positions), `call_augmentation` (an augmentation that needs a grid), `g
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -43,6 +44,7 @@ from .._checks import (
     check_tensor,
     max_abs,
 )
+from .._fusion import can_fuse, fused
 from ..augment import Augmentation, check_augmentation
 from ..positions import as_positions, resolve_mask, timestamps, token_positions
 from .grids import GridLayout, check_grids, resolve_grid
@@ -159,16 +161,42 @@ class PositionalEncoding(GridLayout, nn.Module):
         augmentation: Augmentation | None = None,
         validate: bool = True,
         source: str = "positions",
+        add_to: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """positions: [B, T] or [B, T, M] -> embedding [B, T, D] in `dtype` (0 at padding).
-        source: the argument the positions come from, named if their phases overflow."""
+        """positions: [B, T] or [B, T, M] -> embedding [B, T, D] in `dtype` (0 at padding);
+        add_to + embedding in its dtype when the content is given. source: the argument the
+        positions come from, named if their phases overflow."""
         with float32_region(positions.device):
             pos = self.prepare(positions, mask, generator, augmentation, validate)
             self.check_range(source, pos)
-            out = self.embed(pos)
+            return self.finish(pos, mask, dtype, add_to)
+
+    def finish(
+        self,
+        pos: torch.Tensor,
+        mask: torch.Tensor | None,
+        dtype: torch.dtype | None,
+        add_to: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Augmented positions [..., M] float32 -> the embedding [..., D] in `dtype`, 0 at
+        padding; add_to + embedding (in add_to's dtype) when given: one compiled kernel where
+        `cape.fusion` allows it (`embed_kernel`), else the embedding added into its own buffer."""
+        kernel = self.embed_kernel() if add_to is not None else None
+        if kernel is not None and can_fuse(add_to):
+            add_embedding, tensors = kernel
+            return fused(add_embedding, add_to, pos, mask, *tensors)
+        out = self.embed(pos)
         if mask is not None:
             out = out * mask[..., None].to(out.dtype)
+        if add_to is not None:
+            return _add_into(out.to(add_to.dtype), add_to)
         return out if dtype is None else out.to(dtype)
+
+    def embed_kernel(self) -> tuple[Callable[..., torch.Tensor], tuple[torch.Tensor, ...]] | None:
+        """For the fused path (`cape.fusion`): a module-level pure function (x, positions, mask,
+        *tensors) -> x + embedding (0 at padding, in x's dtype), and those tensors; None: this
+        encoding is not fused."""
+        return None
 
     def forward(
         self,
@@ -181,6 +209,7 @@ class PositionalEncoding(GridLayout, nn.Module):
         grid: tuple[int, int] | None = None,
         extent: float | None = None,
         generator: torch.Generator | None = None,
+        add: bool = False,
     ) -> torch.Tensor:
         """x: [B, T, D] content (for B, T, device and dtype), or [B, H, W, D] for a grid.
 
@@ -190,9 +219,12 @@ class PositionalEncoding(GridLayout, nn.Module):
         [B, H, W, D]): `grid_positions(H, W, extent=extent)`; none of them: token indices 0..T-1
         (1-D).
         mask [B, T] bool (True = real) or lengths [B]: padding gets a zero embedding.
-        Returns the embedding in x's shape and dtype (float32 [B, T, D] without x).
+        Returns the embedding in x's shape and dtype (float32 [B, T, D] without x); with
+        add=True, x + embedding (`add_to`).
         """
         check_generator("generator", generator)
+        if add and x is None:
+            raise ValueError("add=True adds the embedding to x: give x")
         if positions is not None:  # the details (M, dtype, values) are checked later
             check_tensor("positions", positions, ndims=(2, 3, 4))
         grids = None
@@ -209,7 +241,7 @@ class PositionalEncoding(GridLayout, nn.Module):
                     "mask/lengths apply to given positions; a full grid has no padding"
                 )
             self.check_content(x, ndims=(3, 4))
-            return self.forward_grid(x, grid, extent, generator)
+            return self.forward_grid(x, grid, extent, generator, add)
         if extent is not None and grids is None:
             raise ValueError("extent applies to a grid: pass grid=(H, W) or x [B, H, W, D]")
         if x is None and positions is None:
@@ -217,8 +249,8 @@ class PositionalEncoding(GridLayout, nn.Module):
         self.check_content(x, ndims=(3,))
         if positions is None and mask is None and lengths is None:
             table = self.sequence_table(x, hop)  # x: [B, T, D] here
-            if table is not None:
-                return table
+            if table is not None:  # a cached or learned table: never written into
+                return x + table if add else table
         ref = x if x is not None else positions
         assert ref is not None
         batch, length = ref.shape[0], ref.shape[1]
@@ -236,7 +268,8 @@ class PositionalEncoding(GridLayout, nn.Module):
         dtype = None if x is None else x.dtype
         aug = None if grids is None else self.grid_augmentation(grids, extent, ref.device)
         source = "hop" if hop is not None else "positions"
-        return self.encode(positions, mask, generator, dtype, aug, validate=validate, source=source)
+        add_to = x if add else None
+        return self.encode(positions, mask, generator, dtype, aug, validate, source, add_to)
 
     def sequence_table(
         self, x: torch.Tensor, hop: float | torch.Tensor | None
@@ -258,12 +291,13 @@ class PositionalEncoding(GridLayout, nn.Module):
         grid: tuple[int, int] | None,
         extent: float | None,
         generator: torch.Generator | None,
+        add: bool = False,
     ) -> torch.Tensor:
         """The embedding of a full H x W grid (`grid_positions`), in x's shape ([B, H, W, D] or
-        [B, H*W, D]; [1, H*W, D] float32 without x)."""
+        [B, H*W, D]; [1, H*W, D] float32 without x); x + embedding with `add`."""
         table = self.grid_table(x, grid, extent)
         if table is not None:
-            return table
+            return x + table if add else table
         height, width, batch, shape = resolve_grid(x, grid, self.dim)
         device = x.device if x is not None else torch.device("cpu")
         pos = self.grid_positions(height, width, extent=extent, batch=batch, device=device)
@@ -271,10 +305,10 @@ class PositionalEncoding(GridLayout, nn.Module):
         with float32_region(device):
             pos = self.prepare(pos, None, generator, aug, validate=False)
             self.check_range("extent", pos)
-            # embed straight into the output's shape: a reshaped view would make the caller's
-            # in-place add (add_to) go through autograd's slow view-rebase path
-            out = self.embed(pos.reshape(shape[:-1] + (self.pos_dim,)))
-        return out if x is None else out.to(x.dtype)
+            # embed straight into the output's shape: a reshaped view would make the in-place
+            # add (add_to) go through autograd's slow view-rebase path
+            pos = pos.reshape(shape[:-1] + (self.pos_dim,))
+            return self.finish(pos, None, None if x is None else x.dtype, x if add else None)
 
     def grid_table(
         self, x: torch.Tensor | None, grid: tuple[int, int] | None, extent: float | None
@@ -297,26 +331,28 @@ class PositionalEncoding(GridLayout, nn.Module):
         check_encoding_content(x, self.dim, ndims)
 
     def add_to(self, x: torch.Tensor, **kwargs: object) -> torch.Tensor:
-        """x + self(x, **kwargs) (the default combination) without a second output buffer.
+        """x + self(x, **kwargs), the default combination: `self(x, add=True, **kwargs)`.
 
-        x: [B, T, D] (or the module's grid shape). When the embedding is a fresh tensor outside
-        autograd, the content is added into it in place (autograd still tracks x); cached
-        tables and learned embeddings take the ordinary out-of-place add.
+        x: [B, T, D] (or the module's grid shape). A computed embedding takes the content in
+        its own buffer (no second output), or, where `cape.fusion` allows it, one compiled
+        kernel makes the embedding and adds it; cached and learned tables are added as they are.
+        The module's forward hooks see its output, x + embedding.
         """
-        emb = self(x, **kwargs)
-        if torch.compiler.is_compiling():  # the compiled graph fuses the add by itself
-            return x + emb
-        cache = getattr(self, "_cache", None)
-        fresh = (
-            emb._base is None
-            and not emb.requires_grad
-            and emb.is_contiguous()
-            and emb.shape == x.shape
-            and emb.dtype == x.dtype
-            and not (cache is not None and cache.holds(emb))
-        )
-        return emb.add_(x) if fresh else x + emb
+        return self(x, add=True, **kwargs)  # type: ignore[arg-type]
 
     def extra_repr(self) -> str:
         aug = "" if self.augmentation is None else f", augmentation={self.augmentation}"
         return f"dim={self.dim}, pos_dim={self.pos_dim}{aug}"
+
+
+def _add_into(emb: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """x + emb, written into emb when it is a fresh tensor outside autograd (autograd still
+    tracks x): one buffer fewer. Not under torch.compile: the compiled graph fuses the add."""
+    fresh = (
+        not torch.compiler.is_compiling()
+        and emb._base is None
+        and not emb.requires_grad
+        and emb.is_contiguous()
+        and emb.shape == x.shape
+    )
+    return emb.add_(x) if fresh else x + emb

@@ -38,11 +38,6 @@ class TableCache:
             self._entries.popitem(last=False)
         return table
 
-    def holds(self, t: torch.Tensor) -> bool:
-        """True when `t` shares memory with a cached table."""
-        ptr = t.untyped_storage().data_ptr()
-        return any(e.untyped_storage().data_ptr() == ptr for e, _ in self._entries.values())
-
     def clear(self) -> None:
         self._entries.clear()
 

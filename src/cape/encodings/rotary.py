@@ -14,12 +14,14 @@ from .._checks import (
     _may_inspect_values,
     check_choice,
     check_even,
+    check_finite,
     check_float,
     check_generator,
     check_int,
     check_phases,
     check_tensor,
 )
+from .._fusion import can_fuse, fused
 from ..augment import Augmentation, mean_normalize
 from ..functional.frequencies import grid_frequencies_2d
 from ..functional.rope_scaling import (
@@ -373,8 +375,17 @@ def check_half_range(dtype: torch.dtype, *magnitudes: torch.Tensor | None) -> No
 
 
 def _rotate(x: torch.Tensor, angles: torch.Tensor, magnitude: torch.Tensor | None) -> torch.Tensor:
+    """x [B, H, T, hd] rotated by angles (and scaled by magnitude): one compiled kernel where
+    `cape.fusion` allows it, after the same value check as the eager path."""
+    if can_fuse(x):
+        check_finite("angles", angles.to(torch.float32), what=" in float32")
+        if magnitude is None:
+            return fused(apply_rotary, x, angles)
+        return fused(_scale_rotate, x, angles, magnitude)
+    return apply_rotary(x, angles) if magnitude is None else _scale_rotate(x, angles, magnitude)
+
+
+def _scale_rotate(x: torch.Tensor, angles: torch.Tensor, magnitude: torch.Tensor) -> torch.Tensor:
     # magnitudes are equal on the two channels of a rotation plane: they commute with it, and
     # multiplying first keeps one cast to x's dtype (the maths in float32)
-    if magnitude is None:
-        return apply_rotary(x, angles)
     return apply_rotary(x.to(torch.float32) * magnitude, angles).to(x.dtype)

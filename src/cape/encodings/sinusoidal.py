@@ -16,6 +16,7 @@ from .._checks import check_bool, check_choice, check_float, check_int
 from ..augment import Augmentation, augment_positions
 from ..functional.frequencies import grid_frequencies_2d
 from ..functional.sinusoidal import (
+    _shifted_sine_add,
     cape2d_frequencies,
     doubled_frequencies,
     shifted_sine,
@@ -62,6 +63,12 @@ class _Sinusoidal(PositionalEncoding):
         freqs2, offset = doubled_frequencies(self._freqs.to(self.freqs2.device))
         self.freqs2, self.offset = freqs2, offset
         return self
+
+    def embed(self, positions: torch.Tensor) -> torch.Tensor:
+        return shifted_sine(positions, self.freqs2, self.offset)
+
+    def embed_kernel(self) -> tuple[Callable[..., torch.Tensor], tuple[torch.Tensor, ...]]:
+        return _shifted_sine_add, (self.freqs2, self.offset)
 
 
 class CAPE1d(_Sinusoidal):
@@ -110,9 +117,6 @@ class CAPE1d(_Sinusoidal):
         `augmentation=` (replaces them all)."""
         check_choice("modality", modality, ("text", "audio"))
         return cls(dim, **preset_options(modality, overrides))  # type: ignore[arg-type]
-
-    def embed(self, positions: torch.Tensor) -> torch.Tensor:
-        return shifted_sine(positions, self.freqs2, self.offset)
 
     def _deterministic(self) -> bool:
         return self.augmentation is None or not (self.training and self.augmentation.random)
@@ -227,9 +231,6 @@ class CAPE2d(_Sinusoidal):
         """The paper's ViT values (Dmax 0.5, emax 1/N, lambda 1.4), with overrides (as
         `CAPE1d.preset`; max_local_shift=0.0 switches the 1/N local shift off)."""
         return cls(dim, **preset_options("image", overrides, auto_local=True))  # type: ignore[arg-type]
-
-    def embed(self, positions: torch.Tensor) -> torch.Tensor:
-        return shifted_sine(positions, self.freqs2, self.offset)
 
     def grid_augmentation(
         self, grids: list[tuple[int, int]], extent: float | None, device: torch.device

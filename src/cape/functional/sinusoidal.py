@@ -123,6 +123,36 @@ def shifted_sine(
     return torch.sin(out) if out.requires_grad else out.sin_()
 
 
+def _add_masked(
+    x: torch.Tensor, embedding: torch.Tensor, mask: torch.Tensor | None
+) -> torch.Tensor:
+    """x + embedding (float32 [..., D]) zeroed where mask [...] is False, in x's dtype: how an
+    absolute encoding meets its content."""
+    if mask is not None:
+        embedding = embedding * mask[..., None].to(embedding.dtype)
+    return x + embedding.to(x.dtype)
+
+
+def _shifted_sine_add(
+    x: torch.Tensor,
+    positions: torch.Tensor,
+    mask: torch.Tensor | None,
+    freqs2: torch.Tensor,
+    offset: torch.Tensor,
+) -> torch.Tensor:
+    """x + shifted_sine(positions, freqs2, offset) (0 at padding), in x's dtype: the kernel
+    `cape.fusion` compiles. x: [..., 2K], positions: [..., M], mask: [...] bool or None."""
+    return _add_masked(x, shifted_sine(positions, freqs2, offset), mask)
+
+
+def _axial_sinusoidal_add(
+    x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, freqs: torch.Tensor
+) -> torch.Tensor:
+    """x + axial_sinusoidal(positions, D, freqs=freqs) with D = 2 M K for freqs [M, K] (0 at
+    padding), in x's dtype: the kernel `cape.fusion` compiles for `SineND`."""
+    return _add_masked(x, axial_sinusoidal(positions, 2 * freqs.numel(), freqs=freqs), mask)
+
+
 def _check_sine_args(positions: object, freqs2: object, offset: object) -> None:
     pos = check_real("positions", positions)
     w = check_tensor("freqs2", freqs2, ndims=(2,), floating=True)

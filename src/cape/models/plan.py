@@ -31,7 +31,7 @@ from ..augment import Augmentation
 from ..build import build, encoding_class
 from ..positions import as_positions, token_positions
 
-__all__ = ["DRAWS", "PositionPlan", "position_plan", "resolve_options"]
+__all__ = ["DRAWS", "PositionPlan", "position_plan", "resolve_options", "add_position"]
 
 DRAWS = ("shared", "per_layer")  # who draws an in-attention augmentation: the stack, each layer
 PLAN_OPTIONS = ("draw",)  # options of the plan itself, taken out before `cape.build`
@@ -277,3 +277,10 @@ def position_plan(
 def _check_pos_dim(plan: PositionPlan, want: int | None, what: str) -> None:
     if want is not None and plan.probe is not None and plan.pos_dim != want:
         raise ValueError(f"position {plan.name!r} reads {plan.pos_dim}-D positions; {what}")
+
+
+def add_position(position: nn.Module, x: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+    """x + position(x, **kwargs): through the encoding's `add_to` when it has one (one buffer,
+    and the fused kernel of `cape.fusion` in training), else a plain add (a user's module)."""
+    add_to = getattr(position, "add_to", None)
+    return add_to(x, **kwargs) if add_to is not None else x + position(x, **kwargs)

@@ -49,7 +49,7 @@ from .._checks import _may_inspect_values, check_float, check_int, check_rate, c
 from ..build import encoding_class
 from ..positions import token_positions
 from .decode_cache import DecoderCache
-from .plan import position_plan, resolve_options
+from .plan import add_position, position_plan, resolve_options
 from .transformer import TransformerDecoder, TransformerEncoder
 
 __all__ = ["Seq2Seq"]
@@ -264,7 +264,7 @@ class Seq2Seq(nn.Module):
     ) -> torch.Tensor:
         x = table(tokens) * self.embed_scale
         if position is not None:
-            x = x + position(x, positions=pos, mask=mask)
+            x = add_position(position, x, positions=pos, mask=mask)
         return self.drop(x)
 
     def encode(

@@ -22,7 +22,7 @@ from ..encodings.in_attention import AttentionBias, QKTransform
 from ..positions import token_positions
 from .decode_cache import DecoderCache
 from .layers import TransformerDecoderLayer, TransformerEncoderLayer, _Block
-from .plan import PositionPlan, plan_of_modules, position_plan
+from .plan import PositionPlan, add_position, plan_of_modules, position_plan
 
 __all__ = [
     "TransformerEncoderLayer",
@@ -140,8 +140,7 @@ class _Stack(nn.Module):
             if name in kwargs:
                 raise ValueError(f"position_kwargs must not repeat {name!r}: pass it to forward")
             kwargs[name] = value
-        add_to = getattr(self.position, "add_to", None)
-        return add_to(x, **kwargs) if add_to is not None else x + self.position(x, **kwargs)
+        return add_position(self.position, x, **kwargs)
 
     def _finish(self, x: torch.Tensor) -> torch.Tensor:
         return x if self.norm is None else self.norm(x)

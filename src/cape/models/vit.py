@@ -41,7 +41,7 @@ from torch import nn
 
 from .._checks import check_content, check_float, check_int
 from ..build import encoding_class, encoding_options
-from .plan import position_plan
+from .plan import add_position, position_plan
 from .transformer import TransformerEncoder
 from .vit_packed import check_packed, pack_patches, packed_positions
 
@@ -236,7 +236,8 @@ class ViT(nn.Module):
         batch = images.shape[0]
         x = self.patch_embed(images).permute(0, 2, 3, 1).flatten(1, 2)  # [B, H'W', D]
         if self.position is not None:
-            x = x + self.position(x, grid=(height, width), extent=extent, generator=generator)
+            size = (height, width)
+            x = add_position(self.position, x, grid=size, extent=extent, generator=generator)
         rotary = self.layer_position
         grid = (
             None
@@ -288,9 +289,10 @@ class ViT(nn.Module):
         patch_mask = real if len(set(grids)) > 1 else None
         if self.position is not None:
             p = packed_positions(self.position, grids, t_max, extent=extent, device=x.device)
-            x = x + self.position(
-                x, positions=p, mask=patch_mask, grid=grids, extent=extent, generator=generator
-            )
+            x = add_position(
+                self.position, x, positions=p, mask=patch_mask, grid=grids, extent=extent,
+                generator=generator,
+            )  # fmt: skip
         mask = torch.cat([real.new_ones(batch, 1), real], dim=1)
         rotary = self.layer_position
         grid = (
