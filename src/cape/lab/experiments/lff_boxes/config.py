@@ -18,12 +18,7 @@ from typing import Any
 from cape._checks import check_choice, check_float, check_int
 from cape.augment import Augmentation
 from cape.lab.data.boxes import ScreenSettings
-from cape.lab.experiments.study_config import (
-    check_best_metric,
-    check_runs,
-    row_key,
-    train_preset,
-)
+from cape.lab.experiments.study_config import check_best_metric, check_runs, row_key, train_preset
 from cape.lab.train.config import TrainConfig
 
 __all__ = [

@@ -16,12 +16,7 @@ from typing import Any
 from cape._checks import check_choice, check_float, check_int
 from cape.lab.data.images.render import CANVAS
 from cape.lab.experiments.lff_generation.model import POSITIONS, PixelPositions
-from cape.lab.experiments.study_config import (
-    check_best_metric,
-    check_runs,
-    row_key,
-    train_preset,
-)
+from cape.lab.experiments.study_config import check_best_metric, check_runs, row_key, train_preset
 from cape.lab.train.config import TrainConfig
 
 __all__ = [

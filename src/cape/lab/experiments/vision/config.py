@@ -13,12 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cape._checks import check_choice, check_int
-from cape.lab.experiments.study_config import (
-    check_position,
-    check_runs,
-    row_key,
-    train_preset,
-)
+from cape.lab.experiments.study_config import check_position, check_runs, row_key, train_preset
 from cape.lab.train.config import TrainConfig
 
 __all__ = [
