@@ -17,6 +17,8 @@ __all__ = [
     "merge",
     "resolve_config",
     "save_config",
+    "check_folder",
+    "row_key",
     "check_position",
     "check_runs",
     "check_best_metric",
@@ -61,6 +63,21 @@ def save_config(path: str | Path, mapping: Mapping[str, Any]) -> Path:
 
     text = yaml.safe_dump(dict(mapping), sort_keys=False, allow_unicode=True)
     return atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+
+
+def check_folder(key: str, value: object) -> str:
+    """A config's folder (`data.root`): a non-empty path string; ValueError naming `key`."""
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{key} must be a folder path, got {value!r}")
+    return value
+
+
+def row_key(name: object) -> str:
+    """`rows[<name>]`, the prefix of a row's errors; ValueError unless `name` (the row's
+    `name`) is a non-empty string (it names the row's run folders)."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"rows[].name must be a non-empty string, got {name!r}")
+    return f"rows[{name}]"
 
 
 def check_position(key: str, name: object) -> str:

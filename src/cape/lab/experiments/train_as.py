@@ -11,6 +11,8 @@ from typing import Any
 
 from torch import nn
 
+from cape.lab.experiments.study_config import check_position, row_key
+
 __all__ = ["ReusableRow", "check_reuse_fields", "check_train_as", "trained_row", "evaluation_model"]
 
 
@@ -25,6 +27,16 @@ class ReusableRow:
     options: dict[str, Any] = dataclasses.field(default_factory=dict)
     eval_options: dict[str, Any] = dataclasses.field(default_factory=dict)
     train_as: str | None = None
+
+    def check_fields(self) -> str:
+        """Check these fields (`position` stored lower-case) -> `rows[<name>]`, the prefix of
+        the subclass's own errors."""
+        key = row_key(self.name)
+        self.position = check_position(f"{key}.position", self.position)
+        if not isinstance(self.options, dict):
+            raise ValueError(f"{key}.options must be a mapping, got {self.options!r}")
+        check_reuse_fields(key, self)
+        return key
 
 
 def check_reuse_fields(key: str, row: Any) -> None:

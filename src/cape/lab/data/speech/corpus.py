@@ -20,10 +20,11 @@ size (bytes) and CRC-32 (crc32), which `verify_corpus` checks.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import multiprocessing
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from cape._checks import check_choice, check_int
@@ -194,30 +195,27 @@ def _make(root: Path, plan: dict[str, list[UtteranceParams]], workers: int, prog
             summary[params.split]["repaired"] += 1
             _log.warning("remade %s", defect)
 
+    def gather(pending: Iterable[tuple[tuple[str, UtteranceParams], Callable[[], tuple]]]) -> None:
+        """Collect each job's result (`get()`: made here, or awaited from the pool) in order; a
+        failed job is reported by name below, a full disk stops everything."""
+        for job, get in pending:
+            try:
+                collect(job[1], get())
+            except DiskFull:
+                raise
+            except Exception as e:  # noqa: BLE001 - reported by name below
+                failures.append(f"{job[1].split}/{job[1].name}: {type(e).__name__}: {e}")
+            bar.update()
+
     bar = progress_bar(
         total=len(jobs), desc="speech corpus", unit="utt", enabled=progress, smoothing=0.05
     )
     try:
         if workers == 1:
-            for job in jobs:
-                try:
-                    collect(job[1], _make_one(job))
-                except DiskFull:
-                    raise
-                except Exception as e:  # noqa: BLE001 - reported by name below
-                    failures.append(f"{job[1].split}/{job[1].name}: {type(e).__name__}: {e}")
-                bar.update()
+            gather((job, functools.partial(_make_one, job)) for job in jobs)
         else:
             with _pool_context().Pool(workers) as pool:
-                pending = [(job, pool.apply_async(_make_one, (job,))) for job in jobs]
-                for job, result in pending:
-                    try:
-                        collect(job[1], result.get())
-                    except DiskFull:
-                        raise
-                    except Exception as e:  # noqa: BLE001 - reported by name below
-                        failures.append(f"{job[1].split}/{job[1].name}: {type(e).__name__}: {e}")
-                    bar.update()
+                gather([(job, pool.apply_async(_make_one, (job,)).get) for job in jobs])
     finally:
         bar.close()
     if failures:

@@ -18,10 +18,10 @@ from __future__ import annotations
 import io
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
+from cape.lab.data.sentencepiece_file import SentencePieceFile, sentencepiece_module
 from cape.lab.errors import UsageError
 
 __all__ = ["BpeTokenizer", "ByteTokenizer", "MIN_BPE_VOCAB", "dtype_for", "train_bpe_model"]
@@ -57,16 +57,6 @@ class ByteTokenizer:
         return "ByteTokenizer()"
 
 
-def _spm() -> Any:
-    try:
-        import sentencepiece
-    except ImportError as e:
-        raise ImportError(
-            "--tokenizer bpe needs sentencepiece: pip install 'cape[translation]'"
-        ) from e
-    return sentencepiece
-
-
 def train_bpe_model(texts: Sequence[str], vocab_size: int) -> bytes:
     """A SentencePiece BPE model (its serialized bytes) of `vocab_size` pieces trained on
     `texts` (one document each, in order; pass the train split only). Deterministic: every
@@ -74,7 +64,7 @@ def train_bpe_model(texts: Sequence[str], vocab_size: int) -> bytes:
     it is below `MIN_BPE_VOCAB` or more than the text allows."""
     if vocab_size < MIN_BPE_VOCAB:
         raise UsageError(f"--vocab must be at least {MIN_BPE_VOCAB} for bpe, got {vocab_size}")
-    spm = _spm()
+    spm = sentencepiece_module(BpeTokenizer.user)
     model = io.BytesIO()
     try:
         spm.SentencePieceTrainer.train(
@@ -104,20 +94,17 @@ def train_bpe_model(texts: Sequence[str], vocab_size: int) -> bytes:
     return model.getvalue()
 
 
-class BpeTokenizer:
+class BpeTokenizer(SentencePieceFile):
     """A BPE model made by `train_bpe_model`, from its file (`model_path`)."""
 
     name = "bpe"
     specials = ("<unk>", EOD)
+    user = "--tokenizer bpe"
+    missing = "BPE model {path} does not exist"
 
     def __init__(self, model_path: str | Path) -> None:
-        self.path = Path(model_path)
-        if not self.path.is_file():
-            raise FileNotFoundError(f"BPE model {self.path} does not exist")
-        self._sp = _spm().SentencePieceProcessor(model_file=str(self.path))
-        self.vocab_size: int = self._sp.get_piece_size()
+        super().__init__(model_path)
         self.eod_id: int = self._sp.eos_id()
-        self.unk_id: int = self._sp.unk_id()
 
     def encode(self, text: str) -> np.ndarray:
         return np.asarray(self._sp.encode(text, out_type=int), dtype=dtype_for(self.vocab_size))
@@ -129,12 +116,3 @@ class BpeTokenizer:
     def pieces(self) -> list[str]:
         """Every piece of the vocabulary, by id."""
         return [self._sp.id_to_piece(i) for i in range(self.vocab_size)]
-
-    def __repr__(self) -> str:
-        return f"BpeTokenizer({str(self.path)!r}, vocab_size={self.vocab_size})"
-
-    def __getstate__(self) -> dict[str, str]:
-        return {"path": str(self.path)}
-
-    def __setstate__(self, state: dict[str, str]) -> None:
-        self.__init__(state["path"])  # type: ignore[misc]

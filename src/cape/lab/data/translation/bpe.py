@@ -12,25 +12,15 @@ from __future__ import annotations
 import io
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
 
 from cape._checks import check_float, check_int
 from cape.lab.data.cache import building, remove_leftovers
+from cape.lab.data.sentencepiece_file import SentencePieceFile, sentencepiece_module
 from cape.lab.io import atomic_write
 
 __all__ = ["BOS_ID", "EOS_ID", "PAD_ID", "UNK_ID", "Tokenizer", "bpe_path", "train_bpe"]
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
-
-
-def _spm() -> Any:
-    try:
-        import sentencepiece
-    except ImportError as e:
-        raise ImportError(
-            "the translation tokenizer needs sentencepiece: pip install 'cape[translation]'"
-        ) from e
-    return sentencepiece
 
 
 def bpe_path(
@@ -90,7 +80,7 @@ def _train(
     """Train the model and write its .vocab, then its .model (the lock held)."""
     from cape.lab.data.translation.corpus import load_pairs
 
-    spm = _spm()
+    spm = sentencepiece_module(Tokenizer.user)
     lines = [side for split in splits for pair in load_pairs(root, split) for side in pair]
     model = io.BytesIO()  # from memory to memory: no temporary path ends up in the model
     spm.SentencePieceTrainer.train(
@@ -118,7 +108,7 @@ def _train(
     atomic_write(path, lambda tmp: Path(tmp).write_bytes(proto))
 
 
-class Tokenizer:
+class Tokenizer(SentencePieceFile):
     """A SentencePiece model with the translation ids (pad 0, unk 1, bos 2, eos 3).
 
     `encode(text) -> list[int]` (no bos/eos), `encode_batch(texts) -> list[list[int]]`,
@@ -126,17 +116,14 @@ class Tokenizer:
     travels, each process loads the model again (DataLoader workers).
     """
 
+    user = "the translation tokenizer"
+    missing = (
+        "model_path {path} does not exist: make it with cape.lab.data.translation.bpe.train_bpe"
+    )
+
     def __init__(self, model_path: str | Path) -> None:
-        self.path = Path(model_path)
-        if not self.path.is_file():
-            raise FileNotFoundError(
-                f"model_path {self.path} does not exist: "
-                "make it with cape.lab.data.translation.bpe.train_bpe"
-            )
-        self._sp = _spm().SentencePieceProcessor(model_file=str(self.path))
-        self.vocab_size: int = self._sp.get_piece_size()
+        super().__init__(model_path)
         self.pad_id: int = self._sp.pad_id()
-        self.unk_id: int = self._sp.unk_id()
         self.bos_id: int = self._sp.bos_id()
         self.eos_id: int = self._sp.eos_id()
 
@@ -168,12 +155,3 @@ class Tokenizer:
 
     def __len__(self) -> int:
         return self.vocab_size
-
-    def __repr__(self) -> str:
-        return f"Tokenizer({str(self.path)!r}, vocab_size={self.vocab_size})"
-
-    def __getstate__(self) -> dict[str, str]:
-        return {"path": str(self.path)}
-
-    def __setstate__(self, state: dict[str, str]) -> None:
-        self.__init__(state["path"])  # type: ignore[misc]

@@ -20,9 +20,11 @@ from cape.lab.data.text.sentences import TEXT_SOURCES
 from cape.lab.experiments.pairs import preset_augmentation
 from cape.lab.experiments.study_config import (
     check_best_metric,
+    check_folder,
     check_position,
     check_runs,
     check_transformer,
+    row_key,
     train_preset,
 )
 from cape.lab.experiments.train_as import check_reuse_fields, check_train_as
@@ -59,8 +61,7 @@ class DataConfig:
     workers: int = 2
 
     def __post_init__(self) -> None:
-        if not isinstance(self.root, str) or not self.root:
-            raise ValueError(f"data.root must be a folder path, got {self.root!r}")
+        check_folder("data.root", self.root)
         for key in ("train", "val", "test_per_bin", "workers"):
             check_int(f"data.{key}", getattr(self, key))
         check_int("data.seed", self.seed, minimum=0)
@@ -130,13 +131,12 @@ class RowConfig:
     train_as: str | None = None
 
     def __post_init__(self) -> None:
-        if not self.name:
-            raise ValueError("rows[].name must be a non-empty string")
-        check_position(f"rows[{self.name}].position", self.position)
-        check_choice(f"rows[{self.name}].relative_layers", self.relative_layers, ("all", "first"))
-        check_choice(f"rows[{self.name}].specaugment", self.specaugment, (True, False))
-        check_choice(f"rows[{self.name}].batching", self.batching, BATCHING)
-        check_reuse_fields(f"rows[{self.name}]", self)
+        key = row_key(self.name)
+        check_position(f"{key}.position", self.position)
+        check_choice(f"{key}.relative_layers", self.relative_layers, ("all", "first"))
+        check_choice(f"{key}.specaugment", self.specaugment, (True, False))
+        check_choice(f"{key}.batching", self.batching, BATCHING)
+        check_reuse_fields(key, self)
 
 
 @dataclass

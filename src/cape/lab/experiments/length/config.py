@@ -17,13 +17,11 @@ from cape.build import build, encoding_class
 from cape.lab.experiments.pairs import preset_augmentation
 from cape.lab.experiments.study_config import (
     check_best_metric,
-    check_position,
     check_runs,
     train_preset,
 )
 from cape.lab.experiments.train_as import (
     ReusableRow,
-    check_reuse_fields,
     check_train_as,
     trained_row,
 )
@@ -96,13 +94,7 @@ class RowConfig(ReusableRow):
     row's options and its own `eval_options`) instead of training; checked in `LengthConfig`."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name:
-            raise ValueError("rows[].name must be a non-empty string")
-        key = f"rows[{self.name}]"
-        self.position = check_position(f"{key}.position", self.position)
-        if not isinstance(self.options, dict):
-            raise ValueError(f"{key}.options must be a mapping, got {self.options!r}")
-        check_reuse_fields(key, self)
+        self.check_fields()
 
 
 @dataclass

@@ -18,7 +18,7 @@ from typing import Any
 from cape._checks import check_choice, check_float, check_int
 from cape.augment import Augmentation
 from cape.lab.data.boxes import ScreenSettings
-from cape.lab.experiments.study_config import check_best_metric, check_runs, train_preset
+from cape.lab.experiments.study_config import check_best_metric, check_runs, row_key, train_preset
 from cape.lab.train.config import TrainConfig
 
 __all__ = [
@@ -110,8 +110,7 @@ class RowConfig:
     augment: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not self.name:
-            raise ValueError("rows[].name must be a non-empty string")
+        row_key(self.name)
         check_choice(f"rows[{self.name}].position", self.position, POSITIONS)
         if self.position == "nopos" and (self.options or self.augment):
             raise ValueError(f"rows[{self.name}]: position 'nopos' takes no options or augment")

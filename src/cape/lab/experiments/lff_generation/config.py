@@ -16,7 +16,7 @@ from typing import Any
 from cape._checks import check_choice, check_float, check_int
 from cape.lab.data.images.render import CANVAS
 from cape.lab.experiments.lff_generation.model import POSITIONS, PixelPositions
-from cape.lab.experiments.study_config import check_best_metric, check_runs, train_preset
+from cape.lab.experiments.study_config import check_best_metric, check_runs, row_key, train_preset
 from cape.lab.train.config import TrainConfig
 
 __all__ = [
@@ -93,8 +93,7 @@ class RowConfig:
     options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name:
-            raise ValueError(f"rows[].name must be a non-empty string, got {self.name!r}")
+        row_key(self.name)
         check_choice(f"rows[{self.name}].position", self.position, POSITIONS)
 
 

@@ -18,13 +18,11 @@ from cape._checks import check_float, check_int
 from cape.lab.data.text_corpus import TOKENIZERS
 from cape.lab.experiments.study_config import (
     check_best_metric,
-    check_position,
     check_runs,
     check_transformer,
 )
 from cape.lab.experiments.train_as import (
     ReusableRow,
-    check_reuse_fields,
     check_train_as,
     trained_row,
 )
@@ -151,13 +149,7 @@ class RowConfig(ReusableRow):
     finetune_from: str | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name:
-            raise ValueError("rows[].name must be a non-empty string")
-        key = f"rows[{self.name}]"
-        self.position = check_position(f"{key}.position", self.position)
-        if not isinstance(self.options, dict):
-            raise ValueError(f"{key}.options must be a mapping, got {self.options!r}")
-        check_reuse_fields(key, self)
+        key = self.check_fields()
         if self.finetune_from is not None and not isinstance(self.finetune_from, str):
             raise ValueError(f"{key}.finetune_from must be a row name or null")
         if self.finetune_from is not None and self.train_as is not None:

@@ -18,9 +18,11 @@ from cape._checks import check_float, check_int
 from cape.lab.experiments.pairs import preset_augmentation
 from cape.lab.experiments.study_config import (
     check_best_metric,
+    check_folder,
     check_position,
     check_runs,
     check_transformer,
+    row_key,
     train_preset,
 )
 from cape.lab.experiments.train_as import ReusableRow, check_reuse_fields, check_train_as
@@ -56,8 +58,7 @@ class DataConfig:
     max_tokens: int = 64
 
     def __post_init__(self) -> None:
-        if not isinstance(self.root, str) or not self.root:
-            raise ValueError(f"data.root must be a folder path, got {self.root!r}")
+        check_folder("data.root", self.root)
         for key in ("train", "val", "limit"):
             check_int(f"data.{key}", getattr(self, key), minimum=0)
         check_int("data.seed", self.seed, minimum=0)
@@ -96,13 +97,12 @@ class RowConfig(ReusableRow):
     (`cape.lab.experiments.train_as`)."""
 
     def __post_init__(self) -> None:
-        if not self.name:
-            raise ValueError("rows[].name must be a non-empty string")
-        check_position(f"rows[{self.name}].position", self.position)
-        check_reuse_fields(f"rows[{self.name}]", self)
+        key = row_key(self.name)
+        check_position(f"{key}.position", self.position)
+        check_reuse_fields(key, self)
         alpha = self.options.get("alpha", "auto")
         if alpha != "auto":
-            check_float(f"rows[{self.name}].options.alpha", alpha, strict=True)
+            check_float(f"{key}.options.alpha", alpha, strict=True)
 
 
 @dataclass

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cape._checks import check_choice, check_int
-from cape.lab.experiments.study_config import check_position, check_runs, train_preset
+from cape.lab.experiments.study_config import check_position, check_runs, row_key, train_preset
 from cape.lab.train.config import TrainConfig
 
 __all__ = [
@@ -99,8 +99,7 @@ class RowConfig:
     finetune_steps: int = 0
 
     def __post_init__(self) -> None:
-        if not self.name:
-            raise ValueError("rows[].name must be a non-empty string")
+        row_key(self.name)
         check_position(f"rows[{self.name}].position", self.position)
         check_int(f"rows[{self.name}].train_size", self.train_size)
         for s in self.univit_sizes:
