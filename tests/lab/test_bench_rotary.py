@@ -27,9 +27,28 @@ def test_both_updates_rotate_alike_and_get_gradients() -> None:
     qh = torch.cat([q[..., 0::2], q[..., 1::2]], dim=-1)
     ours_h, _ = bench.Rotary(8)(qh, qh)
     assert torch.allclose(ours_h, half, atol=1e-5) and ours.shape == ref.shape
-    cape_update, ref_update = bench.rotary_updates(1, 2, 5, 8)
-    cape_update()
-    ref_update()
+    for fused in (False, True):
+        cape_update, ref_update = bench.rotary_updates(1, 2, 5, 8, fused=fused)
+        cape_update()
+        ref_update()
+
+
+def test_bias_updates_compute_the_same_alibi() -> None:
+    """cape's ALiBi and x-transformers' give the same bias on the timed inputs (the slopes
+    agree: tests/library/test_alibi.py); FIRE's update reaches its MLP's parameters."""
+    pytest.importorskip("x_transformers")
+    from x_transformers.x_transformers import AlibiPositionalBias
+
+    pos = torch.arange(6, dtype=torch.float32).expand(2, 6)
+    ours = bench.build("alibi", 4).eval()(pos)
+    ref = AlibiPositionalBias(4).forward_custom_pos(pos)
+    torch.testing.assert_close(ours, ref.expand_as(ours))
+    for name in ("alibi", "fire"):
+        cape_update, ref_update = bench.bias_updates(name, 2, 4, 6)
+        cape_update()
+        ref_update()
+    with pytest.raises(ValueError, match="alibi"):
+        bench.bias_updates("relpos", 2, 4, 6)
 
 
 def test_cli_writes_the_ratio_of_one_run(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -39,7 +58,18 @@ def test_cli_writes_the_ratio_of_one_run(tmp_path: Path, capsys: pytest.CaptureF
     )
     with open(tmp_path / "rotary.csv", newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
-    assert [r["shape"] for r in rows] == ["B1 H2 T4 d8", "B1 H2 T9 d8"]
+    # every row in one run: rotary eager and fused against rotary-embedding-torch, ALiBi and FIRE
+    # against x-transformers, at each length
+    assert [(r["encoding"], r["shape"]) for r in rows] == [
+        (name, shape)
+        for name in ("rotary (eager)", "rotary (fused)", "alibi", "fire")
+        for shape in ("B1 H2 T4 d8", "B1 H2 T9 d8")
+    ]
+    assert {r["reference"] for r in rows} == {
+        "rotary-embedding-torch",
+        "x-transformers AlibiPositionalBias",
+        "x-transformers DynamicPositionBias",
+    }
     for r in rows:
         assert float(r["ratio"]) == pytest.approx(
             float(r["cape_ms"]) / float(r["reference_ms"]), rel=1e-2

@@ -42,6 +42,7 @@ from .._checks import (
     check_int,
     check_phases,
     check_tensor,
+    checked_inputs,
     max_abs,
 )
 from .._fusion import can_fuse, fused
@@ -140,7 +141,12 @@ class PositionalEncoding(GridLayout, nn.Module):
         pos = as_positions(positions, mask=mask, dims=self.pos_dim) if validate else positions
         if aug is None:
             return pos
-        return aug(pos, mask, training=self.training, generator=generator)
+        if validate:
+            return aug(pos, mask, training=self.training, generator=generator)
+        # positions cape built are finite and in range: the augmentation's value checks would
+        # find nothing (per-call cost at small sizes); `check_range` still checks what it makes
+        with checked_inputs():
+            return aug(pos, mask, training=self.training, generator=generator)
 
     def call_augmentation(self, augmentation: Augmentation | None) -> Augmentation | None:
         """The augmentation of a `prepare` call: the one given (a grid's), else

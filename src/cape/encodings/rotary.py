@@ -14,14 +14,12 @@ from .._checks import (
     _may_inspect_values,
     check_choice,
     check_even,
-    check_finite,
     check_float,
     check_generator,
     check_int,
     check_phases,
     check_tensor,
 )
-from .._fusion import can_fuse, fused
 from ..augment import Augmentation, mean_normalize
 from ..functional.frequencies import grid_frequencies_2d
 from ..functional.rope_scaling import (
@@ -32,13 +30,14 @@ from ..functional.rope_scaling import (
     xpos_scale,
     yarn_temperature,
 )
-from ..functional.rotary import apply_rotary, rotary_angles
+from ..functional.rotary import rotary_angles
 from ..functional.sinusoidal import cape2d_frequencies, sinusoid_frequencies
 from ..positions import as_positions, token_positions
 from .base import float32_region
 from .extension import init_extension
 from .grids import GridLayout, fit_grid_pair, max_scaling_of, sampling_of
 from .in_attention import QKTransform
+from .rotation import rotate
 
 __all__ = ["Rotary"]
 
@@ -294,7 +293,7 @@ class Rotary(GridLayout, QKTransform):
         q_ang, k_ang, q_mag, k_mag = rotation
         if self.xpos:  # YaRN's temperature alone (0.1 ln s + 1) stays near 1: nothing to read
             check_half_range(q.dtype, q_mag, k_mag)
-        return _rotate(q, q_ang, q_mag), _rotate(k, k_ang, k_mag)
+        return rotate(q, q_ang, q_mag), rotate(k, k_ang, k_mag)
 
     def check_dtype(self, dtype: torch.dtype, positions: torch.Tensor, mask=None) -> None:
         """Refuse, naming `positions`, self-attention positions [B, T(, 1)] whose xPos factors
@@ -372,20 +371,3 @@ def check_half_range(dtype: torch.dtype, *magnitudes: torch.Tensor | None) -> No
                 f"{HALF_HEADROOM:g} needed): use bfloat16 or float32, a larger xpos_scale_base, "
                 "or a shorter span"
             )
-
-
-def _rotate(x: torch.Tensor, angles: torch.Tensor, magnitude: torch.Tensor | None) -> torch.Tensor:
-    """x [B, H, T, hd] rotated by angles (and scaled by magnitude): one compiled kernel where
-    `cape.fusion` allows it, after the same value check as the eager path."""
-    if can_fuse(x):
-        check_finite("angles", angles.to(torch.float32), what=" in float32")
-        if magnitude is None:
-            return fused(apply_rotary, x, angles)
-        return fused(_scale_rotate, x, angles, magnitude)
-    return apply_rotary(x, angles) if magnitude is None else _scale_rotate(x, angles, magnitude)
-
-
-def _scale_rotate(x: torch.Tensor, angles: torch.Tensor, magnitude: torch.Tensor) -> torch.Tensor:
-    # magnitudes are equal on the two channels of a rotation plane: they commute with it, and
-    # multiplying first keeps one cast to x's dtype (the maths in float32)
-    return apply_rotary(x.to(torch.float32) * magnitude, angles).to(x.dtype)

@@ -1,11 +1,21 @@
-"""`cape bench rotary`: `cape.Rotary` against rotary-embedding-torch on the same shapes.
+"""`cape bench rotary`: cape's rotary, ALiBi and FIRE against the public packages, in one run.
 
-Each cell times forward + backward of rotating q and k [B, H, T, hd] (fp32, train mode, loss =
-sum of q' and k'): cape's `Rotary(hd)(q, k)` against rotary-embedding-torch's
-`RotaryEmbedding(hd).rotate_queries_or_keys` applied to q and to k (its interleaved layout, the
-same angles), both from fresh leaf tensors that need gradients. The two are timed round-robin
-in one process (`time_interleaved`), so the ratio cape / reference of a cell is measured in one
-run. rotary-embedding-torch is a test-only reference: `pip install "cape[test]"`.
+Each row times cape against a reference package round-robin in one process
+(`time_interleaved`), so its ratio cape / reference is measured in one run, and every row of a
+table comes from the same invocation:
+
+- rotary (eager, `cape.fusion(False)`) and rotary (fused, `cape.fusion(True)`: the compiled
+  kernel): forward + backward of rotating q and k [B, H, T, hd] (fp32, train mode, loss = sum
+  of q' and k'), against rotary-embedding-torch's `RotaryEmbedding(hd).rotate_queries_or_keys`
+  on q and on k (its interleaved layout, the same angles), from fresh leaves needing gradients;
+- alibi: the bias [B, H, T, T] of per-sample positions [B, T] (forward; no parameters), against
+  x-transformers' `AlibiPositionalBias.forward_custom_pos` (same slopes);
+- fire: forward + backward of FIRE's bias [1, H, T, T] (its MLP over the T x T normalised
+  distances, shared by the batch), against x-transformers' `DynamicPositionBias` (depth 2,
+  width 32: the nearest peer, an MLP bias over relative distances; it has no FIRE, and its MLP
+  reads the 2T - 1 distances only, then gathers: cheaper than FIRE's by construction).
+
+The references are test-only: `pip install "cape[test]"`.
 """
 
 from __future__ import annotations
@@ -16,21 +26,25 @@ from typing import Any
 
 import torch
 
+from cape import fusion
+from cape.build import build
 from cape.encodings.rotary import Rotary
 from cape.lab.arguments import ArgumentParser, out_folder
 from cape.lab.bench.results import machine, write_results
 from cape.lab.bench.timing import time_interleaved
 
-__all__ = ["rotary_updates", "run", "main"]
+__all__ = ["rotary_updates", "bias_updates", "run", "main"]
 
 # the issue's target shapes: B8 H8 d64 at T 100 and 1000
 DEFAULT = dict(batch=8, heads=8, head_dim=64, lengths=(100, 1000))
+Update = Callable[[], None]
 
 
 def rotary_updates(
-    batch: int, heads: int, length: int, head_dim: int
-) -> tuple[Callable[[], None], Callable[[], None]]:
-    """(cape's update, the reference's update): forward + backward of rotating q and k."""
+    batch: int, heads: int, length: int, head_dim: int, fused: bool = False
+) -> tuple[Update, Update]:
+    """(cape's update, the reference's update): forward + backward of rotating q and k;
+    fused: cape's compiled kernel (`cape.fusion(True)`), else its eager path."""
     from rotary_embedding_torch import RotaryEmbedding  # the reference: test extra only
 
     gen = torch.Generator().manual_seed(0)
@@ -41,7 +55,8 @@ def rotary_updates(
 
     def cape_update() -> None:
         q, k = q0.clone().requires_grad_(), k0.clone().requires_grad_()
-        qr, kr = ours(q, k)
+        with fusion(fused):
+            qr, kr = ours(q, k)
         (qr.sum() + kr.sum()).backward()
 
     def ref_update() -> None:
@@ -50,6 +65,52 @@ def rotary_updates(
         (qr.sum() + kr.sum()).backward()
 
     return cape_update, ref_update
+
+
+def bias_updates(name: str, batch: int, heads: int, length: int) -> tuple[Update, Update]:
+    """(cape's update, x-transformers' update) of an attention bias: "alibi" (forward of
+    [B, H, T, T] from per-sample positions) or "fire" (forward + backward of [1, H, T, T])."""
+    from x_transformers.x_transformers import AlibiPositionalBias, DynamicPositionBias
+
+    torch.manual_seed(0)
+    if name == "alibi":
+        pos = torch.arange(length, dtype=torch.float32).expand(batch, length).contiguous()
+        ours, ref = build("alibi", heads).eval(), AlibiPositionalBias(heads)
+
+        def cape_alibi() -> None:
+            ours(pos)
+
+        def ref_alibi() -> None:
+            ref.forward_custom_pos(pos)
+
+        return cape_alibi, ref_alibi
+    if name != "fire":
+        raise ValueError(f"name must be 'alibi' or 'fire', got {name!r}")
+    fire = build("fire", heads).train()
+    dpb = DynamicPositionBias(dim=32, heads=heads, depth=2)
+    tokens = torch.arange(length, dtype=torch.float32)[None]  # [1, T]: shared by the batch
+
+    def cape_fire() -> None:
+        fire(tokens).sum().backward()
+
+    def ref_fire() -> None:
+        dpb(length, length).sum().backward()
+
+    return cape_fire, ref_fire
+
+
+_ROWS = (
+    ("rotary (eager)", "rotary-embedding-torch"),
+    ("rotary (fused)", "rotary-embedding-torch"),
+    ("alibi", "x-transformers AlibiPositionalBias"),
+    ("fire", "x-transformers DynamicPositionBias"),
+)
+
+
+def _updates(row: str, batch: int, heads: int, length: int, head_dim: int) -> tuple[Update, Update]:
+    if row.startswith("rotary"):
+        return rotary_updates(batch, heads, length, head_dim, fused=row == "rotary (fused)")
+    return bias_updates(row, batch, heads, length)
 
 
 def run(
@@ -61,21 +122,24 @@ def run(
     warmup: int = 3,
     runs: int = 30,
 ) -> list[dict[str, Any]]:
-    """One row per length: medians (ms), IQRs and the ratio cape / reference."""
+    """One row per encoding and length: medians (ms), IQRs and the ratio cape / reference."""
     rows = []
-    for length in lengths:
-        ours, ref = rotary_updates(batch, heads, length, head_dim)
-        t_ours, t_ref = time_interleaved([ours, ref], runs=runs, warmup=warmup)
-        rows.append(
-            {
-                "shape": f"B{batch} H{heads} T{length} d{head_dim}",
-                "cape_ms": t_ours.median_ms,
-                "cape_iqr_ms": t_ours.iqr_ms,
-                "reference_ms": t_ref.median_ms,
-                "reference_iqr_ms": t_ref.iqr_ms,
-                "ratio": t_ours.median_ms / t_ref.median_ms,
-            }
-        )
+    for row, reference in _ROWS:
+        for length in lengths:
+            ours, ref = _updates(row, batch, heads, length, head_dim)
+            t_ours, t_ref = time_interleaved([ours, ref], runs=runs, warmup=warmup)
+            rows.append(
+                {
+                    "encoding": row,
+                    "reference": reference,
+                    "shape": f"B{batch} H{heads} T{length} d{head_dim}",
+                    "cape_ms": t_ours.median_ms,
+                    "cape_iqr_ms": t_ours.iqr_ms,
+                    "reference_ms": t_ref.median_ms,
+                    "reference_iqr_ms": t_ref.iqr_ms,
+                    "ratio": t_ours.median_ms / t_ref.median_ms,
+                }
+            )
     return rows
 
 
@@ -123,11 +187,14 @@ def main(argv: list[str] | None = None) -> int:
         args.out,
         "rotary",
         rows,
-        title="cape.Rotary against rotary-embedding-torch (fwd+bwd of q and k, fp32)",
-        columns=["shape", "cape_ms", "reference_ms", "ratio"],
+        title="cape's rotary, ALiBi and FIRE against rotary-embedding-torch and x-transformers",
+        columns=["encoding", "reference", "shape", "cape_ms", "reference_ms", "ratio"],
         meta={**machine("cpu"), "runs": args.runs, "warmup": args.warmup},
-        notes="ratio = cape median / reference median, timed round-robin in one process; "
-        "below 1: cape is faster.",
+        notes="ratio = cape median / reference median, each row timed round-robin in one "
+        "process, all rows in one run; below 1: cape is faster. Rotary: fwd+bwd of q and k, "
+        "fp32; alibi: the bias of per-sample positions, forward; fire: fwd+bwd of the shared "
+        "bias (x-transformers has no FIRE: DynamicPositionBias is the nearest MLP bias, and "
+        "reads 2T - 1 distances where FIRE reads T x T).",
         digits=3,
     )
     return 0
