@@ -37,6 +37,38 @@ def test_bf16_check_can_fail() -> None:
     assert row["result"] == "FAILED" and "->" in row["detail"]
 
 
+def test_phase_and_fused_checks_pass_on_cpu() -> None:
+    """bf16 autocast keeps the phases in float32 (outputs equal the fp32 maths cast, bit for
+    bit), and the fused path agrees with the eager one; both also run on CUDA in the check."""
+    row = gpu.check_phases(CPU)
+    assert row["result"] == "ok", row
+    assert float(row["detail"].split("up to ")[1].split()[0]) > 0.5  # bf16 phases would show
+    row = gpu.check_fused(CPU)
+    assert row["result"] == "ok" and "compiled: True" in row["detail"], row
+
+
+def test_phase_check_fails_when_phases_are_rounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Were autocast left on around the phases (no float32 region) and an op there ran in
+    bf16 under it, the check would say FAILED."""
+    import contextlib
+
+    import cape.functional.sinusoidal as sinusoidal
+
+    original = sinusoidal.shifted_sine
+
+    def autocast_rounds(positions, freqs2, offset):
+        if torch.is_autocast_enabled("cpu"):  # as a bf16 op would under autocast
+            positions = positions.to(torch.bfloat16).float()
+        return original(positions, freqs2, offset)
+
+    monkeypatch.setattr("cape.encodings.sinusoidal.shifted_sine", autocast_rounds)
+    assert gpu.check_phases(CPU)["result"] == "ok"  # cape's float32 region protects them
+    monkeypatch.setattr(
+        "cape.encodings.base.float32_region", lambda device: contextlib.nullcontext()
+    )
+    assert gpu.check_phases(CPU)["result"] == "FAILED"
+
+
 def test_main_refuses_without_cuda(capsys: pytest.CaptureFixture[str]) -> None:
     for argv in (["--device", "cpu"], ["--device", "tpu:0"]):
         with pytest.raises(SystemExit) as err:

@@ -10,7 +10,9 @@
   augmentation drawn inside the graph) is captured with `torch.cuda.graph` and replayed; the
   replays must change the parameters, draw new augmentations and match an eager step's loss.
 - bf16: the same models under `torch.autocast(dtype=torch.bfloat16)` give finite losses and
-  gradients within a relative tolerance of fp32.
+  gradients within a relative tolerance of fp32, and CAPE's and rotary's phases stay in
+  float32 (their bf16 outputs equal the float32 maths cast, bit for bit).
+- fused: the compiled kernels of `cape.fusion` (triton on CUDA) agree with the eager path.
 
 On a machine without CUDA the command stops with exit code 2 and says so.
 """
@@ -29,7 +31,15 @@ from cape.encodings.fourier import LearnableFourierFeatures
 from cape.lab.arguments import ArgumentParser, out_folder
 from cape.lab.bench.results import machine, write_results
 
-__all__ = ["SYNC_CASES", "check_sync", "check_graph_step", "check_bf16", "main"]
+__all__ = [
+    "SYNC_CASES",
+    "check_sync",
+    "check_graph_step",
+    "check_bf16",
+    "check_phases",
+    "check_fused",
+    "main",
+]
 
 Loss = Callable[[nn.Module], torch.Tensor]
 Factory = Callable[[torch.device], tuple[nn.Module, Loss]]  # device -> (module, its loss)
@@ -193,6 +203,61 @@ def check_bf16(name: str, device: torch.device, rtol: float = 0.05) -> dict[str,
     )
 
 
+def check_phases(device: torch.device) -> dict[str, Any]:
+    """Under bf16 autocast, CAPE1d's embedding and rotary's rotation at positions up to 1e4
+    equal the float32 maths cast to bf16, bit for bit: their phases stay in float32. The
+    detail gives what bf16 phases would be off by (the check's sensitivity)."""
+    pos = torch.linspace(0, 10000, 64, device=device)[None]  # [1, 64] token positions
+    enc = cape.build("cape1d", 64).to(device).eval()
+    rot = cape.build("rotary", 16).to(device).eval()
+    x = torch.randn(1, 64, 64, device=device).to(torch.bfloat16)
+    q = torch.randn(1, 2, 64, 16, device=device).to(torch.bfloat16)
+    with torch.autocast(device.type, dtype=torch.bfloat16):
+        emb, (qr, _) = enc(x, positions=pos), rot(q, q, positions=pos)
+    want_emb = enc(x.float(), positions=pos).to(torch.bfloat16)
+    want_q = rot(q.float(), q.float(), positions=pos)[0].to(torch.bfloat16)
+    same = emb.dtype == qr.dtype == torch.bfloat16
+    ok = same and torch.equal(emb, want_emb) and torch.equal(qr, want_q)
+    omega = enc.frequencies[0].to(device)
+    bf16_phase = (pos[0, :, None].bfloat16() * omega.bfloat16()).float()
+    off = (torch.sin(bf16_phase) - torch.sin(pos[0, :, None] * omega)).abs().max()
+    return dict(
+        check="bf16 phases",
+        case="cape1d, rotary at positions to 1e4",
+        result="ok" if ok else "FAILED",
+        detail=f"bf16 phases would be off by up to {float(off):.2f} in sin",
+    )
+
+
+def check_fused(device: torch.device) -> dict[str, Any]:
+    """The fused path (`cape.fusion(True)`: inductor, triton on CUDA) against the eager one:
+    CAPE1d's add_to in training and rotary's rotation, values and gradients, same draws."""
+    torch.manual_seed(0)
+    enc = cape.build("cape1d", 256, preset="text").to(device).train()
+    rot = cape.build("rotary", 64, augmentation=cape.Augmentation(max_global_shift=4.0))
+    rot = rot.to(device).train()
+    outs, names = [], []
+    for mode in (False, True):
+        x = torch.linspace(-1, 1, 8 * 200 * 256, device=device).reshape(8, 200, 256)
+        x.requires_grad_(True)
+        q = x.view(8, 200, 4, 64).transpose(1, 2)
+        with cape.fusion(mode):
+            y = enc.add_to(x, generator=torch.Generator(device).manual_seed(1))
+            qr, kr = rot(q, q, generator=torch.Generator(device).manual_seed(2))
+        (y.square().sum() + (qr * kr).sum()).backward()
+        outs.append((y.detach(), qr.detach(), x.grad))
+        names.append((type(y.grad_fn).__name__, type(qr.grad_fn).__name__))
+    close = all(torch.allclose(f, e, atol=2e-4, rtol=1e-4) for e, f in zip(*outs, strict=True))
+    compiled = all("Compiled" in n for n in names[1])
+    err = max(float((f - e).abs().max()) for e, f in zip(*outs, strict=True))
+    return dict(
+        check="fused",
+        case="cape1d add_to, rotary (compiled vs eager)",
+        result="ok" if close and compiled else "FAILED",
+        detail=f"compiled: {compiled}; max |fused - eager| {err:.2e}",
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     p = ArgumentParser(
         prog="cape bench gpu",
@@ -213,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = [check_sync(name, device) for name in SYNC_CASES]
     rows.append(check_graph_step(device))
     rows += [check_bf16(name, device) for name in SYNC_CASES]
+    rows += [check_phases(device), check_fused(device)]
     for r in rows:
         r.setdefault("detail", "")
     write_results(
