@@ -10,7 +10,8 @@ from .._checks import check_float, check_int
 from ..augment import Augmentation
 from ..functional.frequencies import grid_frequencies_1d
 from ..functional.sinusoidal import (
-    _axial_sinusoidal_add,
+    _axial_doubled_frequencies,
+    _shifted_sine_add,
     axial_sinusoidal,
     sinusoid_frequencies,
 )
@@ -84,11 +85,16 @@ class SineND(PositionalEncoding):
             )
         self._master = freqs.detach().to("cpu", torch.float32).contiguous()
         self.register_buffer("freqs", self._master.clone(), persistent=False)
+        freqs2, offset = _axial_doubled_frequencies(self._master)  # for the fused kernel
+        self.register_buffer("freqs2", freqs2, persistent=False)
+        self.register_buffer("offset", offset, persistent=False)
 
     def _apply(self, fn, recurse=True):  # type: ignore[override]
         # frequencies stay float32 through .to(bf16) (rounded ones would shift every phase)
         super()._apply(fn, recurse)
         self.freqs = self._master.to(self.freqs.device)
+        freqs2, offset = _axial_doubled_frequencies(self.freqs)
+        self.freqs2, self.offset = freqs2, offset
         return self
 
     @property
@@ -104,7 +110,7 @@ class SineND(PositionalEncoding):
         return axial_sinusoidal(positions, self.dim, freqs=self.freqs)
 
     def embed_kernel(self) -> tuple[Callable[..., torch.Tensor], tuple[torch.Tensor, ...]]:
-        return _axial_sinusoidal_add, (self.freqs,)
+        return _shifted_sine_add, (self.freqs2, self.offset)
 
     def grid_positions(
         self,

@@ -145,12 +145,12 @@ def _shifted_sine_add(
     return _add_masked(x, shifted_sine(positions, freqs2, offset), mask)
 
 
-def _axial_sinusoidal_add(
-    x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, freqs: torch.Tensor
-) -> torch.Tensor:
-    """x + axial_sinusoidal(positions, D, freqs=freqs) with D = 2 M K for freqs [M, K] (0 at
-    padding), in x's dtype: the kernel `cape.fusion` compiles for `SineND`."""
-    return _add_masked(x, axial_sinusoidal(positions, 2 * freqs.numel(), freqs=freqs), mask)
+def _axial_doubled_frequencies(freqs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-axis frequencies [M, K] -> (freqs2 [M, 2MK], offset [2MK]): `shifted_sine` with them
+    gives `axial_sinusoidal`'s layout [cos_0 || sin_0 || cos_1 || ...] (axis m's phases on its
+    own block, exact zeros elsewhere), one sine per output channel: the fused kernel's form."""
+    blocks = [doubled_frequencies(w[None]) for w in freqs.to(torch.float32)]
+    return torch.block_diag(*[w2 for w2, _ in blocks]), torch.cat([off for _, off in blocks])
 
 
 def _check_sine_args(positions: object, freqs2: object, offset: object) -> None:
