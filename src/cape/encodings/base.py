@@ -231,16 +231,7 @@ class PositionalEncoding(GridLayout, nn.Module):
         check_generator("generator", generator)
         if add and x is None:
             raise ValueError("add=True adds the embedding to x: give x")
-        if positions is not None:  # the details (M, dtype, values) are checked later
-            check_tensor("positions", positions, ndims=(2, 3, 4))
-        grids = None
-        if positions is not None and isinstance(grid, list):  # the grids positions come from
-            grids, grid = check_grids(grid, positions.shape[0]), None
-        layouts = [
-            k for k, v in (("positions", positions), ("hop", hop), ("grid", grid)) if v is not None
-        ]
-        if len(layouts) > 1:
-            raise ValueError(f"give one of positions, hop and grid, got {layouts}")
+        grids, grid = _check_layout(positions, hop, grid)
         if grid is not None or (isinstance(x, torch.Tensor) and x.dim() == 4):
             if mask is not None or lengths is not None:
                 raise ValueError(
@@ -349,6 +340,25 @@ class PositionalEncoding(GridLayout, nn.Module):
     def extra_repr(self) -> str:
         aug = "" if self.augmentation is None else f", augmentation={self.augmentation}"
         return f"dim={self.dim}, pos_dim={self.pos_dim}{aug}"
+
+
+def _check_layout(
+    positions: torch.Tensor | None,
+    hop: float | torch.Tensor | None,
+    grid: tuple[int, int] | list[tuple[int, int]] | None,
+) -> tuple[list[tuple[int, int]] | None, tuple[int, int] | None]:
+    """One way of giving positions -> (the grids given positions were laid out on, or None;
+    the full grid to make, or None). The positions' details (M, dtype, values) come later."""
+    if positions is not None:
+        check_tensor("positions", positions, ndims=(2, 3, 4))
+    grids = None
+    if positions is not None and isinstance(grid, list):  # the grids positions come from
+        grids, grid = check_grids(grid, positions.shape[0]), None
+    layouts = (("positions", positions), ("hop", hop), ("grid", grid))
+    given = [k for k, v in layouts if v is not None]
+    if len(given) > 1:
+        raise ValueError(f"give one of positions, hop and grid, got {given}")
+    return grids, grid  # type: ignore[return-value]
 
 
 def _add_into(emb: torch.Tensor, x: torch.Tensor) -> torch.Tensor:

@@ -34,7 +34,8 @@ _EXTRA_OF_MODULE = {
     "sentencepiece": "translation",
     "sacrebleu": "translation",
     "matplotlib": "plot",
-    "rotary_embedding_torch": "test",  # `cape bench rotary`: the reference
+    "rotary_embedding_torch": "test",  # `cape bench rotary`: the references
+    "x_transformers": "test",
     "onnxruntime": "test",  # `cape bench deploy`: the ONNX check (a cell says when it is missing)
 }
 
