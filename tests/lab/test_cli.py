@@ -197,6 +197,7 @@ _HELPS = [
     ["plot"],
     ["transcribe"],
     ["translate"],
+    ["generate"],
     ["demo"],
     ["encodings"],
 ]

@@ -219,6 +219,7 @@ def test_cli_reference_covers_every_command() -> None:
         "cape plot",
         "cape transcribe",
         "cape translate",
+        "cape generate",
         "cape demo",
         "cape encodings",
         "cape bench",

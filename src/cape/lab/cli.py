@@ -164,6 +164,12 @@ def _translate(args: argparse.Namespace, rest: list[str]) -> int:
     return translate_main(rest)
 
 
+def _generate(args: argparse.Namespace, rest: list[str]) -> int:
+    from cape.lab.apps.generate import generate_main  # a prompt -> its continuation
+
+    return generate_main(rest)
+
+
 def _transcribe(args: argparse.Namespace, rest: list[str]) -> int:
     from cape.lab.apps.transcribe_cli import main as transcribe  # WAVs -> text, or WER
 
@@ -237,6 +243,12 @@ def _parser() -> ArgumentParser:
         add_help=False,
     )
     p.set_defaults(run=_translate)
+    p = sub.add_parser(
+        "generate",
+        help="continue a text prompt with a trained language model (`cape experiment lm`)",
+        add_help=False,
+    )
+    p.set_defaults(run=_generate)
     p = sub.add_parser(
         "demo", help="build every encoding, check its properties, plot similarities", add_help=False
     )

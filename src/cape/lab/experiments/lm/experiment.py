@@ -11,13 +11,16 @@ chosen at inference), a `train_as` row evaluates another row's weights without t
 `LM.run(cfg, mapping, out)`: for every row and seed, train (resumable), evaluate
 (`eval_records`, cached in the run folder's `eval.json`), then write `results.json`,
 `report.md` and the plots. Layout of `out`: `config.yaml`, `<row>/seed<k>/` (engine run folder:
-metrics, checkpoints, eval.json; a `train_as` row's holds eval.json and settings.json only),
+metrics, checkpoints, eval.json, model.json (the `CausalLM` spec, the corpus and its tokenizer:
+what `cape generate` rebuilds the model from) and, with the BPE tokenizer, bpe.model; a
+`train_as` row's holds eval.json and settings.json only),
 `results.json`, `report.md`, `perplexity_vs_length.png`, `loss_by_position.png`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +31,8 @@ from cape.lab.experiments.lm import data, evaluate, model, report
 from cape.lab.experiments.lm.config import LMConfig, RowConfig
 from cape.lab.experiments.lm.data import LMData
 from cape.lab.experiments.lm.presets import PRESET_NOTES, PRESETS
+from cape.lab.io import atomic_write
+from cape.lab.train import distributed as D
 from cape.lab.train import seed_everything
 from cape.lab.train.checkpoint import latest_checkpoint
 
@@ -52,6 +57,7 @@ class LMExperiment(Experiment[LMConfig, LMData], evaluate=evaluate, report=repor
 
     def fit(self, run: Run[LMConfig], data: LMData, net: nn.Module) -> tuple[nn.Module, dict]:
         cfg, row = run.cfg, run.row
+        self._save_spec(run, data, net)
         length, train = cfg.data.context, None
         if row.finetune_from is not None:
             self._start_from(run, data, net)
@@ -70,6 +76,18 @@ class LMExperiment(Experiment[LMConfig, LMData], evaluate=evaluate, report=repor
 
         trainer = self.trainer(run, net, model.lm_loss, windows, eval_fn, train=train)
         return self.fitted(trainer)
+
+    def _save_spec(self, run: Run[LMConfig], data: LMData, net: nn.Module) -> None:
+        """model.json (the model's spec, the corpus entry, its tokenizer, L) and, for BPE, a
+        copy of the corpus's bpe.model: what `cape generate` reads."""
+        corpus = data.corpus
+        tokenizer = corpus.tokenizer.name
+        self.save_spec(
+            run, net, corpus=str(corpus.root), tokenizer=tokenizer, context=run.cfg.data.context
+        )
+        if tokenizer == "bpe" and D.get_rank() == 0:
+            bpe = run.folder / "bpe.model"
+            atomic_write(bpe, lambda tmp: shutil.copyfile(corpus.root / "bpe.model", tmp))
 
     def _start_from(self, run: Run[LMConfig], data: LMData, net: nn.Module) -> None:
         """A fine-tune that has not started takes the final weights of its `finetune_from`

@@ -1,0 +1,336 @@
+"""Continue a text prompt with a trained language model: what `cape generate` does.
+
+A run folder of `cape experiment lm` (`<out>/<row>/seed<k>/`) holds `model.json` (the
+`CausalLM` spec, the corpus entry, its tokenizer and the training context L), `bpe.model` for a
+BPE corpus, `config.json` (the study's config) and its checkpoints. `load_lm` rebuilds the model
+(a run trained before model.json was written: from config.json, as `cape eval lm` does) and its
+tokenizer; `generate_text` continues a prompt.
+
+The prompt is read as the start of a document: `<eod>` (the corpus's document separator, which
+precedes every document the model was trained on) then the prompt's tokens (`encode_prompt`);
+an empty prompt starts a document from nothing. Generation stops at the next `<eod>`, the
+document's end, unless `stop_at_eod=False`.
+
+Length: `CausalLM` reads any length, and every encoding but a learned table gives each position
+something (how well it extrapolates past L is what the lm report measures). A learned table
+(abspos, N = `num_positions` rows) has no row past N (its `overflow` wraps or clamps the
+index): the model is fed only its last N tokens (`readable_context`), so a longer prompt is cut
+to its last N tokens, and past N tokens in all each new token comes from a full forward over
+the last N (a sliding window, no cache). Otherwise `CausalLM.generate` runs (a key/value cache
+where the encoding allows it: the same logits as full forwards).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from cape.encodings.learned import AbsPos1d
+from cape.lab.arguments import ArgumentParser
+from cape.lab.train.checkpoint import load_checkpoint, pick_checkpoint
+from cape.models import CausalLM
+from cape.models.sampling import check_sampling, next_token
+
+__all__ = [
+    "load_lm",
+    "encode_prompt",
+    "readable_context",
+    "generate_ids",
+    "generate_text",
+    "generate_main",
+]
+
+_WHAT = "give a folder <out>/<row>/seed<k> of `cape experiment lm`"
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    """A JSON object from `path`; ValueError naming the file when it is not one."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is not valid JSON: {e}") from e
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} must hold a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _not_a_run(run: Path) -> Exception:
+    """Why folder `run` holds no trained lm model, naming the folder (and the row to use for a
+    `train_as` row, whose folder keeps only its evaluation)."""
+    if not run.is_dir():
+        return FileNotFoundError(f"run {str(run)!r} does not exist: {_WHAT}")
+    settings = run / "settings.json"
+    if settings.is_file():
+        reused = _read_json(settings).get("row.train_as")
+        if reused:
+            return ValueError(
+                f"run {str(run)!r} evaluates the weights of row {reused!r} (train_as) and holds "
+                f"none of its own: give that row's folder <out>/<row>/seed<k>"
+            )
+    return FileNotFoundError(f"run {str(run)!r} has no model.json nor config.json: {_WHAT}")
+
+
+def _spec_from_config(run: Path) -> dict[str, Any]:
+    """model.json's content for a run trained before model.json existed: the model that
+    `cape eval lm` builds from the run's config.json (the study's config and the row)."""
+    from cape.lab.config import from_mapping
+    from cape.lab.experiments.lm.config import LMConfig
+    from cape.lab.experiments.lm.model import make_model
+
+    path = run / "config.json"
+    record = _read_json(path).get("experiment") or {}
+    if record.get("experiment") != "lm":
+        raise ValueError(f"run {str(run)!r} is a {record.get('experiment')!r} run, not an lm one")
+    cfg = from_mapping(LMConfig, record["config"])
+    row = cfg.row(record["row"])
+    tokenizer = cfg.data.tokenizer
+    vocab = 257 if tokenizer == "bytes" else _bpe(run).vocab_size
+    model = make_model(cfg, row, vocab).spec
+    return {"model": model, "experiment": "lm", "row": row.name, "tokenizer": tokenizer,
+            "context": cfg.data.context}  # fmt: skip
+
+
+def _bpe(run: Path) -> Any:
+    """The run's BPE tokenizer (run/bpe.model), or a FileNotFoundError saying where it is."""
+    from cape.lab.data.text_corpus import BpeTokenizer
+
+    if not (run / "bpe.model").is_file():
+        raise FileNotFoundError(
+            f"run {str(run)!r} has no bpe.model: copy the bpe.model of its corpus entry "
+            "(data.root/<corpus>-bpe<vocab>-<hash>/) into it"
+        )
+    return BpeTokenizer(run / "bpe.model")
+
+
+def _device(device: str | torch.device) -> torch.device:
+    try:
+        out = torch.device(device)
+    except RuntimeError as e:
+        raise ValueError(f"device must be a torch device such as 'cpu' or 'cuda:0': {e}") from e
+    if out.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {str(out)!r}: CUDA is not available on this machine")
+    return out
+
+
+def load_lm(
+    run: str | Path, *, device: str | torch.device = "cpu", checkpoint: str = "best"
+) -> tuple[CausalLM, Any, dict[str, Any]]:
+    """(model in eval mode on `device`, tokenizer, spec) of an lm run folder; `checkpoint`:
+    "best" (the best validation loss; the newest step when best/ was never saved), "latest",
+    or a folder name in RUN/checkpoints. The tokenizer: `encode(text)`, `decode(ids)`,
+    `eod_id`. spec: model.json ({"model": CausalLM keywords, "experiment", "row", "tokenizer",
+    "context", "corpus"}), or the same rebuilt from config.json."""
+    run = Path(run)
+    if (run / "model.json").is_file():
+        spec = _read_json(run / "model.json")
+        if spec.get("experiment") != "lm":
+            raise ValueError(
+                f"run {str(run)!r} is a {spec.get('experiment')!r} run, not an lm one: {_WHAT}"
+            )
+        if not isinstance(spec.get("model"), dict):
+            raise ValueError(f'{run / "model.json"} must hold a "model" object (CausalLM keywords)')
+    elif (run / "config.json").is_file():
+        spec = _spec_from_config(run)
+    else:
+        raise _not_a_run(run)
+    device = _device(device)
+    from cape.lab.data.text_corpus import ByteTokenizer
+
+    tokenizer = ByteTokenizer() if spec.get("tokenizer", "bytes") == "bytes" else _bpe(run)
+    model = CausalLM(**spec["model"])
+    if tokenizer.vocab_size != model.vocab_size:
+        raise ValueError(
+            f"run {str(run)!r}: the tokenizer has {tokenizer.vocab_size} ids, the model "
+            f"{model.vocab_size}"
+        )
+    load_checkpoint(pick_checkpoint(run / "checkpoints", checkpoint), model)
+    return model.to(device).eval(), tokenizer, spec
+
+
+def encode_prompt(tokenizer: Any, prompt: str) -> list[int]:
+    """The ids the model reads for `prompt`: `<eod>` (a document starts) then its tokens."""
+    return [int(tokenizer.eod_id), *(int(i) for i in tokenizer.encode(prompt))]
+
+
+def readable_context(model: CausalLM) -> int | None:
+    """How many positions the model can read: a learned table's `num_positions` (abspos);
+    None when every position gets something (the other encodings)."""
+    sizes = [m.num_positions for m in model.modules() if isinstance(m, AbsPos1d)]
+    return min(sizes) if sizes else None
+
+
+@torch.no_grad()
+def _sliding(
+    model: CausalLM,
+    ids: torch.Tensor,
+    max_new: int,
+    window: int,
+    sampling: tuple[float, int | None, torch.Generator | None],
+    eos: int | None,
+) -> torch.Tensor:
+    """ids [B, T0] -> [B, T0 + n]: each new token from a full forward over the last `window`
+    tokens (n < max_new when every row has emitted eos)."""
+    temperature, top_k, generator = sampling
+    out, done = ids, torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
+    was_training = model.training
+    model.eval()
+    try:
+        for _ in range(max_new):
+            new = next_token(model(out[:, -window:])[:, -1], temperature, top_k, generator)
+            if eos is not None:
+                new = torch.where(done, eos, new)
+                done = done | (new == eos)
+            out = torch.cat([out, new[:, None]], dim=1)
+            if eos is not None and bool(done.all()):
+                break
+    finally:
+        model.train(was_training)
+    return out
+
+
+def generate_ids(
+    model: CausalLM,
+    ids: torch.Tensor,
+    max_new: int,
+    *,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+    eos: int | None = None,
+) -> torch.Tensor:
+    """Continue ids [B, T0] (on the model's device) by at most max_new tokens -> [B, T0 + n]:
+    `CausalLM.generate` (same arguments), or a sliding window of `readable_context` tokens when
+    the text would grow past it (module docstring). With eos, a finished row repeats it, and
+    the sliding window stops once every row has it."""
+    window = readable_context(model)
+    if window is None or ids.shape[1] + max_new <= window:
+        return model.generate(
+            ids, max_new, temperature=temperature, top_k=top_k, generator=generator, eos=eos
+        )
+    temp, top_k = check_sampling(temperature, top_k, generator, model.vocab_size)
+    return _sliding(model, ids, max_new, window, (temp, top_k, generator), eos)
+
+
+def generate_text(
+    model: CausalLM,
+    tokenizer: Any,
+    prompt: str,
+    max_new: int,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    seed: int = 0,
+    *,
+    stop_at_eod: bool = True,
+) -> tuple[str, int, float]:
+    """(prompt + its continuation, tokens generated, seconds the generation took) for `prompt`
+    read as a document's start (`encode_prompt`). temperature 0 = greedy; > 0 samples from
+    softmax(logits / temperature) over the top_k largest logits (None = all) with a generator
+    seeded with `seed`. stop_at_eod: stop at the document's end (`<eod>`, not counted)."""
+    device = next(model.parameters()).device
+    ids = torch.tensor([encode_prompt(tokenizer, prompt)], dtype=torch.long, device=device)
+    generator = torch.Generator(device=device)
+    generator.manual_seed(seed)
+    eos = int(tokenizer.eod_id) if stop_at_eod else None
+    start = time.perf_counter()
+    out = generate_ids(
+        model, ids, max_new, temperature=temperature, top_k=top_k, generator=generator, eos=eos
+    )
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    seconds = time.perf_counter() - start
+    new = [int(i) for i in out[0, ids.shape[1] :]]
+    if eos is not None and eos in new:
+        new = new[: new.index(eos)]
+    return prompt + tokenizer.decode(new), len(new), seconds
+
+
+def _parser() -> ArgumentParser:
+    p = ArgumentParser(
+        prog="cape generate",
+        description="Continue a text prompt with a trained `cape experiment lm` run. The "
+        "prompt and its continuation go to stdout; then one line on stderr says how many "
+        "tokens were generated and how many per second (model loading not counted).",
+    )
+    p.add_argument("run", help="run folder <out>/<row>/seed<k> (holds model.json, checkpoints)")
+    p.add_argument(
+        "--prompt",
+        default="",
+        help="the text to continue, read as the start of a document; '-' reads stdin (less "
+        "one final newline); default empty: a document from its start",
+    )
+    p.add_argument(
+        "--max-new", type=int, default=100, help="tokens to generate at most (default 100)"
+    )
+    p.add_argument(
+        "--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples"
+    )
+    p.add_argument("--top-k", type=int, default=None, help="sample among the K likeliest tokens")
+    p.add_argument("--seed", type=int, default=0, help="the sampling generator's seed (default 0)")
+    p.add_argument(
+        "--ignore-eod",
+        action="store_true",
+        help="go on past the end of the document (<eod>) rather than stop there",
+    )
+    p.add_argument(
+        "--checkpoint",
+        default="best",
+        help="best (default: the best validation loss), latest, or a folder name in "
+        "RUN/checkpoints",
+    )
+    p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:1, ...")
+    return p
+
+
+def _check_args(p: ArgumentParser, args: Any) -> None:
+    """Usage errors (exit 2, one line naming the flag) before anything is loaded."""
+    if args.max_new < 1:
+        p.error(f"--max-new must be >= 1, got {args.max_new}")
+    if not args.temperature >= 0:  # NaN too
+        p.error(f"--temperature must be >= 0 (0 = greedy), got {args.temperature}")
+    if args.top_k is not None and args.top_k < 1:
+        p.error(f"--top-k must be >= 1, got {args.top_k}")
+
+
+def generate_main(argv: list[str]) -> int:
+    """`cape generate RUN --prompt TEXT`: print the prompt and its continuation on stdout,
+    then tokens generated and tokens per second on stderr."""
+    p = _parser()
+    args = p.parse_args(argv)
+    _check_args(p, args)
+    prompt = args.prompt
+    if prompt == "-":
+        prompt = sys.stdin.read()
+        prompt = prompt[:-1] if prompt.endswith("\n") else prompt
+    # a missing or foreign run is a FileNotFoundError or ValueError: `cape` exits 2 with its line
+    model, tok, spec = load_lm(args.run, device=args.device, checkpoint=args.checkpoint)
+    if args.top_k is not None and args.top_k > model.vocab_size:
+        p.error(f"--top-k must be at most the vocabulary's {model.vocab_size}, got {args.top_k}")
+    window = readable_context(model)
+    prompt_tokens = len(encode_prompt(tok, prompt))
+    if window is not None and prompt_tokens + args.max_new > window:
+        print(
+            f"note: {spec['model']['position']} reads {window} positions: the model sees the "
+            f"last {window} tokens only (the prompt has {prompt_tokens} with <eod>)",
+            file=sys.stderr,
+        )
+    text, new, seconds = generate_text(
+        model, tok, prompt, args.max_new, args.temperature, args.top_k, args.seed,
+        stop_at_eod=not args.ignore_eod,
+    )  # fmt: skip
+    print(text, flush=True)
+    mode = "greedy" if args.temperature == 0 else f"temperature {args.temperature:g}"
+    if args.temperature and args.top_k:
+        mode += f", top-k {args.top_k}"
+    ended = ", stopped at <eod>" if new < args.max_new and not args.ignore_eod else ""
+    rate = new / seconds if seconds > 0 else float("inf")
+    print(
+        f"{new} tokens generated in {seconds:.3f} s: {rate:.1f} tokens/s ({mode}, "
+        f"{spec['model']['position']}, {prompt_tokens} prompt tokens{ended})",
+        file=sys.stderr,
+    )
+    return 0

@@ -1,0 +1,194 @@
+"""`cape generate`: a tiny lm study (rotary, abspos with an 8-row table, a train_as row) trained
+in seconds, then greedy generation against `CausalLM.generate` and against full forwards,
+sampling seeds, the sliding window of a learned table, the run rebuilt from config.json, the
+command's output and its errors."""
+
+from __future__ import annotations
+
+import io
+import random
+import shutil
+
+import pytest
+import torch
+
+from cape.lab.apps.generate import (
+    encode_prompt,
+    generate_ids,
+    generate_text,
+    load_lm,
+    readable_context,
+)
+from cape.lab.cli import main
+from cape.lab.experiments import resolve_config
+from cape.lab.experiments.lm.config import LMConfig
+from cape.lab.experiments.lm.experiment import LM as exp
+from cape.lab.experiments.lm.presets import PRESETS
+
+WORDS = "in the beginning god created the heaven and the earth and the earth was without form"
+ROWS = (
+    "[{name: rotary, position: rotary}, "
+    "{name: abspos, position: abspos, options: {num_positions: 8}}, "
+    "{name: rotary YaRN, position: rotary, train_as: rotary, eval_options: {scaling: yarn}}]"
+)
+PROMPT = "in the"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The run folders of a tiny study: 4 steps of a 1-layer d16 model on a .txt folder."""
+    tmp = tmp_path_factory.mktemp("gen")
+    (tmp / "txt").mkdir()
+    rng = random.Random(0)
+    for i in range(40):
+        (tmp / "txt" / f"d{i:02d}.txt").write_text(
+            " ".join(rng.choice(WORDS.split()) for _ in range(60))
+        )
+    sets = [
+        f"data.corpus={tmp / 'txt'}", f"data.root={tmp / 'data'}", "data.context=8",
+        "data.val_tokens=64", "data.train_windows=100", "model.dim=16", "model.heads=2",
+        "model.layers=1", "model.ffn_dim=32", "train.steps=4", "train.batch_size=4",
+        "train.lr=0.01", "train.warmup_steps=0", "train.eval_every=2",
+        "train.checkpoint_every=2", "eval.factors=[1,2]", "eval.buckets=2",
+        "eval.max_tokens=0", "seeds=[0]", f"rows={ROWS}",
+    ]  # fmt: skip
+    cfg, mapping = resolve_config(LMConfig, PRESETS, "quick", [], sets)
+    exp.run(cfg, mapping, tmp / "run")
+    return {r.name: exp.run_dir(tmp / "run", r, 0) for r in cfg.rows} | {"tmp": tmp}
+
+
+def _cli(argv, capsys):
+    try:
+        code = main(["generate", *argv])
+    except SystemExit as e:  # argparse's usage errors (`cape` exits with its code)
+        code = e.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_run_folder_holds_the_spec(runs):
+    model, tok, spec = load_lm(runs["rotary"])
+    assert spec["experiment"] == "lm" and spec["row"] == "rotary"
+    assert spec["tokenizer"] == "bytes" and spec["context"] == 8
+    assert not model.training and model.vocab_size == tok.vocab_size == 257
+    assert readable_context(model) is None
+    assert encode_prompt(tok, PROMPT) == [256, *PROMPT.encode()]
+
+
+def test_greedy_is_generate_and_full_forwards(runs):
+    model, tok, _ = load_lm(runs["rotary"])
+    text, new, seconds = generate_text(model, tok, PROMPT, 12, stop_at_eod=False)
+    assert (text, new) == generate_text(model, tok, PROMPT, 12, stop_at_eod=False)[:2]
+    assert new == 12 and seconds > 0
+    ids = [256, *PROMPT.encode()]
+    ref = model.generate(torch.tensor([ids]), 12)[0].tolist()
+    assert text == PROMPT + tok.decode(ref[len(ids) :])
+    # independent of the cache and of `generate`: full forwards, argmax of the last row
+    seq = list(ids)
+    with torch.no_grad():
+        for _ in range(5):
+            seq.append(int(model(torch.tensor([seq]))[0, -1].argmax()))
+    assert ref[: len(seq)] == seq
+
+
+def test_sampling_repeats_with_its_seed(runs):
+    model, tok, _ = load_lm(runs["rotary"])
+
+    def sample(seed, **kw):
+        return generate_text(model, tok, PROMPT, 30, 1.0, seed=seed, stop_at_eod=False, **kw)[0]
+
+    assert sample(1) == sample(1)
+    assert sample(1) != sample(2)
+    greedy = generate_text(model, tok, PROMPT, 30, stop_at_eod=False)[0]
+    assert sample(3, top_k=1) == greedy  # one candidate: the argmax
+
+
+def test_learned_table_reads_its_last_positions(runs):
+    model, tok, _ = load_lm(runs["abspos"])
+    assert readable_context(model) == 8
+    ids = torch.tensor([encode_prompt(tok, "the earth was")])  # 14 tokens > 8
+    out = generate_ids(model, ids, 4)[0].tolist()
+    seq = ids[0].tolist()
+    with torch.no_grad():
+        for _ in range(4):
+            seq.append(int(model(torch.tensor([seq[-8:]]))[0, -1].argmax()))
+    assert out == seq
+    short = torch.tensor([encode_prompt(tok, "in")])  # 3 + 5 tokens: inside the table
+    assert generate_ids(model, short, 5).tolist() == model.generate(short, 5).tolist()
+
+
+def test_stops_at_the_end_of_the_document(runs):
+    model, tok, _ = load_lm(runs["rotary"])
+    with torch.no_grad():  # every final state is all ones, and <eod>'s row is all tens
+        model.stack.norm.weight.zero_()
+        model.stack.norm.bias.fill_(1.0)
+        model.embed.weight[256] = 10.0
+    text, new, _ = generate_text(model, tok, PROMPT, 10)
+    assert (text, new) == (PROMPT, 0)
+    assert generate_text(model, tok, PROMPT, 10, stop_at_eod=False)[1] == 10
+
+
+def test_run_without_model_json_is_rebuilt_from_its_config(runs):
+    old = runs["tmp"] / "old"
+    shutil.copytree(runs["rotary"], old)
+    (old / "model.json").unlink()
+    model, tok, spec = load_lm(old)
+    fresh, _, ref = load_lm(runs["rotary"])
+    assert spec["model"] == ref["model"] and spec["row"] == "rotary"
+    assert generate_text(model, tok, PROMPT, 8)[:2] == generate_text(fresh, tok, PROMPT, 8)[:2]
+
+
+def test_command_prints_text_then_rate(runs, capsys, monkeypatch):
+    run = str(runs["rotary"])
+    code, out, err = _cli([run, "--prompt", PROMPT, "--max-new", "10", "--ignore-eod"], capsys)
+    assert code == 0 and out.startswith(PROMPT)
+    model, tok, _ = load_lm(run)
+    assert out == generate_text(model, tok, PROMPT, 10, stop_at_eod=False)[0] + "\n"
+    assert err.count("\n") == 1 and "10 tokens generated" in err and "tokens/s" in err
+    monkeypatch.setattr("sys.stdin", io.StringIO(PROMPT + "\n"))
+    assert _cli([run, "--prompt", "-", "--max-new", "10", "--ignore-eod"], capsys)[1] == out
+    code, out, err = _cli(
+        [str(runs["abspos"]), "--prompt", "the earth was", "--max-new", "3"], capsys
+    )
+    assert code == 0 and out.startswith("the earth was")
+    assert "reads 8 positions" in err and "tokens/s" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["--max-new", "0"], "--max-new"),
+        (["--max-new", "-3"], "--max-new"),
+        (["--temperature", "-1"], "--temperature"),
+        (["--temperature", "nan"], "--temperature"),
+        (["--top-k", "0"], "--top-k"),
+        (["--top-k", "1000"], "--top-k"),
+        (["--checkpoint", "nope"], "nope"),
+    ],
+)
+def test_bad_flags_exit_2_naming_them(runs, capsys, argv, flag):
+    code, out, err = _cli([str(runs["rotary"]), "--prompt", "x", *argv], capsys)
+    assert code == 2 and not out
+    assert err.count("\n") == 1 and flag in err and "Traceback" not in err
+
+
+def test_folders_that_are_not_runs_exit_2_naming_them(runs, capsys):
+    tmp = runs["tmp"]
+    for folder, words in (
+        (tmp / "missing", ["does not exist"]),
+        (tmp / "txt", ["no model.json"]),
+        (runs["rotary YaRN"], ["'rotary'", "train_as"]),
+    ):
+        code, out, err = _cli([str(folder)], capsys)
+        assert code == 2 and not out and err.count("\n") == 1, err
+        assert str(folder) in err and all(w in err for w in words), err
+
+
+def test_damaged_checkpoint_exits_1(runs, capsys):
+    run = runs["tmp"] / "damaged"
+    shutil.copytree(runs["rotary"], run)
+    step = sorted((run / "checkpoints").glob("step_*"))[-1]
+    for weights in step.glob("*.safetensors"):
+        weights.write_bytes(weights.read_bytes()[:100])
+    code, out, err = _cli([str(run), "--checkpoint", step.name], capsys)
+    assert code == 1 and not out and err.count("\n") == 1 and step.name in err, err
