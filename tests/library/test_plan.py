@@ -133,6 +133,25 @@ def test_plan_refuses_bad_options() -> None:
         TransformerEncoder(1, 32, 4, 64, position="rotary", relative_factory=lambda: None)
 
 
+@pytest.mark.parametrize(
+    ("position", "options"),
+    [
+        ("cape1d", {"augmentation": {"max_global_shift": 2.0, "normalize": True}}),
+        ("rotary", {"augmentation": {"normalize": True}, "draw": "per_layer"}),
+        ("alibi", {"augmentation": {"normalize": True}}),
+    ],
+)
+def test_a_causal_plan_refuses_mean_normalisation(position: str, options: dict) -> None:
+    """The plan refuses it for every causal model, whatever carries the augmentation (the input
+    encoding, each layer's module, or the stack's shared draw); a bidirectional stack keeps it."""
+    with pytest.raises(ValueError, match="normalize=True .* later tokens"):
+        position_plan(position, dim=32, heads=4, options=options, causal=True)
+    with pytest.raises(ValueError, match="normalize"):
+        TransformerEncoder(1, 32, 4, 64, position=position, position_options=options, causal=True)
+    stack = TransformerEncoder(1, 32, 4, 64, position=position, position_options=options)
+    assert stack(torch.randn(2, 5, 32)).shape == (2, 5, 32)
+
+
 def test_vit_rotary_layers_share_one_draw() -> None:
     torch.manual_seed(0)
     aug = {"max_global_shift": 0.5, "max_global_scaling": 1.4}

@@ -33,7 +33,7 @@ from ..encodings.in_attention import InAttentionEncoding
 from ..positions import token_positions
 from .decode_cache import AttentionCache, DecoderCache
 from .layers import TransformerEncoderLayer
-from .plan import PositionPlan, position_plan, resolve_options
+from .plan import position_plan, resolve_options
 from .sampling import check_sampling, next_token
 from .search import _eval_mode
 from .seq2seq import _check_mask, _check_tokens
@@ -48,19 +48,6 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
     "fire": dict(causal=True),
 }
 _TOKENS = "a language model reads 1-D token positions"
-
-
-def _refuse_normalize(plan: PositionPlan) -> None:
-    """Mean-normalisation reads every position of the call: refused for a causal model. The
-    plan refuses it for a shared in-attention draw; an input encoding (cape1d) or a per-layer
-    draw keeps its augmentation in the module (`plan.probe`), checked here."""
-    aug = getattr(plan.probe, "augmentation", None)
-    if aug is not None and aug.normalize:
-        raise ValueError(
-            f"position_options: normalize=True (mean-normalisation) makes a token's position "
-            f"depend on later tokens; {plan.name!r} in a causal language model needs "
-            "normalize=False"
-        )
 
 
 def _cache_refusal(enc: InAttentionEncoding) -> str:
@@ -148,7 +135,6 @@ class CausalLM(nn.Module):
             pos_dim=1,
             what=_TOKENS,
         )
-        _refuse_normalize(self.plan)
         self.embed_scale = math.sqrt(dim)
         self.embed = nn.Embedding(vocab_size, dim)
         nn.init.normal_(self.embed.weight, std=dim**-0.5)  # x sqrt(D): unit-variance inputs

@@ -61,19 +61,23 @@ def attention_size(name: str, dim: int, heads: int) -> int:
     return dim // heads
 
 
-def take_augmentation(encoding: nn.Module, *, causal: bool = False) -> Augmentation | None:
-    """The encoding's augmentation, removed from it: the model or stack applies it instead.
-    With `causal` (a decoder) mean-normalisation is refused: a target position would depend
-    on later tokens."""
+def take_augmentation(encoding: nn.Module) -> Augmentation | None:
+    """The encoding's augmentation, removed from it: the model or stack applies it instead."""
     aug = getattr(encoding, "augmentation", None)
-    if causal and aug is not None and aug.normalize:
-        raise ValueError(
-            "normalize=True (mean-normalisation) would make a target position depend on later "
-            "tokens; the decoder is causal: use normalize=False"
-        )
     if aug is not None:
         encoding.augmentation = None
     return aug
+
+
+def _refuse_normalize(encoding: nn.Module) -> None:
+    """Refuse an encoding whose augmentation mean-normalises for a causal model: the mean over a
+    call's positions would make a token's position depend on later tokens."""
+    aug = getattr(encoding, "augmentation", None)
+    if aug is not None and aug.normalize:
+        raise ValueError(
+            "normalize=True (mean-normalisation) would make a token's position depend on later "
+            "tokens; this model is causal: use normalize=False"
+        )
 
 
 def moves_positions(augmentation: Augmentation | None, training: bool) -> bool:
@@ -249,7 +253,9 @@ def position_plan(
                 "added at the input (one draw per forward)"
             )
         absolute = build(name, dim, **opts)
-        aug = take_augmentation(absolute, causal=causal) if sync else None
+        if causal:
+            _refuse_normalize(absolute)
+        aug = take_augmentation(absolute) if sync else None
         plan = PositionPlan(name, kind, absolute, None, aug, draw, "model" if sync else "stack")
         plan.probe, plan._options = absolute, opts
         _check_pos_dim(plan, pos_dim, what)
@@ -261,9 +267,9 @@ def position_plan(
         )
     size = attention_size(name, dim, heads)
     probe = build(name, size, **opts)  # the options are checked once, here
+    if causal:  # a shared draw or each layer's own: either would read later tokens
+        _refuse_normalize(probe)
     aug = getattr(probe, "augmentation", None) if draw == "shared" else None
-    if aug is not None and causal and aug.normalize:
-        take_augmentation(probe, causal=True)  # refuses with the reason
 
     def factory() -> nn.Module:
         return build(name, size, **opts)
