@@ -193,6 +193,19 @@ def read_json(path: str | Path) -> Any:
         raise DamagedFile(f"{path} is damaged (not JSON: {e})", path) from e
 
 
+def read_json_object(path: str | Path) -> dict[str, Any]:
+    """A JSON object a user points a command at (a run's model.json): ValueError naming the
+    file when it is not JSON, not UTF-8 or not an object (exit 2: the wrong file was given)."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is not valid JSON: {e}") from e
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} must hold a JSON object, got {type(data).__name__}")
+    return data
+
+
 def write_text(path: str | Path, text: str) -> Path:
     """Write `text` to `path` atomically (UTF-8, "\\n" line ends), creating parent folders;
     returns the path."""

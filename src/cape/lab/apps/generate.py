@@ -22,7 +22,6 @@ where the encoding allows it: the same logits as full forwards).
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -32,6 +31,7 @@ import torch
 
 from cape.encodings.learned import AbsPos1d
 from cape.lab.arguments import ArgumentParser
+from cape.lab.io import read_json_object
 from cape.lab.train.checkpoint import load_checkpoint, pick_checkpoint
 from cape.models import CausalLM
 from cape.models.sampling import check_sampling, next_token
@@ -48,17 +48,6 @@ __all__ = [
 _WHAT = "give a folder <out>/<row>/seed<k> of `cape experiment lm`"
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    """A JSON object from `path`; ValueError naming the file when it is not one."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path} is not valid JSON: {e}") from e
-    if not isinstance(data, dict):
-        raise ValueError(f"{path} must hold a JSON object, got {type(data).__name__}")
-    return data
-
-
 def _not_a_run(run: Path) -> Exception:
     """Why folder `run` holds no trained lm model, naming the folder (and the row to use for a
     `train_as` row, whose folder keeps only its evaluation)."""
@@ -66,7 +55,7 @@ def _not_a_run(run: Path) -> Exception:
         return FileNotFoundError(f"run {str(run)!r} does not exist: {_WHAT}")
     settings = run / "settings.json"
     if settings.is_file():
-        reused = _read_json(settings).get("row.train_as")
+        reused = read_json_object(settings).get("row.train_as")
         if reused:
             return ValueError(
                 f"run {str(run)!r} evaluates the weights of row {reused!r} (train_as) and holds "
@@ -83,7 +72,7 @@ def _spec_from_config(run: Path) -> dict[str, Any]:
     from cape.lab.experiments.lm.model import make_model
 
     path = run / "config.json"
-    record = _read_json(path).get("experiment") or {}
+    record = read_json_object(path).get("experiment") or {}
     if record.get("experiment") != "lm":
         raise ValueError(f"run {str(run)!r} is a {record.get('experiment')!r} run, not an lm one")
     cfg = from_mapping(LMConfig, record["config"])
@@ -127,7 +116,7 @@ def load_lm(
     "context", "corpus"}), or the same rebuilt from config.json."""
     run = Path(run)
     if (run / "model.json").is_file():
-        spec = _read_json(run / "model.json")
+        spec = read_json_object(run / "model.json")
         if spec.get("experiment") != "lm":
             raise ValueError(
                 f"run {str(run)!r} is a {spec.get('experiment')!r} run, not an lm one: {_WHAT}"

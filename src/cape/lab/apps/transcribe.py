@@ -14,7 +14,6 @@ a result. `cape transcribe` (`cape.lab.apps.transcribe_cli`) is the command-line
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -27,6 +26,7 @@ from cape.lab.data.speech.audio import read_wav, resample
 from cape.lab.data.speech.features import _samples, frame_hop_seconds, log_mel
 from cape.lab.data.speech.tokens import VOCAB_SIZE, ctc_beam_decode, ctc_greedy_decode
 from cape.lab.data.text.sentences import normalize_text
+from cape.lab.io import read_json_object
 from cape.lab.metrics import DURATION_BINS, cer, wer, wer_by_bin
 from cape.lab.train.checkpoint import (
     MODEL_FILE,
@@ -54,11 +54,8 @@ def _read_spec(file: Path) -> dict[str, Any]:
     """model.json -> spec, checked enough that errors name the file rather than a deep KeyError."""
     if not file.is_file():
         raise FileNotFoundError(f"no model description {file}: is this a trained run folder?")
-    try:
-        spec = json.loads(file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{file} is not valid JSON: {e}") from e
-    if not isinstance(spec, dict) or not isinstance(spec.get("model"), dict):
+    spec = read_json_object(file)
+    if not isinstance(spec.get("model"), dict):
         raise ValueError(f'{file} must hold an object with a "model" object (CTCModel keywords)')
     features = spec.get("features")
     if not isinstance(features, dict) or any(k not in features for k in _FEATURE_KEYS):

@@ -8,7 +8,6 @@ turns sentences into Spanish (lower-cased, as the corpus is) with beam search.
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from collections.abc import Sequence
@@ -20,6 +19,7 @@ import torch
 from cape._checks import check_int
 from cape.lab.arguments import ArgumentParser
 from cape.lab.data.translation.bpe import Tokenizer
+from cape.lab.io import read_json_object
 from cape.lab.train.checkpoint import load_checkpoint, pick_checkpoint
 from cape.models.search import beam_search, greedy_decode, max_lengths
 from cape.models.seq2seq import Seq2Seq
@@ -67,12 +67,7 @@ def load_translation_model(
             f"run {str(run)!r} has no model.json: give a folder "
             "<out>/<row>/seed<k> of `cape experiment translation`"
         )
-    try:
-        spec = json.loads(spec_path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{spec_path} is not valid JSON: {e}") from e
-    if not isinstance(spec, dict):
-        raise ValueError(f"{spec_path} must hold a JSON object, got {type(spec).__name__}")
+    spec = read_json_object(spec_path)
     if spec.get("experiment") != "translation":
         raise ValueError(
             f"run {str(run)!r} is a {spec.get('experiment')!r} run, not a translation one"
