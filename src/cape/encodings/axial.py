@@ -85,7 +85,8 @@ class SineND(PositionalEncoding):
             )
         self._master = freqs.detach().to("cpu", torch.float32).contiguous()
         self.register_buffer("freqs", self._master.clone(), persistent=False)
-        freqs2, offset = _axial_doubled_frequencies(self._master)  # for the fused kernel
+        # for the fused kernel; made where the module is made (meta under `torch.device("meta")`)
+        freqs2, offset = _axial_doubled_frequencies(self._master.to(torch.empty(0).device))
         self.register_buffer("freqs2", freqs2, persistent=False)
         self.register_buffer("offset", offset, persistent=False)
 

@@ -81,11 +81,11 @@ _FULL_TRAIN = train_preset(
 PRESETS: dict[str, dict[str, Any]] = {
     "quick": {
         "name": "lm-quick",
-        "seeds": [0],
+        "seeds": [0, 1, 2],
         "data": {"context": 128, "val_tokens": 16384},
         "model": {"dim": 128, "heads": 4, "layers": 2, "ffn_dim": 512},
         "train": _QUICK_TRAIN,
-        "eval": {"factors": [1, 2, 4, 8, 16], "max_tokens": 65536},
+        "eval": {"factors": [1, 2, 4, 8, 16, 32], "max_tokens": 65536},
         "rows": [r for r in ROWS if r["name"] in _QUICK_NAMES],
     },
     "cpu-full": {
