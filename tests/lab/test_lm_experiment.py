@@ -79,7 +79,7 @@ def test_presets_resolve_and_are_registered():
     quick, _ = resolve_config(LMConfig, PRESETS, "quick")
     assert quick.data.context == 128 and quick.data.corpus == "kjv"
     assert [r.name for r in quick.rows] == ["nopos", "rotary", "ALiBi", "rotary+CAPE"]
-    assert quick.lengths == [128, 256, 512, 1024, 2048]
+    assert quick.lengths == [128, 256, 512, 1024, 2048, 4096]  # 1x-32x L
     full, mapping = resolve_config(LMConfig, PRESETS, "cpu-full")
     again, _ = resolve_config(LMConfig, {"x": mapping}, "x")
     assert again == full and full.data.context == 256 and full.seeds == [0, 1, 2]
@@ -100,7 +100,7 @@ def test_presets_resolve_and_are_registered():
     ("override", "words"),
     [
         ("eval.factors=[2,4]", ["eval.factors", "from 1"]),
-        ("eval.max_tokens=100", ["eval.max_tokens", "2048"]),
+        ("eval.max_tokens=100", ["eval.max_tokens", "4096"]),
         ("eval.split=train", ["eval.split"]),
         ("data.tokenizer=chars", ["data.tokenizer"]),
         ("model.heads=3", ["model.dim / model.heads"]),

@@ -211,3 +211,23 @@ def test_learned_frequencies_get_their_gradient_on_the_fused_path() -> None:
     assert len(grads[0]) > 1 and grads[0][1].abs().sum() > 0  # the frequencies learn
     for e, f in zip(grads[0], grads[1], strict=True):
         torch.testing.assert_close(f, e, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("options", [{}, {"xpos": True}, {"augmentation": AUG}])
+def test_rotary_fused_keeps_the_layout_of_split_heads(options: dict) -> None:
+    # q, k as attention makes them: a [B, T, H, hd] projection viewed [B, H, T, hd]; the fused
+    # rotation works in that memory layout (no copies), with the eager values and gradients
+    enc = cape.build("rotary", 16, **options).train()
+    outs, grads = [], []
+    for mode in (False, True):
+        x = torch.linspace(-2, 2, 2 * 24 * 48).reshape(2, 24, 48).requires_grad_(True)
+        q = x.view(2, 24, 3, 16).transpose(1, 2)
+        with cape.fusion(mode):
+            qr, kr = enc(q, q.flip(-1), generator=torch.Generator().manual_seed(3))
+        (qr * torch.arange(16) + kr.sin()).sum().backward()
+        outs.append((qr, kr))
+        grads.append(x.grad)
+    assert outs[1][0].transpose(1, 2).is_contiguous()  # x's layout, not [B, H, T, hd]'s
+    for e, f in zip(outs[0], outs[1], strict=True):
+        torch.testing.assert_close(f, e, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(grads[1], grads[0], atol=1e-5, rtol=1e-5)

@@ -49,9 +49,32 @@ def _scale_rotate(x: torch.Tensor, angles: torch.Tensor, magnitude: torch.Tensor
 def _fused_rotation(
     x: torch.Tensor, angles: torch.Tensor, magnitude: torch.Tensor | None
 ) -> torch.Tensor:
+    if _heads_inner(x):  # q, k as attention makes them: [B, T, H, hd] memory, viewed [B, H, T, hd]
+        xt = x.transpose(1, 2)
+        out = _fused_rotation(xt, _per_head(angles, xt), _per_head(magnitude, xt))
+        return out.transpose(1, 2)  # the result, and its gradient, keep x's memory layout
     if magnitude is None:  # two kernels: fewer variants (dtypes, ranks) for each to compile
         return fused(apply_rotary, x, angles)
     return fused(_scale_rotate, x, angles, magnitude)
+
+
+def _heads_inner(x: torch.Tensor) -> bool:
+    """x [B, H, T, hd] is a transposed view of a contiguous [B, T, H, hd] (the split of a
+    projection into heads): rotate it in that layout, or the kernel's output and the gradient
+    flowing back are copied into the other layout outside it."""
+    return x.dim() == 4 and not x.is_contiguous() and x.transpose(1, 2).is_contiguous()
+
+
+def _per_head(t: torch.Tensor | None, xt: torch.Tensor) -> torch.Tensor | None:
+    """angles [B or 1, (H or 1,) T, c] or magnitude [B or 1, 1, T or 1, hd] for x [B, H, T, hd],
+    as `apply_rotary`'s per-head form for xt = x.transpose(1, 2) [B, T, H, hd]: the T axis in
+    the heads' slot, expanded (a view) over xt's H in the tokens' slot."""
+    if t is None:
+        return None
+    if t.dim() == 3:
+        t = t[:, None]  # [B, 1, T, c]: every head
+    t = t.transpose(1, 2)  # [B, T or 1, H or 1, c]
+    return t.expand(t.shape[0], xt.shape[1], xt.shape[2], t.shape[3])
 
 
 class _CompiledRotation(torch.autograd.Function):

@@ -56,8 +56,9 @@ ROWS: list[dict[str, Any]] = [
 ]
 _QUICK_NAMES = ("nopos", "rotary", "ALiBi", "rotary+CAPE")
 
-# quick: 4m15s on 2 cores shared with another job (OMP_NUM_THREADS=1), corpus included: 38-70 s
-# of training a row (300 steps of 24 x 128 bytes, d 128, 2 layers), ~15 s of evaluation.
+# quick: 5 min 48 s on the idle 2 cores from a fresh clone (2026-11-27), corpus included: 4 rows
+# x 3 seeds, ~20 s of training a run (300 steps of 24 x 128 bytes, d 128, 2 layers, the fused
+# rotary), the rest evaluation at 1x-32x.
 # cpu-full, estimated from 4 timed steps of each encoding at its size (one thread, 2 cores shared
 # with another job; 32 x 256 bytes, d 128, 3 layers): 0.58-0.65 s a step (nopos, sinpos, CAPE,
 # rotary, xPos, ALiBi), 0.79 FIRE, 0.99 relpos, so ~7.5 s a step over the 11 rows trained from
@@ -102,7 +103,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 # one line per preset: what `cape experiment NAME --help` says of it
 PRESET_NOTES: dict[str, str] = {
-    "quick": "KJV bytes, L=128, 1x-16x: about 5 minutes on 2 CPU cores, corpus included",
+    "quick": "KJV bytes, L=128, 1x-32x, 3 seeds: about 6 minutes on 2 CPU cores, corpus included",
     "cpu-full": "every row, L=256, 1x-16x (the RoPE extensions at inference reuse rotary's "
     "runs): about 7 hours on 2 CPU cores",
 }

@@ -89,15 +89,15 @@ def _plain(row: dict[str, Any]) -> bool:
 
 def augmentation(results: dict[str, Any], cells: Cells) -> list[str]:
     """One sentence per (augmented row, the same row without CAPE's augmentation), and CAPE
-    (cape1d) against sinpos: the perplexity change at 1x and at each of 8x, 16x (else the
-    longest), and whether it helps at the longest length."""
+    (cape1d) against sinpos: the perplexity change at 1x, at 8x and 16x and at the longest
+    length, and whether it helps there."""
     rows = results["config"]["rows"]
     pairs = twins(rows, AUGMENTATION_KEYS)
     sinpos = next((r["name"] for r in rows if r["position"] == "sinpos" and _plain(r)), None)
     pairs += [(r["name"], sinpos) for r in rows if r["position"] == "cape1d" and sinpos]
     factors = _factors(results)
-    shown = [1, *[f for f in factors if f in (8, 16)]] if len(factors) > 1 else factors
-    shown = shown if len(shown) > 1 else [1, factors[-1]]
+    # 1x, 8x, 16x and the longest length (the one the sentence judges)
+    shown = sorted({1, factors[-1], *[f for f in factors if f in (8, 16)]} & {1, *factors})
     out = []
     for aug, base in pairs:
         diffs = [
