@@ -33,7 +33,7 @@ import torch
 
 from ._checks import check_bool
 
-__all__ = ["fusion", "fusion_enabled", "can_fuse", "fused", "MIN_ELEMENTS"]
+__all__ = ["fusion", "fusion_enabled", "can_fuse", "fused", "compiled_calls", "MIN_ELEMENTS"]
 
 MIN_ELEMENTS = 65536
 
@@ -42,6 +42,7 @@ class _State:
     # one switch per process (compiled kernels are per process too): None = auto
     mode: bool | None = None if os.environ.get("CAPE_FUSION", "auto") != "0" else False
     broken: str | None = None  # why a compile failed: stays eager
+    calls = 0  # compiled kernels run in this process (`compiled_calls`)
 
 
 _STATE = _State()
@@ -117,13 +118,21 @@ def fused(kernel: Callable[..., torch.Tensor], *args: torch.Tensor | None) -> to
         compiled = torch.compile(kernel, dynamic=True, fullgraph=True)
         _COMPILED[kernel] = compiled
     try:
-        return compiled(*args)
+        out = compiled(*args)
+        _STATE.calls += 1
+        return out
     except Exception as e:  # noqa: BLE001 - a missing header or toolchain: stay correct, eager
         if "RecompileLimit" in type(e).__name__:  # more dtypes/ranks/masks than dynamo keeps
             return _recompiled(kernel, compiled, args)
         _STATE.broken = f"{type(e).__name__}: {e}".splitlines()[0]
         _warn(f"torch.compile of the fused path failed ({_STATE.broken})")
         return kernel(*args)
+
+
+def compiled_calls() -> int:
+    """How many compiled kernels this process has run: what a benchmark or test compares
+    before and after a call to know whether it took the fused path."""
+    return _STATE.calls
 
 
 def _recompiled(
@@ -138,7 +147,9 @@ def _recompiled(
 
     try:
         with config.patch(recompile_limit=_MAX_VARIANTS):
-            return compiled(*args)
+            out = compiled(*args)
+        _STATE.calls += 1
+        return out
     except Exception:  # noqa: BLE001 - still more: this kernel stays eager
         _EAGER.add(kernel)
         _warn(f"{kernel.__name__} met more than {_MAX_VARIANTS} input variants")
