@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from cape.encodings.learned import AbsPos1d
+from cape.lab.apps.device import inference_device
 from cape.lab.arguments import ArgumentParser
 from cape.lab.io import read_json_object
 from cape.lab.train.checkpoint import load_checkpoint, pick_checkpoint
@@ -96,16 +97,6 @@ def _bpe(run: Path) -> Any:
     return BpeTokenizer(run / "bpe.model")
 
 
-def _device(device: str | torch.device) -> torch.device:
-    try:
-        out = torch.device(device)
-    except RuntimeError as e:
-        raise ValueError(f"device must be a torch device such as 'cpu' or 'cuda:0': {e}") from e
-    if out.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {str(out)!r}: CUDA is not available on this machine")
-    return out
-
-
 def load_lm(
     run: str | Path, *, device: str | torch.device = "cpu", checkpoint: str = "best"
 ) -> tuple[CausalLM, Any, dict[str, Any]]:
@@ -127,7 +118,7 @@ def load_lm(
         spec = _spec_from_config(run)
     else:
         raise _not_a_run(run)
-    device = _device(device)
+    device = inference_device(device)
     from cape.lab.data.text_corpus import ByteTokenizer
 
     tokenizer = ByteTokenizer() if spec.get("tokenizer", "bytes") == "bytes" else _bpe(run)

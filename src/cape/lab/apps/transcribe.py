@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from cape._checks import check_float, check_int, check_tensor
+from cape.lab.apps.device import inference_device
 from cape.lab.data.speech.audio import read_wav, resample
 from cape.lab.data.speech.features import _samples, frame_hop_seconds, log_mel
 from cape.lab.data.speech.tokens import VOCAB_SIZE, ctc_beam_decode, ctc_greedy_decode
@@ -93,14 +94,7 @@ def load_asr_model(
             f"{path} holds neither {SPEC_FILE} (a run folder) nor {MODEL_FILE} + {STATE_FILE} "
             "(a checkpoint folder)"
         )
-    try:
-        device = torch.device(device)
-    except RuntimeError as e:
-        raise ValueError(
-            f"device must be a torch device such as 'cpu' or 'cuda:0', got {device!r}"
-        ) from e
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {str(device)!r}: CUDA is not available on this machine")
+    device = inference_device(device)
     spec = _read_spec(spec_file)
     try:
         model = CTCModel(**spec["model"])

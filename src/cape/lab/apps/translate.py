@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from cape._checks import check_int
+from cape.lab.apps.device import inference_device
 from cape.lab.arguments import ArgumentParser
 from cape.lab.data.translation.bpe import Tokenizer
 from cape.lab.io import read_json_object
@@ -74,12 +75,7 @@ def load_translation_model(
         )
     if not isinstance(spec.get("model"), dict):
         raise ValueError(f'{spec_path} must hold a "model" object (Seq2Seq keywords)')
-    try:
-        device = torch.device(device)
-    except RuntimeError as e:
-        raise ValueError(f"device must be a torch device such as 'cpu' or 'cuda:0': {e}") from e
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {str(device)!r}: CUDA is not available on this machine")
+    device = inference_device(device)
     path = pick_checkpoint(run / "checkpoints", checkpoint)
     model = Seq2Seq(**_current_spec(spec["model"]))
     load_checkpoint(path, model)
