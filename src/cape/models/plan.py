@@ -252,12 +252,8 @@ def position_plan(
                 f"position_options['draw'] applies to encodings inside attention; {name!r} is "
                 "added at the input (one draw per forward)"
             )
-        absolute = build(name, dim, **opts)
-        if causal:
-            _refuse_normalize(absolute)
-        aug = take_augmentation(absolute) if sync else None
-        plan = PositionPlan(name, kind, absolute, None, aug, draw, "model" if sync else "stack")
-        plan.probe, plan._options = absolute, opts
+        plan = _absolute_plan(name, build(name, dim, **opts), sync=sync, causal=causal)
+        plan._options = opts
         _check_pos_dim(plan, pos_dim, what)
         return plan
     if sync and draw == "per_layer":
@@ -277,6 +273,18 @@ def position_plan(
     plan = PositionPlan(name, kind, None, factory, aug, draw, "model" if sync else "stack", probe)
     plan._options = opts
     _check_pos_dim(plan, pos_dim, what)
+    return plan
+
+
+def _absolute_plan(name: str, absolute: nn.Module, *, sync: bool, causal: bool) -> PositionPlan:
+    """The plan of an encoding added at the input: the stack draws its augmentation in the
+    module's forward, or the model once for all its inputs (`sync`, the augmentation taken out)."""
+    if causal:
+        _refuse_normalize(absolute)
+    aug = take_augmentation(absolute) if sync else None
+    owner = "model" if sync else "stack"
+    plan = PositionPlan(name, "absolute", absolute, None, aug, "shared", owner)
+    plan.probe = absolute
     return plan
 
 
