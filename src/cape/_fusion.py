@@ -10,7 +10,8 @@ once. cape takes that path by itself where it is safe and falls back to eager ev
   `add_to` / `enc(x, add=True)` when the embedding is computed (training with augmentation;
   eval-mode tables are cached and added as they are), and the rotary family's rotation of q, k;
 - a compiler is present: a C++ compiler for CPU tensors (inductor builds C++), triton for CUDA;
-- the call is not already being compiled, exported or traced (that outer graph fuses by itself);
+- the call is not already being compiled, exported or traced (that outer graph fuses by itself),
+  nor captured into a CUDA graph (a first call would compile during the capture);
 - the content has at least `min_elements` elements (default 65536): below that the one-off
   compile (seconds, then cached on disk by inductor) is not worth it.
 
@@ -100,6 +101,8 @@ def can_fuse(x: torch.Tensor) -> bool:
         return False
     if mode is None and x.numel() < MIN_ELEMENTS:
         return False
+    if x.is_cuda and torch.cuda.is_current_stream_capturing():
+        return False  # a first call would compile inside the CUDA graph being captured
     return _compiler_present(x.device.type)
 
 
