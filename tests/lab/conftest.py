@@ -5,7 +5,10 @@ plain `pytest`, runs everything."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,3 +20,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if _HERE in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.lab)
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture
+def rerun_trains_nothing(monkeypatch: pytest.MonkeyPatch) -> Callable[..., list[Any]]:
+    """`rerun(exp, cfg, mapping, out)`: run a finished study again with its `train_run` made to
+    fail; its results.json keeps the same records (nothing was trained again): -> them."""
+
+    def rerun(exp: Any, cfg: Any, mapping: Any, out: Path) -> list[Any]:
+        before = json.loads((out / "results.json").read_text())["records"]
+
+        def boom(*a: object, **k: object) -> None:
+            raise AssertionError("a finished run was trained again")
+
+        with monkeypatch.context() as m:
+            m.setattr(exp, "train_run", boom)
+            exp.run(cfg, mapping, out)
+        assert json.loads((out / "results.json").read_text())["records"] == before
+        return before
+
+    return rerun

@@ -330,24 +330,13 @@ def test_experiment_end_to_end(tiny_run):
     assert (out / "accuracy_vs_length.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_rerun_resumes_without_training(tiny_run, monkeypatch):
+def test_rerun_resumes_without_training(tiny_run, rerun_trains_nothing):
     cfg, mapping, out = tiny_run
-    before = json.loads((out / "results.json").read_text())["records"]
-
-    def boom(*a, **k):
-        raise AssertionError("a finished run was trained again")
-
-    with monkeypatch.context() as m:
-        m.setattr(exp, "train_run", boom)
-        exp.run(cfg, mapping, out)
-    assert json.loads((out / "results.json").read_text())["records"] == before
+    rerun_trains_nothing(exp, cfg, mapping, out)
     # without its eval.json, a train_as run is evaluated again from the trained row's weights
     folder = exp.run_dir(out, cfg.row("rotary+YaRN"), 1)
     (folder / "eval.json").unlink()
-    with monkeypatch.context() as m:
-        m.setattr(exp, "train_run", boom)
-        exp.run(cfg, mapping, out)
-    assert json.loads((out / "results.json").read_text())["records"] == before
+    rerun_trains_nothing(exp, cfg, mapping, out)  # the same records, nothing trained
 
 
 def test_load_run_and_eval_records_reproduce_the_run(tiny_run):

@@ -229,23 +229,12 @@ def test_finetune_trains_from_the_source_weights(tiny_run):
     assert 0 < diff < 0.01
 
 
-def test_rerun_resumes_without_training(tiny_run, monkeypatch):
+def test_rerun_resumes_without_training(tiny_run, rerun_trains_nothing):
     cfg, mapping, out = tiny_run
-    before = json.loads((out / "results.json").read_text())["records"]
-
-    def boom(*a, **k):
-        raise AssertionError("a finished run was trained again")
-
-    with monkeypatch.context() as m:
-        m.setattr(exp, "train_run", boom)
-        exp.run(cfg, mapping, out)
-    assert json.loads((out / "results.json").read_text())["records"] == before
+    rerun_trains_nothing(exp, cfg, mapping, out)
     # without its eval.json, an inference-only row is evaluated again from rotary's weights
     (exp.run_dir(out, cfg.row("rotary YaRN@inference"), 0) / "eval.json").unlink()
-    with monkeypatch.context() as m:
-        m.setattr(exp, "train_run", boom)
-        exp.run(cfg, mapping, out)
-    assert json.loads((out / "results.json").read_text())["records"] == before
+    rerun_trains_nothing(exp, cfg, mapping, out)  # the same records, nothing trained
 
 
 def test_plot_redraws_the_report(tiny_run):
