@@ -314,6 +314,11 @@ def test_experiment_end_to_end(tiny_run):
     for seed in (0, 1):
         assert acc["rotary+YaRN", seed, 32]["acc"] == acc["rotary", seed, 32]["acc"]
     assert results["params"]["rotary"]["position"] == 0
+    # the positions-removed check at 32 tokens: the same weights without positions answer alike
+    removed = {(r["row"], r["seed"]): r["value"] for r in results["removed"]}
+    assert set(removed) == {(n, s) for n in ("rotary", "rotary+YaRN") for s in (0, 1)}
+    assert all(removed["rotary", s] == removed["rotary+YaRN", s] for s in (0, 1))
+    assert all(0.0 <= v <= 100.0 for v in removed.values())
     assert set(results["train"]) == {
         f"{n}/seed{s}" for n in ("rotary", "rotary+YaRN") for s in (0, 1)
     }
@@ -326,6 +331,7 @@ def test_experiment_end_to_end(tiny_run):
     assert "| rotary+YaRN | rotary, weights of rotary | 2 |" in report
     assert "| chance (1/V) |" in report and "## Verdict" in report
     assert "Positions needed" in report and "Best at 64 tokens" in report
+    assert "Positions taken out at test time (32 tokens): `rotary` " in report
     assert "scaling" in report and "yarn" in report
     assert (out / "accuracy_vs_length.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -24,6 +24,7 @@ from cape.lab.experiments.lff_generation.model import (
     unflatten_images,
 )
 from cape.lab.experiments.lff_generation.report import confidence_cells, t_quantile_975
+from cape.models import without_positions
 from cape.positions import grid_indices, grid_positions
 
 ALL_ROWS = PRESETS["cpu-full"]["rows"]
@@ -355,7 +356,7 @@ def _read_by_hand(kind: str, height: int, width: int, batch: int) -> torch.Tenso
     return pos[None].expand(batch, -1, -1)
 
 
-PIXEL_ROWS = [(kind, {}) for kind in POSITIONS] + [
+PIXEL_ROWS = [(kind, {}) for kind in POSITIONS if kind != "nopos"] + [
     ("lff", {"mlp": False}),
     ("lff", {"fourier": False}),
     ("cape2d", {"preset": "image"}),
@@ -381,12 +382,26 @@ def test_pixel_encoding_reads_the_archived_positions(kind, options):
         assert torch.equal(a, b) and not torch.equal(a, want)
 
 
+def test_nopos_pixels_carry_the_channel_alone():
+    """nopos, and any row with its pixel encoding taken out (`without_positions`): zeros in the
+    pixel part, the channel embedding kept (which of R, G, B a token is)."""
+    blind = PixelPositions("nopos", 40, 8, 3, 5)
+    out = blind(2)
+    assert out.shape == (2, 45, 40) and not out[..., :32].any()
+    assert torch.equal(out[0, :3, 32:], blind.channel.weight)
+    net = PixelTransformer(3, 5, "sine-2d", dim=40, channel_dim=8, depth=1, heads=2, ffn_dim=32)
+    net.eval()
+    seqs = torch.randint(0, 256, (2, 45))
+    with torch.no_grad(), without_positions(net) as had:
+        assert had and not net.position(2)[..., :32].any()
+        net(seqs)
+    assert net.position(2)[..., :32].any()  # and back
+
+
 def test_pixel_positions_ask_the_plan_and_refuse_in_attention_names():
     for name in ("rotary", "relpos", "alibi", "fire"):
         with pytest.raises(ValueError, match="inside attention.*embed-1d"):
             PixelPositions(name, 40, 8, 3, 3)
-    with pytest.raises(ValueError, match="no positions"):
-        PixelPositions("nopos", 40, 8, 3, 3)
     with pytest.raises(ValueError, match="sine-2d"):  # an unknown name lists cape.build's
         PixelPositions("sine-3d", 40, 8, 3, 3)
     with pytest.raises(ValueError, match="4-D"):

@@ -651,7 +651,7 @@ def test_extent_one_is_the_plain_accuracy_when_positions_are_also_measured_remov
     removed = {"now": False}
 
     @contextlib.contextmanager
-    def positions_removed(model):
+    def without_positions(model):
         removed["now"] = True
         yield True
         removed["now"] = False
@@ -661,7 +661,7 @@ def test_extent_one_is_the_plain_accuracy_when_positions_are_also_measured_remov
         probs[:, 0 if removed["now"] else 1] = 1.0  # labels are 1: right only with positions
         return probs, 1.0
 
-    monkeypatch.setattr(ev, "positions_removed", positions_removed)
+    monkeypatch.setattr(ev, "without_positions", without_positions)
     monkeypatch.setattr(ev, "predict", predict)
     cfg = SimpleNamespace(
         eval=SimpleNamespace(sizes=[8], batch_size=4, extents=["1"], tta=False),

@@ -2,6 +2,7 @@
 recogniser, the encoder-decoder translator (with its greedy and beam search) and the causal
 language model."""
 
+from .ablation import has_positions, without_positions
 from .asr import CTCModel
 from .attention import MultiheadAttention, attention_mask
 from .causal_lm import CausalLM
@@ -33,4 +34,6 @@ __all__ = [
     "beam_search",
     "max_lengths",
     "sequence_nll",
+    "without_positions",
+    "has_positions",
 ]

@@ -32,6 +32,7 @@ from cape.lab.train import Trainer, seed_everything
 from cape.lab.train import distributed as D
 from cape.lab.train.checkpoint import latest_checkpoint, load_checkpoint, pick_checkpoint
 from cape.lab.train.lock import holds_out
+from cape.models import without_positions
 
 __all__ = ["Experiment", "Run", "Study", "Collected", "parameter_counts", "rank_share"]
 
@@ -296,12 +297,31 @@ class Experiment(ABC, Generic[ConfigT, DataT]):
         model, summary = self.evaluated_model(study, row, seed)
         model.to(study.dist.device).eval()
         done = {**self.evaluate(study, row, seed, model, folder), "summary": summary}
+        removed = self.measure_removed(study, row, seed, model)
+        if removed is not None:
+            done["removed"] = removed
         if self.counts_parameters:
             done["params"] = parameter_counts(model)
         return done
 
     counts_parameters: ClassVar[bool] = False
     """`compute` keeps the run's `parameter_counts` (results' "params" by row)."""
+
+    def removed_metric(self, study: Study, row: Any, seed: int, model: nn.Module) -> float | None:
+        """The study's main metric at the training size, measured on `model` (None: this
+        experiment has no such measurement). `measure_removed` calls it with the model's
+        positions taken out."""
+        return None
+
+    def measure_removed(
+        self, study: Study, row: Any, seed: int, model: nn.Module
+    ) -> dict[str, Any] | None:
+        """The positions-removed check of a run (`cape.models.without_positions`): the main
+        metric with every position the model holds taken out at test time, {"row", "seed",
+        "value"}; None for a model without positions or an experiment without the metric."""
+        with without_positions(model) as had:
+            value = self.removed_metric(study, row, seed, model) if had else None
+        return None if value is None else {"row": row.name, "seed": seed, "value": value}
 
     def evaluate(
         self, study: Study, row: Any, seed: int, model: nn.Module, folder: Path
@@ -315,6 +335,8 @@ class Experiment(ABC, Generic[ConfigT, DataT]):
         """Add what one (row, seed) left (`done`, its eval.json) to `got`."""
         got.records += done["records"]
         got.train[f"{row.name}/seed{seed}"] = done["summary"]
+        if "removed" in done:
+            got.extra.setdefault("removed", []).append(done["removed"])
         if "params" in done:
             got.params[row.name] = done["params"]
 

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cape.lab.experiments.pairs import level, pair_sentences, twins, verdict_pairs
-from cape.lab.report import Report, mean_std
+from cape.lab.report import Report, mean_std, summarize
 
-__all__ = ["Study", "verdict", "add_verdict"]
+__all__ = ["Study", "verdict", "add_verdict", "positions_line", "removed_cells"]
 
 Cell = Mapping[str, Any]
 Pairs = tuple[str, Sequence[tuple[str, str]], str]  # (title, [(row, twin)], twin note)
@@ -81,6 +81,13 @@ class Study:
         return sorted(names, key=lambda n: sign * self.cells[(n, column)]["mean"])
 
 
+def removed_cells(results: Mapping[str, Any]) -> dict[str, Cell]:
+    """row -> `summarize` cell over seeds of the main metric with the positions taken out at
+    test time (results' "removed", `Experiment.measure_removed`); empty when not measured."""
+    cells = summarize(results.get("removed", []), ["row"], "value")
+    return {c["row"]: c for c in cells if c["n"]}
+
+
 def _names(rows: Sequence[str]) -> str:
     return ", ".join(f"`{r}`" for r in rows)
 
@@ -114,8 +121,9 @@ def _removed(study: Study) -> tuple[list[str], str]:
 def positions_line(study: Study) -> str:
     """Does the task need positions? The best row against the row without positions at the
     training column, beyond the seeds' spread; and the rows measured with positions removed."""
-    if study.positions is not None:
-        return study.positions
+    if study.positions is not None:  # the experiment's own test, then the removed check
+        clause = _removed(study)[1].removeprefix("; ")
+        return study.positions + (f" {clause[0].upper()}{clause[1:]}." if clause else "")
     blind = [r["name"] for r in study.rows if r.get("position") == "nopos"]
     ranked = [n for n in study.ranked(study.train) if n not in blind]
     blind = [n for n in blind if (n, study.train) in study.cells]

@@ -19,13 +19,14 @@ from cape.lab.experiments.asr.data import AsrData, Utterance
 from cape.lab.experiments.asr.report import NO_POSITIONS
 from cape.lab.metrics import error_counts, wer_by_bin
 from cape.lab.train import distributed as D
+from cape.models import without_positions
 from cape.models.asr import CTCModel
 
 __all__ = [
     "feature_spec",
     "decode",
     "eval_records",
-    "without_positions",
+    "removed_records",
     "format_records",
     "val_fn",
 ]
@@ -159,23 +160,21 @@ def eval_records(
             recs = _bin_records(utts, hyps, {**base, "split": "test@hop", "hop_ms": float(hop)})
             recs[-1]["audio_s_per_s"] = audio / seconds
             records += recs
-    return records + without_positions(cfg, row, seed, model, data)
+    return records + removed_records(cfg, row, seed, model, data)
 
 
-def without_positions(
+def removed_records(
     cfg: AsrConfig, row: RowConfig, seed: int, model: CTCModel, data: AsrData
 ) -> list[dict[str, Any]]:
-    """WER/CER per bin on `test` with the model's absolute encoding taken out at test time
-    (split `NO_POSITIONS`): if they barely change, the model does not use its positions, and
-    no duration effect of the encoding can show. Rows without an absolute encoding: none."""
-    if model.encoder.position is None:
-        return []
+    """WER/CER per bin on `test` with every position the model holds taken out at test time
+    (`cape.models.without_positions`: the input encoding and each attention's rotation and
+    biases; split `NO_POSITIONS`): if they barely change, the model does not use its
+    positions, and no duration effect of the encoding can show. Rows without any: none."""
     utts = data.test("test")
-    saved, model.encoder.position = model.encoder.position, None
-    try:
+    with without_positions(model) as had:
+        if not had:
+            return []
         hyps, _ = decode(model, utts, cfg.features, beam=cfg.eval.beam)
-    finally:
-        model.encoder.position = saved
     return _bin_records(
         utts,
         hyps,

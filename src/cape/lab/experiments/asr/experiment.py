@@ -20,6 +20,7 @@ from cape.lab.experiments.asr.model import ctc_loss_fn, make_model
 from cape.lab.experiments.base import Collected, Experiment, Run, Study, parameter_counts
 from cape.lab.experiments.train_as import evaluation_model
 from cape.lab.io import write_json
+from cape.models import has_positions
 from cape.models.asr import CTCModel
 
 __all__ = ["AsrExperiment", "ASR"]
@@ -60,11 +61,11 @@ class AsrExperiment(Experiment[AsrConfig, AsrData], evaluate=evaluate, report=re
         shapes = got.extra.setdefault("shapes", {})  # untrained, one per row: has positions?
         if row.name not in shapes:
             shapes[row.name] = make_model(cfg, row)
-        if shapes[row.name].encoder.position is not None and not any(
+        if has_positions(shapes[row.name]) and not any(
             r["split"] == report.NO_POSITIONS for r in done["records"]
         ):
             model = self.load_run(cfg, row, seed, out).to(device)
-            extra = evaluate.without_positions(cfg, row, seed, model, study.data)
+            extra = evaluate.removed_records(cfg, row, seed, model, study.data)
             if extra:
                 done["records"] += extra
                 if study.dist.rank == 0:

@@ -18,7 +18,7 @@ from cape.lab.report import Report, claims_table, mean_std, summarize, summary_t
 
 __all__ = ["render", "bin_table", "flatness", "paper_claims"]
 
-NO_POSITIONS = "test, positions removed"  # the split name of `asr.without_positions`
+NO_POSITIONS = "test, positions removed"  # the split name of `evaluate.removed_records`
 
 SPLITS = {
     "test": "voices heard in training",

@@ -54,6 +54,12 @@ class LengthExperiment(Experiment[LengthConfig, Splits], evaluate=evaluate, repo
     ) -> model.LookupModel:
         return model.make_model(cfg, row, evaluation=evaluation)
 
+    def removed_metric(self, study: Study, row: Any, seed: int, model: nn.Module) -> float:
+        """Accuracy (%) at the first test length (the longest training length)."""
+        cfg = study.cfg
+        test = study.data.test[cfg.eval.lengths[0]]
+        return evaluate.accuracy(model, test, cfg.eval.batch_size, study.dist.device)[0]
+
     def results(self, study: Study, got: Collected) -> dict[str, Any]:
         return {
             **super().results(study, got),

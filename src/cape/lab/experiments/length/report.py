@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from cape.lab.experiments.reporting import add_curves, plot_ok, seeds_by_row, train_cost_table
-from cape.lab.experiments.verdict import Study, add_verdict
+from cape.lab.experiments.verdict import Study, add_verdict, removed_cells
 from cape.lab.experiments.verdict import verdict as shared_verdict
 from cape.lab.report import MISSING, Report, mean_std, summarize
 from cape.lab.stats import welch_t_test
@@ -160,6 +160,7 @@ def verdict(results: dict[str, Any]) -> tuple[list[str], str]:
         rows=rows, cells=cells, columns=lengths, train=ref, unseen=lengths[1:],
         label=lambda n: f"{n} tokens", positions=_positions_needed(results, cells, ref),
         extra=[keep],
+        removed=removed_cells(results),
     )  # fmt: skip
     return shared_verdict(study), table
 

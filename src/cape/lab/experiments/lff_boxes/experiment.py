@@ -56,6 +56,12 @@ class LffBoxesExperiment(Experiment[LffBoxesConfig, Data], evaluate=evaluate, re
         trainer = self.trainer(run, net, model.answer_loss, train_set, eval_fn, train_set.collate)
         return self.fitted(trainer)
 
+    def removed_metric(self, study: Study, row: Any, seed: int, model: nn.Module) -> float:
+        """Answer accuracy (%) on test_seen (coordinates of the training range)."""
+        ds = BoxDataset(study.data["test_seen"])
+        right, _ = evaluate.answered(model, ds, study.cfg.eval.batch_size, study.dist.device)
+        return summed_accuracy(float(right.sum()), len(right))
+
     def results(self, study: Study, got: Collected) -> dict[str, Any]:
         return {**super().results(study, got), "baselines": evaluate.baselines(study.data)}
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from cape.lab.experiments.pairs import level
-from cape.lab.experiments.verdict import Study
+from cape.lab.experiments.verdict import Study, removed_cells
 from cape.lab.experiments.verdict import verdict as shared_verdict
 from cape.lab.report import summarize
 
@@ -57,5 +57,6 @@ def verdict(results: dict[str, Any]) -> list[str]:
         label=lambda s: f"{SETS[s]} coordinates", metric="answer accuracy",
         pairs=[("CAPE's augmentation", _twins(rows), " (not augmented)")],
         pair_unit="accuracy points (positive: better)", extra=[lose],
+        removed=removed_cells(results),
     )  # fmt: skip
     return shared_verdict(study)

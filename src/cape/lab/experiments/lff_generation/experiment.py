@@ -67,6 +67,11 @@ class GenerationExperiment(
             "curve": evaluate.read_curve(folder),
         }
 
+    def removed_metric(self, study: Study, row: Any, seed: int, model: nn.Module) -> float:
+        """Held-out bits per dim (the images are the training size)."""
+        val = study.data.sequences("val")
+        return evaluate.evaluate_bpd(model, val, study.cfg.eval.batch_size, study.dist.device)
+
     def gather(self, study: Study, got: Collected, row: Any, seed: int, done: dict) -> None:
         super().gather(study, got, row, seed, done)
         curves = got.extra.setdefault("curves", [])

@@ -52,7 +52,7 @@ __all__ = [
     "generation_loss",
 ]
 
-POSITIONS = ("embed-1d", "sine-1d", "embed-2d", "sine-2d", "lff", "cape2d")
+POSITIONS = ("nopos", "embed-1d", "sine-1d", "embed-2d", "sine-2d", "lff", "cape2d")
 INTENSITIES = 256
 START = INTENSITIES  # the start token's index in the input vocabulary (257 entries)
 CHANNELS = 3
@@ -146,15 +146,15 @@ class PixelPositions(nn.Module):
         opts = _pixel_options(kind.lower(), self.pixel_dim, height, width, options or {})
         # the one plan decides where the encoding goes; here it must be added at the input
         plan = position_plan(kind, dim=self.pixel_dim, heads=1, options=opts)
-        if plan.absolute is None:
+        if plan.absolute is None and plan.kind != "none":
             raise ValueError(
                 f"kind {kind!r} "
                 + ("acts inside attention" if plan.in_attention else "adds no positions")
                 + "; the pixel positions are an encoding added at the input: one of "
                 f"{list(POSITIONS)} (or another absolute cape.build name)"
             )
-        self.kind, self.pixel = plan.name, plan.absolute
-        if self.pixel.pos_dim not in (1, 2) and self.kind != "lff":
+        self.kind, self.pixel = plan.name, plan.absolute  # None: nopos (channel only)
+        if self.pixel is not None and self.pixel.pos_dim not in (1, 2) and self.kind != "lff":
             raise ValueError(
                 f"kind {kind!r} reads {self.pixel.pos_dim}-D positions; a pixel has a 1-D index "
                 "or 2-D (column, row) coordinates"
@@ -178,6 +178,8 @@ class PixelPositions(nn.Module):
         its emax = 1/N per axis ("auto") for cape2d.
         """
         cells = self.height * self.width
+        if self.pixel is None:  # nopos, or taken out (`cape.models.without_positions`)
+            return self.index.new_zeros(batch, cells, self.pixel_dim)
         if self.kind == "lff":
             # Kept by name: LFF's units are "continuous", so its grid_positions(H, W) are image
             # coordinates in [-1, 1]; the paper's (and the archived rows') LFF reads (column,

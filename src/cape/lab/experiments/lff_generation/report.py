@@ -20,7 +20,7 @@ from typing import Any
 from scipy import stats
 
 from cape.lab.experiments.reporting import add_curves, plot_ok, train_cost_table
-from cape.lab.experiments.verdict import Study, add_verdict, verdict
+from cape.lab.experiments.verdict import Study, add_verdict, removed_cells, verdict
 from cape.lab.report import Report, mean_std, pivot, summarize
 
 __all__ = ["t_quantile_975", "confidence_cells", "render"]
@@ -121,6 +121,7 @@ def render(out: Path, results: dict[str, Any]) -> Path:
                 rows=cfg["rows"], cells=cells, columns=["final"], train="final",
                 unseen=["final"], label=lambda _: "the end of training", higher=False,
                 metric="held-out bits per dim", unit=" bpd", digits=4,
+                removed=removed_cells(results),
             )
         ),
     )  # fmt: skip

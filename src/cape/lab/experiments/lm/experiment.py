@@ -20,6 +20,7 @@ what `cape generate` rebuilds the model from) and, with the BPE tokenizer, bpe.m
 from __future__ import annotations
 
 import dataclasses
+import math
 import shutil
 from pathlib import Path
 from typing import Any
@@ -107,6 +108,14 @@ class LMExperiment(Experiment[LMConfig, LMData], evaluate=evaluate, report=repor
     def gather(self, study: Study, got: Collected, row: Any, seed: int, done: dict) -> None:
         super().gather(study, got, row, seed, done)
         got.extra.setdefault("by_position", []).extend(done["by_position"])
+
+    def removed_metric(self, study: Study, row: Any, seed: int, model: nn.Module) -> float:
+        """Perplexity at 1x L (windows of the training context)."""
+        cfg, device = study.cfg, study.dist.device
+        got = evaluate.window_loss(
+            model, study.data.test, cfg.lengths[0], cfg.eval.batch_tokens, device
+        )
+        return math.exp(got.loss)
 
     def results(self, study: Study, got: Collected) -> dict[str, Any]:
         return {**super().results(study, got), "corpus": data.corpus_stats(study.data, study.cfg)}

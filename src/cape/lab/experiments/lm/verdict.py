@@ -13,6 +13,7 @@ from typing import Any
 
 from cape.lab.experiments.pairs import AUGMENTATION_KEYS, twins
 from cape.lab.experiments.pairs import level as within_spread
+from cape.lab.experiments.verdict import Study, positions_line, removed_cells
 from cape.lab.report import MISSING, mean_std, summarize
 
 __all__ = [
@@ -171,6 +172,17 @@ def best_longest(results: dict[str, Any], cells: Cells) -> str:
     return text + "."
 
 
+def positions(results: dict[str, Any], cells: Cells) -> str:
+    """Does the task need positions (`cape.lab.experiments.verdict.positions_line`): the best
+    row against nopos at 1x L, and the rows measured with their positions taken out."""
+    study = Study(
+        rows=results["config"]["rows"], cells=cells, columns=_factors(results), train=1,
+        unseen=[], label=lambda f: f"{f}x L", metric="perplexity", unit="", higher=False,
+        digits=2, removed=removed_cells(results),
+    )  # fmt: skip
+    return positions_line(study)
+
+
 def verdict(results: dict[str, Any]) -> tuple[list[str], str]:
     """The verdict's lines (the report writes each as a bullet) and its table of perplexity
     ratios, from the numbers."""
@@ -180,7 +192,8 @@ def verdict(results: dict[str, Any]) -> tuple[list[str], str]:
         f"**Rows whose perplexity stays within {KEEP:.0%} of their 1x perplexity** (per seed, "
         "then mean over seeds): " + "; ".join(said) + "."
     )
-    out = [keep, *augmentation(results, cells), *finetunes(results, cells)]
+    out = [positions(results, cells), keep, *augmentation(results, cells)]
+    out += finetunes(results, cells)
     out.append(best_longest(results, cells))
     if any(math.isnan(c["mean"]) for c in cells.values()):
         out.append("Some runs gave no finite perplexity (a diverged run); see the table.")

@@ -100,6 +100,15 @@ class TranslationExperiment(
             shape = self.make_model(study.cfg, self.trained_row(study.cfg, row), study.data)
             got.params[row.name] = parameter_counts(shape)["total"]
 
+    def removed_metric(self, study: Study, row: Any, seed: int, model: nn.Module) -> float:
+        """BLEU on the test split (sentences of the training lengths)."""
+        e, test = study.cfg.eval, study.data.test("test")
+        hyps = evaluate.decode(
+            model, study.data, test, beam=e.beam, length_penalty=e.length_penalty,
+            batch_size=e.batch_size,
+        )  # fmt: skip
+        return evaluate.bleu(hyps, [x.tgt for x in test])
+
     def results(self, study: Study, got: Collected) -> dict[str, Any]:
         extra = {"curves": {}, "examples": {}, "terciles": [], **got.extra}
         return {

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from cape.lab.experiments.pairs import level
-from cape.lab.experiments.verdict import Study
+from cape.lab.experiments.verdict import Study, removed_cells
 from cape.lab.experiments.verdict import verdict as shared_verdict
 from cape.lab.report import summarize
 
@@ -58,6 +58,7 @@ def study(results: dict[str, Any]) -> Study:
         rows=results["config"]["rows"], cells=_cells(results), columns=columns, train="test",
         unseen=columns[1:], metric="", unit=" BLEU",
         pair_unit="BLEU points (positive: better)", extra=_own(results),
+        removed=removed_cells(results),
     )  # fmt: skip
 
 

@@ -8,10 +8,8 @@ rank evaluates a shard and the counts are summed.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -24,6 +22,7 @@ from cape.lab.experiments.vision.verdict import NO_POSITIONS
 from cape.lab.progress import progress
 from cape.lab.timing import time_interleaved
 from cape.lab.train import distributed as D
+from cape.models import without_positions
 from cape.models.vit import ViT
 
 __all__ = [
@@ -37,28 +36,8 @@ __all__ = [
     "round_to_patch",
     "native_targets",
     "tta_sizes",
-    "positions_removed",
     "NO_POSITIONS",
 ]
-
-
-@contextlib.contextmanager
-def positions_removed(model: ViT) -> Iterator[bool]:
-    """The model without its positions for the duration: no absolute encoding added and no
-    rotation in attention (every patch at the same place). Yields whether it had any. If the
-    accuracy barely changes, the model does not use its positions."""
-    rotary = [layer.self_attn.rotary for layer in model.encoder.layers]
-    saved = model.position
-    had = saved is not None or any(r is not None for r in rotary)
-    model.position = None
-    for layer in model.encoder.layers:
-        layer.self_attn.rotary = None
-    try:
-        yield had
-    finally:
-        model.position = saved
-        for layer, r in zip(model.encoder.layers, rotary, strict=True):
-            layer.self_attn.rotary = r
 
 
 def extent_for(method: str, size: int, train_size: int) -> float:
@@ -188,7 +167,7 @@ def eval_records(
             record(split, size, "plain", acc, ips)
             if split == "test":
                 probs_at[size] = probs
-                with positions_removed(model) as had:
+                with without_positions(model) as had:
                     if had:  # does the model use its positions? (`acc` stays the plain one)
                         gone = accuracy(predict(model, x[sh], bs, device=device)[0], y[sh])
                         record(split, size, NO_POSITIONS, gone)
