@@ -36,13 +36,28 @@ def _utt(seconds: float, text: str = "hello world", seed: int = 0) -> Utterance:
     return Utterance(wave, text, seconds, None, f"u{seed}")
 
 
-@pytest.mark.parametrize("preset", ["quick", "digits", "digits-k3", "cpu-full", "paper"])
+@pytest.mark.parametrize(
+    "preset", ["digits-k3-small", "quick", "digits", "digits-k3", "cpu-full", "paper"]
+)
 def test_presets_resolve(preset: str) -> None:
     cfg = _cfg(preset=preset)
     assert cfg.rows and cfg.train.best_metric == "wer"
     names = [r.name for r in cfg.rows]
-    assert {"sinpos", "CAPE", "abspos", "nopos"} <= set(names)
+    assert {"sinpos", "CAPE", "nopos"} <= set(names)
+    assert preset == "digits-k3-small" or "abspos" in names
     assert set(cfg.eval.hop_rows) <= set(names)
+
+
+def test_the_default_is_a_question_positions_decide():
+    """Issue 43: the default's frames do not see their neighbours (kernel = stride), it runs the
+    rows that carry the point, each seeded twice."""
+    assert A.default_preset == "digits-k3-small"
+    cfg = _cfg(preset=A.default_preset)
+    assert cfg.name == "asr-digits-k3-small" and cfg.data.text == "digits"
+    assert cfg.model.kernel == cfg.model.stride == 3
+    names = {r.name for r in cfg.rows}
+    assert {"nopos", "sinpos", "CAPE", "rotary", "rotary+CAPE", "ALiBi"} <= names
+    assert len(cfg.seeds) >= 2
 
 
 @pytest.mark.parametrize(

@@ -111,7 +111,10 @@ def test_presets_resolve_and_are_registered():
     for row in reused.values():
         assert row.train_as == "rotary" and row.eval_options["train_length"] == full.data.max_len
     quick, _ = resolve_config(LengthConfig, PRESETS, "quick")
-    assert [r.position for r in quick.rows] == ["nopos", "abspos", "rotary", "alibi"]
+    assert [r.name for r in quick.rows] == [
+        "nopos", "abspos", "sinpos", "CAPE", "relpos", "rotary", "rotary+CAPE", "ALiBi"
+    ]  # fmt: skip
+    assert len(quick.seeds) == 2  # issue 43: the default's spread is measured
 
 
 ROW = "{name: r, position: rotary}"

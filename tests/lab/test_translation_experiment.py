@@ -40,6 +40,15 @@ def test_presets_resolve(preset: str) -> None:
     assert cape.options["max_global_shift"] == 5.0  # appendix D.1: best for 6L-6L
 
 
+def test_the_default_is_a_question_positions_decide() -> None:
+    """Issue 43: the default runs content only next to sinpos and CAPE, seeded twice."""
+    exp = EXPERIMENTS["translation"]
+    assert exp.default_preset == "small"
+    cfg = _cfg(preset="small")
+    assert [r.position for r in cfg.rows] == ["nopos", "sinpos", "cape1d"]
+    assert len(cfg.seeds) == 2 and cfg.rows[2].options["max_global_shift"] == 5.0
+
+
 def test_a_seed_gives_the_same_initial_weights_to_rows_without_learned_positions() -> None:
     """What the README's seed-by-seed comparison of cpu-full rests on: train_run seeds, then
     builds the model, so sinpos, CAPE (any shift), nopos and rotary+CAPE start from the same

@@ -30,7 +30,7 @@ class AsrExperiment(Experiment[AsrConfig, AsrData], evaluate=evaluate, report=re
     """Rows of `AsrConfig`; the results add each row's parameter count and the data summary."""
 
     name, config_cls, presets = "asr", AsrConfig, PRESETS
-    preset_notes = PRESET_NOTES
+    preset_notes, default_preset = PRESET_NOTES, "digits-k3-small"
     best_weights = loads_for_evaluation = True
     make_data = staticmethod(AsrData)
 

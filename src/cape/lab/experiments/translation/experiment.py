@@ -40,7 +40,7 @@ class TranslationExperiment(
     few translations, and the results each row's parameter count and the data summary."""
 
     name, config_cls, presets = "translation", TranslationConfig, PRESETS
-    preset_notes = PRESET_NOTES
+    preset_notes, default_preset = PRESET_NOTES, "small"
     best_weights = True
 
     def make_data(self, cfg: TranslationConfig) -> TranslationData:
