@@ -297,8 +297,8 @@ def test_plot_redraws_archived_report(name: str, tmp_path: Path) -> None:
 # on the line before it
 _VERDICT_MARK = re.compile(r"^<!-- verdict from (results/[^ ]+/report\.md) -->$")
 EXPERIMENT_PAGES = sorted((ROOT / "docs" / "experiments").glob("*.md"))
-# no archived report with a results.json to write a verdict from (cpu-full predates it)
-NO_VERDICT = {"lff-generation.md"}
+# pages with no archived report to quote a verdict from (none now: every default is archived)
+NO_VERDICT: set[str] = set()
 
 
 def _first_verdict_line(report: Path) -> str:

@@ -223,8 +223,8 @@ def plot_main(argv: list[str]) -> int:
         type=Path,
         default=None,
         metavar="DEST",
-        help="then copy the report, its plots and each run's eval.json and "
-        "settings.json to DEST (e.g. results/NAME), without weights",
+        help="then copy the report, its plots and each run's eval.json, settings.json and "
+        "model.json to DEST (e.g. results/NAME), without weights",
     )
     args = p.parse_args(argv)
     if not args.folder.is_dir():

@@ -243,13 +243,13 @@ def read_results(out: str | Path) -> dict[str, Any]:
 # what an experiment folder keeps without weights: enough to report it again and, copied back
 # into an --out folder, to skip its finished runs (cached_runs reads eval.json + settings.json)
 _ARCHIVED = ("report.md", "results.json", "config.yaml", "rows.yaml", "maps.npz", "*.png")
-_ARCHIVED_PER_RUN = ("eval.json", "settings.json")
+_ARCHIVED_PER_RUN = ("eval.json", "settings.json", "model.json")
 
 
 def archive_runs(out: str | Path, dest: str | Path) -> list[Path]:
     """Copy experiment folder `out`'s report, results, config, plots and every finished run's
-    `eval.json` and `settings.json` (no checkpoints) to `dest`, keeping the layout; returns the
-    copied files. `cp -r DEST/. OUT/` in a fresh checkout lets the experiment reuse the runs."""
+    `eval.json`, `settings.json` and `model.json` (no checkpoints) to `dest`, keeping the
+    layout; returns the copied files. `cp -r DEST/. OUT/` in a fresh checkout lets the experiment reuse the runs."""
     import shutil
 
     out, dest = Path(out), Path(dest)
