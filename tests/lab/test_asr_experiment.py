@@ -157,24 +157,29 @@ def test_bin_records_match_independent_wer() -> None:
     assert by["10-15"]["utterances"] == 0 and math.isnan(by["10-15"]["wer"])
 
 
-def test_without_positions_takes_the_encoding_out_and_puts_it_back(monkeypatch) -> None:
-    cfg = _cfg(*(f"model.{k}={v}" for k, v in TINY_MODEL.items()))
-    row = next(r for r in cfg.rows if r.name == "sinpos")
-    model = A.make_model(cfg, row).eval()
-    encoding = model.encoder.position
+def test_removed_records_take_every_position_out_and_put_them_back(monkeypatch) -> None:
+    cfg = _cfg(*(f"model.{k}={v}" for k, v in TINY_MODEL.items()), preset="digits-k3-small")
     seen = []
 
-    def spy(model, utts, features, **kw):  # what decode sees: no encoding
-        seen.append(model.encoder.position)
+    def spy(model, utts, features, **kw):  # what decode sees: no encoding of any kind
+        attn = [m for m in model.modules() if hasattr(m, "rotary")]
+        seen.append((model.encoder.position, [(a.rotary, len(a.biases)) for a in attn]))
         return ["a"] * len(utts), 0.0
 
     monkeypatch.setattr(E, "decode", spy)
     data = type("D", (), {"test": lambda self, split: [_utt(2.0, "a", 0)]})()
-    recs = E.without_positions(cfg, row, 0, model, data)
-    assert seen == [None] and model.encoder.position is encoding
-    assert {r["split"] for r in recs} == {"test, positions removed"} and recs[-1]["wer"] == 0.0
+    for name in ("sinpos", "rotary", "ALiBi"):
+        row = next(r for r in cfg.rows if r.name == name)
+        model = A.make_model(cfg, row).eval()
+        before = repr(model), model.encoder.position
+        seen.clear()
+        recs = E.removed_records(cfg, row, 0, model, data)
+        position, attn = seen[0]
+        assert position is None and all(r is None and n == 0 for r, n in attn), name
+        assert (repr(model), model.encoder.position) == before  # put back
+        assert {r["split"] for r in recs} == {"test, positions removed"} and recs[-1]["wer"] == 0.0
     nopos = next(r for r in cfg.rows if r.name == "nopos")
-    assert E.without_positions(cfg, nopos, 0, A.make_model(cfg, nopos), data) == []
+    assert E.removed_records(cfg, nopos, 0, A.make_model(cfg, nopos), data) == []
 
 
 def test_flatness_is_longest_over_shortest_mean() -> None:

@@ -69,7 +69,7 @@ def test_index_and_page_state_the_default_its_time_and_verdict(name: str) -> Non
         (
             line
             for line in (ROOT / "docs" / "experiments" / "index.md").read_text().splitlines()
-            if line.startswith(f"- [") and f"`{got['command']}`" in line
+            if line.startswith("- [") and f"`{got['command']}`" in line
         ),
         None,
     )

@@ -293,6 +293,7 @@ def test_experiment_under_torchrun_two_cpu_ranks(tmp_path) -> None:
         "eval.stacked=2",
         "eval.beam=2",
         'rows=[{"name": "CAPE", "position": "cape1d"}]',
+        "seeds=[0]",
         *(f"model.{k}={v}" for k, v in TINY_MODEL.items()),
     ]
     cmd = [

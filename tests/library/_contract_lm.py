@@ -10,7 +10,7 @@ import torch
 from _contract import Call, Draw, expect
 
 import cape
-from cape.models import CausalLM
+from cape.models import CausalLM, has_positions, without_positions
 
 NAN = math.nan
 NAMES = ("nopos", "sinpos", "cape1d", "abspos", "relpos", "rotary", "alibi", "fire")
@@ -94,4 +94,25 @@ def causal_lm(d: Draw) -> Call:
     )
 
 
-GENERATORS = {"lm": [causal_lm]}
+def positions_taken_out(d: Draw) -> Call:
+    """`without_positions` around a forward of a tiny CausalLM (any 1-D encoding), or
+    `has_positions`; a model that is not a module is refused."""
+    name = d.choice(NAMES)
+    options = {"num_positions": 16} if name == "abspos" else {}
+    lm = CausalLM(11, position=name, position_options=options, dim=4, layers=1, heads=1, ffn_dim=8)
+    model = d.bad("model", lm.eval(), (None, "model", torch.zeros(2)))
+    tokens = torch.randint(0, 11, (d.int(1, 2), d.int(1, 4)))
+    if d.coin():
+        return d.finish("models.has_positions", lambda: has_positions(model), ["model"],
+                        lambda out: None if out is (name != "nopos") else f"got {out}")  # fmt: skip
+
+    def blind() -> torch.Tensor:
+        with without_positions(model) as had:
+            assert had is (name != "nopos") and not has_positions(model)
+            return model(tokens)
+
+    check = lambda out: expect(out, (*tokens.shape, 11), torch.float32)  # noqa: E731
+    return d.finish("models.without_positions", blind, ["model"], check)
+
+
+GENERATORS = {"lm": [causal_lm, positions_taken_out]}

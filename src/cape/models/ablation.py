@@ -29,6 +29,8 @@ __all__ = ["without_positions", "has_positions"]
 def _taken(model: nn.Module) -> list[tuple[nn.Module, str, nn.Module]]:
     """(owner, attribute, module) of every encoding in `model`: each absolute cape encoding
     held by a module that is not itself one, and each attention's rotation and biases."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
     found = []
     for owner in model.modules():
         if isinstance(owner, PositionalEncoding):

@@ -249,7 +249,8 @@ _ARCHIVED_PER_RUN = ("eval.json", "settings.json", "model.json")
 def archive_runs(out: str | Path, dest: str | Path) -> list[Path]:
     """Copy experiment folder `out`'s report, results, config, plots and every finished run's
     `eval.json`, `settings.json` and `model.json` (no checkpoints) to `dest`, keeping the
-    layout; returns the copied files. `cp -r DEST/. OUT/` in a fresh checkout lets the experiment reuse the runs."""
+    layout; returns the copied files. `cp -r DEST/. OUT/` in a fresh checkout lets the
+    experiment reuse the runs."""
     import shutil
 
     out, dest = Path(out), Path(dest)
