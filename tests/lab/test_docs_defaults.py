@@ -84,3 +84,31 @@ def test_index_and_page_state_the_default_its_time_and_verdict(name: str) -> Non
 
 def test_wall_times_read_as_pages_write_them() -> None:
     assert wall(842.4) == "14 min 2 s" and wall(48) == "48 s" and wall(60) == "1 min 0 s"
+
+
+def test_every_archived_report_opens_with_its_verdict() -> None:
+    """Issue 43, item 2: each report's first section is its verdict, before any table."""
+    reports = sorted((ROOT / "results").glob("*/report.md"))
+    assert len(reports) >= 29
+    for report in reports:
+        text = report.read_text(encoding="utf-8")
+        assert "\n## Verdict\n" in text, f"{report.parent.name} has no verdict"
+        assert text.index("\n## Verdict\n") < text.index("\n|"), report.parent.name
+
+
+def test_the_archives_without_results_json_carry_the_verdict_of_their_tables() -> None:
+    """The three archives without results.json: their verdict is what the shared code writes
+    from their own main table (scripts/verdict_from_tables.py), not text typed by hand."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "verdict_from_tables", ROOT / "scripts" / "verdict_from_tables.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for name in module.SPECS:
+        report = ROOT / "results" / name / "report.md"
+        assert not (report.parent / "results.json").exists()
+        text = report.read_text(encoding="utf-8")
+        lines = module.verdict(module.study_of(name, text.splitlines()))
+        assert module.with_verdict(text, lines) == text, name
