@@ -157,7 +157,7 @@ _NOPOS = {"name": "No position", "position": "nopos"}
 
 # name -> config mapping (apply `--config` files and `--set` overrides on top)
 PRESETS: dict[str, dict[str, Any]] = {
-    # the default: 5 rows (Figure 3a's and content only), 2 seeds, 12 px, 450 steps: about 14
+    # the default: 5 rows (Figure 3a's and content only), 2 seeds, 12 px, 450 steps: about 11
     # minutes. At 200 steps no position was level with the best row (nothing used its
     # positions yet); a 600-step trial put Embed-2D 0.18 bits per dim below it
     "quick": {
@@ -210,7 +210,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 # one line per preset: what `cape experiment NAME --help` says of it
 PRESET_NOTES: dict[str, str] = {
-    "quick": "12 px images, 5 rows x 2 seeds, 450 steps: about 14 minutes on 2 CPU cores",
+    "quick": "12 px images, 5 rows x 2 seeds, 450 steps: about 11 minutes on 2 CPU cores",
     "cpu-full": "every row (Figure 3's mean and 95% CI): about 40 minutes on 2 CPU cores",
     "paper": "GPU only: the paper's sizes (6 layers, d 1024, 64 px images)",
 }
