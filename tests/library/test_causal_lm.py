@@ -109,6 +109,29 @@ def test_greedy_generate_is_the_argmax_of_full_forwards(case: str) -> None:
         assert torch.equal(model.generate(prompt, 12, cache=False), got)
 
 
+def test_a_window_reads_only_the_last_tokens() -> None:
+    """generate(window=W): each token is the argmax of a full forward over the last W tokens
+    (a learned table of W rows sees no position past its last), never through the cache."""
+    torch.manual_seed(0)
+    model = CausalLM(VOCAB, position="abspos", position_options={"num_positions": 6}, **TINY)
+    model.eval()
+    with torch.no_grad():  # large weights: the argmax depends on what the model reads
+        for p in model.parameters():
+            p.normal_(0.0, 1.0)
+    prompt = _tokens(2, 5, 7)
+    seq = prompt
+    with torch.no_grad():
+        for _ in range(8):
+            seq = torch.cat([seq, model(seq[:, -6:])[:, -1].argmax(-1, keepdim=True)], dim=1)
+    assert torch.equal(model.generate(prompt, 8, window=6), seq)
+    assert torch.equal(model.generate(prompt, 8, window=6, cache=False), seq)
+    assert not torch.equal(model.generate(prompt, 8, cache=False), seq)  # the window mattered
+    with pytest.raises(ValueError, match="window"):
+        model.generate(prompt, 8, window=6, cache=True)
+    with pytest.raises(ValueError, match="window"):
+        model.generate(prompt, 8, window=0)
+
+
 def test_sampling_keeps_to_the_top_k_and_is_reproducible() -> None:
     model = _model("rotary+cape").eval()
     prompt = _tokens(8, 3, 5)

@@ -246,6 +246,7 @@ class CausalLM(nn.Module):
         generator: torch.Generator | None = None,
         eos: int | None = None,
         cache: bool | None = None,
+        window: int | None = None,
     ) -> torch.Tensor:
         """Continue prompt [B, T0] ids (T0 >= 1, no padding) by max_new tokens -> [B, T0 +
         max_new] long, in eval mode (the module's mode is restored).
@@ -254,7 +255,9 @@ class CausalLM(nn.Module):
         top_k largest logits (None = all) from `generator`. eos: once a row emits it, the row
         is filled with it. cache: True = the key/value cache (`start_cache`, refused by name
         where it cannot hold); False = a full forward per token (the reference); None = the
-        cache where `can_cache`, else full forwards.
+        cache where `can_cache`, else full forwards. window: each token from a full forward
+        over the last `window` tokens only (a model that reads at most that many positions,
+        such as a learned table's); no cache.
         """
         _check_tokens("prompt", prompt, self.vocab_size)
         if prompt.shape[1] < 1:
@@ -265,10 +268,14 @@ class CausalLM(nn.Module):
             raise ValueError(f"eos must be None or a token id in [0, {self.vocab_size}), got {eos}")
         if cache is not None and not isinstance(cache, bool):
             raise TypeError(f"cache must be True, False or None, got {cache!r}")
+        if window is not None:
+            check_int("window", window, minimum=1)
+            if cache:
+                raise ValueError("window reads the last tokens by full forwards: cache=True")
         with _eval_mode(self):
-            use_cache = self.can_cache if cache is None else cache
+            use_cache = window is None and (self.can_cache if cache is None else cache)
             state = self.start_cache() if use_cache else None
-            out = self._generate(prompt, max_new, temp, top_k, generator, eos, state)
+            out = self._generate(prompt, max_new, temp, top_k, generator, eos, state, window)
         return out.clone()  # a normal tensor: an inference-mode one cannot enter autograd
 
     def _generate(
@@ -280,12 +287,15 @@ class CausalLM(nn.Module):
         generator: torch.Generator | None,
         eos: int | None,
         state: DecoderCache | None,
+        window: int | None = None,
     ) -> torch.Tensor:
-        """The loop of `generate` (checked arguments; state None = full forwards)."""
+        """The loop of `generate` (checked arguments; state None = full forwards, over the last
+        `window` tokens when given)."""
         out = prompt
         if max_new == 0:
             return out
-        logits = (self(prompt) if state is None else self.step(prompt, state))[:, -1]
+        last = (lambda ids: ids) if window is None else (lambda ids: ids[:, -window:])
+        logits = (self(last(prompt)) if state is None else self.step(prompt, state))[:, -1]
         done = torch.zeros(prompt.shape[0], dtype=torch.bool, device=prompt.device)
         for i in range(max_new):
             new = next_token(logits, temperature, top_k, generator)
@@ -298,7 +308,7 @@ class CausalLM(nn.Module):
             if eos is not None and bool(done.all()):  # every row ended: fill, no more forwards
                 rest = out.new_full((out.shape[0], max_new - i - 1), eos)
                 return torch.cat([out, rest], dim=1)
-            logits = (self(out) if state is None else self.step(new[:, None], state))[:, -1]
+            logits = (self(last(out)) if state is None else self.step(new[:, None], state))[:, -1]
         return out
 
     def extra_repr(self) -> str:

@@ -35,7 +35,6 @@ from cape.lab.arguments import ArgumentParser
 from cape.lab.io import read_json_object
 from cape.lab.train.checkpoint import load_checkpoint, pick_checkpoint
 from cape.models import CausalLM
-from cape.models.sampling import check_sampling, next_token
 
 __all__ = [
     "load_lm",
@@ -144,35 +143,6 @@ def readable_context(model: CausalLM) -> int | None:
     return min(sizes) if sizes else None
 
 
-@torch.no_grad()
-def _sliding(
-    model: CausalLM,
-    ids: torch.Tensor,
-    max_new: int,
-    window: int,
-    sampling: tuple[float, int | None, torch.Generator | None],
-    eos: int | None,
-) -> torch.Tensor:
-    """ids [B, T0] -> [B, T0 + n]: each new token from a full forward over the last `window`
-    tokens (n < max_new when every row has emitted eos)."""
-    temperature, top_k, generator = sampling
-    out, done = ids, torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
-    was_training = model.training
-    model.eval()
-    try:
-        for _ in range(max_new):
-            new = next_token(model(out[:, -window:])[:, -1], temperature, top_k, generator)
-            if eos is not None:
-                new = torch.where(done, eos, new)
-                done = done | (new == eos)
-            out = torch.cat([out, new[:, None]], dim=1)
-            if eos is not None and bool(done.all()):
-                break
-    finally:
-        model.train(was_training)
-    return out
-
-
 def generate_ids(
     model: CausalLM,
     ids: torch.Tensor,
@@ -183,17 +153,16 @@ def generate_ids(
     generator: torch.Generator | None = None,
     eos: int | None = None,
 ) -> torch.Tensor:
-    """Continue ids [B, T0] (on the model's device) by at most max_new tokens -> [B, T0 + n]:
-    `CausalLM.generate` (same arguments), or a sliding window of `readable_context` tokens when
-    the text would grow past it (module docstring). With eos, a finished row repeats it, and
-    the sliding window stops once every row has it."""
+    """Continue ids [B, T0] (on the model's device) by max_new tokens -> [B, T0 + max_new]:
+    `CausalLM.generate` (same arguments), with a sliding window of `readable_context` tokens
+    when the text would grow past it (module docstring). With eos, a finished row repeats it."""
     window = readable_context(model)
-    if window is None or ids.shape[1] + max_new <= window:
-        return model.generate(
-            ids, max_new, temperature=temperature, top_k=top_k, generator=generator, eos=eos
-        )
-    temp, top_k = check_sampling(temperature, top_k, generator, model.vocab_size)
-    return _sliding(model, ids, max_new, window, (temp, top_k, generator), eos)
+    if window is not None and ids.shape[1] + max_new <= window:
+        window = None  # it all fits: the cache where the model allows one
+    return model.generate(
+        ids, max_new, temperature=temperature, top_k=top_k, generator=generator, eos=eos,
+        window=window,
+    )  # fmt: skip
 
 
 def generate_text(
