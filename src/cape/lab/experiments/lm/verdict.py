@@ -98,7 +98,7 @@ def augmentation(results: dict[str, Any], cells: Cells) -> list[str]:
     pairs += [(r["name"], sinpos) for r in rows if r["position"] == "cape1d" and sinpos]
     factors = _factors(results)
     # 1x, 8x, 16x and the longest length (the one the sentence judges)
-    shown = sorted({1, factors[-1], *[f for f in factors if f in (8, 16)]} & {1, *factors})
+    shown = sorted({1, factors[-1], *(f for f in factors if f in (8, 16))})
     out = []
     for aug, base in pairs:
         diffs = [
