@@ -77,8 +77,8 @@ def _parser(prog: str, *, row: bool, argv: Sequence[str] = ()) -> argparse.Argum
     p.add_argument(
         "--preset",
         default=None,
-        help="a preset of the experiment (default quick); "
-        f"`{prog} NAME --help` lists them and their rows",
+        help="a preset of the experiment (default: its own default preset, mostly quick); "
+        f"`{prog} NAME --help` lists them, their rows and which is the default",
     )
     p.add_argument(
         "--config",

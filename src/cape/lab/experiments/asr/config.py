@@ -360,8 +360,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 # one line per preset: what `cape experiment NAME --help` says of it
 PRESET_NOTES: dict[str, str] = {
-    "digits-k3-small": "the default: digits, kernel-3 front end, d 96, 6 rows x 2 seeds (~15 min)",
-    "quick": "the four main encodings on WordNet speech (no row uses its positions), minutes",
+    "digits-k3-small": "the default: digits, kernel-3 front end, d 96, 6 rows x 2 seeds (13 min)",
+    "quick": "the four main encodings on WordNet speech (no row uses its positions), 18 min",
     "digits": "the quick preset on spoken digit strings (a ten-word vocabulary), minutes",
     "digits-k3": ("every row on digits with a kernel-3 front end (no neighbouring frames)"),
     "digits-k3-peers": "the peers of issue 32 on digits-k3's settings",

@@ -250,6 +250,6 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 # one line per preset: what `cape experiment NAME --help` says of it
 PRESET_NOTES: dict[str, str] = {
-    "quick": "8 rows x 2 seeds, shorter training: about 3 minutes on 2 CPU cores",
+    "quick": "8 rows x 2 seeds, shorter training: about 2 minutes on 2 CPU cores",
     "cpu-full": "every row (the RoPE extensions reuse rotary's runs)",
 }

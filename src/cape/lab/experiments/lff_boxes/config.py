@@ -303,7 +303,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 # one line per preset: what `cape experiment NAME --help` says of it
 PRESET_NOTES: dict[str, str] = {
-    "quick": "Table 4's rows + CAPE + content only, 2 seeds: about 5 minutes on 2 CPU cores",
+    "quick": "Table 4's rows + CAPE + content only, 2 seeds: about 4 minutes on 2 CPU cores",
     "cpu-full": ("every row of Table 3 (+ CAPE, + content only): about 45 minutes on 2 CPU cores"),
     "peers": "the peers of issue 32 next to Table 4's rows, cpu-full's settings",
     "paper": "GPU: the paper's screen encoder (6 layers, 8 heads, hidden 128)",

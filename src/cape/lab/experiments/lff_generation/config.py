@@ -158,9 +158,9 @@ _NOPOS = {"name": "No position", "position": "nopos"}
 # name -> config mapping (apply `--config` files and `--set` overrides on top)
 PRESETS: dict[str, dict[str, Any]] = {
     # the default: content only and Figure 3a's ranking (LFF+MLP, Embed-2D, Sine-2D), 2 seeds,
-    # 12 px, 600 steps: about 15 minutes. At 200 and 450 steps no position was level with the
-    # best row (nothing used its positions yet); a 600-step trial put Embed-2D 0.19 bits per
-    # dim below it. Embed-1D, whose claim (level with Sine-1D) needs Sine-1D, is in cpu-full
+    # 12 px, 600 steps: 10 min 29 s from a fresh clone. At 200 and 450 steps no position was
+    # level with the best row (nothing used its positions yet); at 600 every row loses bits per
+    # dim without them. Embed-1D, whose claim (level with Sine-1D) needs Sine-1D, is in cpu-full
     "quick": {
         "name": "lff-generation-quick",
         "seeds": [0, 1],
@@ -211,7 +211,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 # one line per preset: what `cape experiment NAME --help` says of it
 PRESET_NOTES: dict[str, str] = {
-    "quick": "12 px images, 4 rows x 2 seeds, 600 steps: about 15 minutes on 2 CPU cores",
+    "quick": "12 px images, 4 rows x 2 seeds, 600 steps: about 11 minutes on 2 CPU cores",
     "cpu-full": "every row (Figure 3's mean and 95% CI): about 40 minutes on 2 CPU cores",
     "paper": "GPU only: the paper's sizes (6 layers, d 1024, 64 px images)",
 }

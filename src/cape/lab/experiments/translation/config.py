@@ -293,7 +293,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 # one line per preset: what `cape experiment NAME --help` says of it
 PRESET_NOTES: dict[str, str] = {
-    "small": "the default: nopos, sinpos, CAPE x 2 seeds, 2000 BPE pieces, 1000 steps (~15 min)",
+    "small": "the default: nopos, sinpos, CAPE x 2 seeds, 2000 BPE pieces, 1000 steps (12 min)",
     "quick": "minutes: the four main encodings, a 2+2-layer d128 model",
     "quick-peers": "the peers of issue 32 on the quick model",
     "cpu-full": "hours on CPU: every row, a 3+3-layer d256 model",
