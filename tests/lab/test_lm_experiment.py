@@ -282,6 +282,7 @@ def test_verdict_is_written_from_the_numbers():
     assert "at 8x: rotary+CAPE, rotary PI fine-tuned; at 16x: none" in text
     assert "CAPE's augmentation on rotary: helps at 16x" in text
     assert "+2.0% at 1x, -65.0% at 8x, -80.0% at 16x" in text
-    assert "against `rotary PI@inference` (no fine-tune) +3.0% at 1x, -24.3% at 8x" in text
+    assert "against `rotary PI@inference` (no fine-tune): at the other lengths" in text
+    assert "(factor 4 against length / L) +3.0% at 1x, -24.3% at 8x" in text
     assert "Best at 16x: rotary+CAPE" in text
     assert "| rotary | 3.00 | 6.00 |" in table

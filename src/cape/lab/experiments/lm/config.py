@@ -36,6 +36,8 @@ __all__ = [
     "RowConfig",
     "LMConfig",
     "position_options",
+    "derived_options",
+    "FIRE_THRESHOLD_RATIO",
 ]
 
 
@@ -143,8 +145,8 @@ class RowConfig(ReusableRow):
     add options at evaluation only; `train_as`: an earlier row whose trained weights this row
     evaluates (no training); `finetune_from`: an earlier row whose final weights this row starts
     from, trained `finetune.steps` more at `finetune.factor` x L with its own options. Options
-    with a RoPE `scaling` get `train_length` L by default, and a fine-tuned row `factor`
-    `finetune.factor` (`position_options`)."""
+    with a RoPE `scaling` get `train_length` L by default, a fine-tuned row `factor`
+    `finetune.factor`, and FIRE its `threshold` at L / 4 (`derived_options`)."""
 
     finetune_from: str | None = None
 
@@ -156,19 +158,40 @@ class RowConfig(ReusableRow):
             raise ValueError(f"{key}: give train_as or finetune_from, not both")
 
 
+# FIRE's threshold over the training length in the authors' setting (their code's L = 512,
+# their language models trained on 2048 tokens): below L, so that training sees queries past
+# the threshold and the MLP learns the whole range of psi(d) / psi(max(threshold, i)) in [0, 1]
+FIRE_THRESHOLD_RATIO = 0.25
+
+
+def derived_options(
+    position: str, options: dict, *, context: int, finetune_factor: float | None = None
+) -> dict:
+    """`options` with what the study sets from L = `context`: with a RoPE `scaling`,
+    `train_length` L and, for a fine-tuned row, `factor` (`finetune_factor`); for FIRE, its
+    `threshold` at L / 4 (`FIRE_THRESHOLD_RATIO`). An option given keeps its value."""
+    out = dict(options)
+    if out.get("scaling") is not None:
+        out.setdefault("train_length", context)
+        if finetune_factor is not None:
+            out.setdefault("factor", float(finetune_factor))
+    if position == "fire":
+        out.setdefault("threshold", context * FIRE_THRESHOLD_RATIO)
+    return out
+
+
 def position_options(row: RowConfig, cfg: LMConfig, *, evaluation: bool = False) -> dict:
     """The `position_options` of a row's `CausalLM`: its options (those of the row it is trained
-    as, if any), at evaluation its `eval_options` over them; with a RoPE `scaling`,
-    `train_length` defaults to L and, for a fine-tuned row, `factor` to `finetune.factor`."""
+    as, if any), at evaluation its `eval_options` over them, then `derived_options` (what the
+    study sets from L)."""
     trained = trained_row(cfg.rows, row)
     options = dict(trained.options)
     if evaluation:
         options.update(row.eval_options)
-    if options.get("scaling") is not None:
-        options.setdefault("train_length", cfg.data.context)
-        if trained.finetune_from is not None:
-            options.setdefault("factor", float(cfg.finetune.factor))
-    return options
+    factor = cfg.finetune.factor if trained.finetune_from is not None else None
+    return derived_options(
+        trained.position, options, context=cfg.data.context, finetune_factor=factor
+    )
 
 
 @dataclass

@@ -122,10 +122,13 @@ def augmentation(results: dict[str, Any], cells: Cells) -> list[str]:
 
 
 def finetunes(results: dict[str, Any], cells: Cells) -> list[str]:
-    """One sentence per fine-tuned row: its perplexity against the same extension chosen at
-    inference on the weights it started from (no fine-tune), at every length."""
+    """One sentence per fine-tuned row against the same extension chosen at inference on the
+    weights it started from (no fine-tune). Only at the fine-tune's length do both scale by the
+    same factor: that is the fine-tune's own effect; elsewhere the fine-tuned row keeps its
+    factor and the other scales by length / L, so the difference is said apart."""
     cfg = results["config"]
     rows, ft = cfg["rows"], cfg.get("finetune", {})
+    at = ft.get("factor")
     out = []
     for row in rows:
         source = row.get("finetune_from")
@@ -140,17 +143,24 @@ def finetunes(results: dict[str, Any], cells: Cells) -> list[str]:
             ),
             source,
         )
-        diffs = [
-            f"{_pct(cells[row['name'], f], cells[twin, f])} at {f}x"
+        diffs = {
+            f: _pct(cells[row["name"], f], cells[twin, f])
             for f in _factors(results)
             if (row["name"], f) in cells and (twin, f) in cells
-        ]
-        if diffs:
-            out.append(
-                f"**What the fine-tune buys `{row['name']}`** ({ft.get('steps')} steps at "
-                f"{ft.get('factor')}x L from `{source}`'s weights): perplexity against `{twin}` "
-                f"(no fine-tune) {', '.join(diffs)}."
-            )
+        }
+        if not diffs:
+            continue
+        head = f"**What the fine-tune buys `{row['name']}`** ({ft.get('steps')} steps at {at}x L "
+        head += f"from `{source}`'s weights), perplexity against `{twin}` (no fine-tune): "
+        extended = twin != source  # the twin scales too (by length / L), else plain weights
+        same = ""
+        if at in diffs:
+            where = f"where both scale by {at}" if extended else "the length it was fine-tuned at"
+            same = f"{diffs.pop(at)} at {at}x, {where}"
+        rest = ", ".join(f"{d} at {f}x" for f, d in diffs.items())
+        if rest and extended:
+            rest = f"at the other lengths (factor {at} against length / L) {rest}"
+        out.append(f"{head}{same}{'; ' if same and rest else ''}{rest}.")
     return out
 
 
