@@ -8,6 +8,7 @@ from dataclasses import asdict
 import pytest
 
 from cape.encodings.fire import FIRE
+from cape.encodings.rotary import Rotary
 from cape.lab.experiments import resolve_config
 from cape.lab.experiments.lm.config import LMConfig, derived_options, position_options
 from cape.lab.experiments.lm.model import make_model
@@ -36,6 +37,18 @@ def test_fire_threshold_is_a_quarter_of_the_training_context(full):
     assert derived_options("fire", {}, context=128) == {"threshold": 32.0}
 
 
+def test_xpos_scale_base_is_half_the_training_context(full):
+    # the xPos paper's scale base 512 over its 1024-token training, at L = 256
+    model = make_model(full, full.row("xPos"), 256)
+    rotaries = [m for m in model.modules() if isinstance(m, Rotary)]
+    assert rotaries and all(r.xpos and r.xpos_scale_base == 128.0 for r in rotaries)
+    assert "xpos_scale_base" not in position_options(full.row("rotary"), full)
+    assert derived_options("rotary", {"xpos": True}, context=64) == {
+        "xpos": True,
+        "xpos_scale_base": 32.0,
+    }
+
+
 def test_rope_scaling_reads_L_and_the_finetune_factor(full):
     at_inference = position_options(full.row("rotary YaRN@inference"), full, evaluation=True)
     assert at_inference == {"scaling": "yarn", "train_length": 256}  # factor: length / L
@@ -61,6 +74,7 @@ def test_report_names_the_options_each_row_runs_with(full):
     table = ppl_table({"config": mapping, "records": [], "train": {}})
     line = {row.split(" | ")[0][2:]: row for row in table.splitlines()[2:]}
     assert "fire (threshold=64.0)" in line["FIRE"]
+    assert "rotary (xpos=True, xpos_scale_base=128.0)" in line["xPos"]
     assert "train_length=256 at evaluation" in line["rotary PI@inference"]
     assert "factor=length/L at each length" in line["rotary PI@inference"]
     assert "scaling=pi, train_length=256, factor=4.0" in line["rotary PI fine-tuned"]

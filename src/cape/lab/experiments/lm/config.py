@@ -38,6 +38,7 @@ __all__ = [
     "position_options",
     "derived_options",
     "FIRE_THRESHOLD_RATIO",
+    "XPOS_SCALE_BASE_RATIO",
 ]
 
 
@@ -146,7 +147,8 @@ class RowConfig(ReusableRow):
     evaluates (no training); `finetune_from`: an earlier row whose final weights this row starts
     from, trained `finetune.steps` more at `finetune.factor` x L with its own options. Options
     with a RoPE `scaling` get `train_length` L by default, a fine-tuned row `factor`
-    `finetune.factor`, and FIRE its `threshold` at L / 4 (`derived_options`)."""
+    `finetune.factor`, FIRE its `threshold` at L / 4 and xPos its scale base at L / 2
+    (`derived_options`)."""
 
     finetune_from: str | None = None
 
@@ -162,6 +164,9 @@ class RowConfig(ReusableRow):
 # their language models trained on 2048 tokens): below L, so that training sees queries past
 # the threshold and the MLP learns the whole range of psi(d) / psi(max(threshold, i)) in [0, 1]
 FIRE_THRESHOLD_RATIO = 0.25
+# xPos's scale base over the training length in its paper (512 over 1024 tokens): its decay
+# zeta^((n - m) / base) reaches the same strength at distance L as there
+XPOS_SCALE_BASE_RATIO = 0.5
 
 
 def derived_options(
@@ -169,7 +174,8 @@ def derived_options(
 ) -> dict:
     """`options` with what the study sets from L = `context`: with a RoPE `scaling`,
     `train_length` L and, for a fine-tuned row, `factor` (`finetune_factor`); for FIRE, its
-    `threshold` at L / 4 (`FIRE_THRESHOLD_RATIO`). An option given keeps its value."""
+    `threshold` at L / 4 (`FIRE_THRESHOLD_RATIO`); for xPos, `xpos_scale_base` at L / 2
+    (`XPOS_SCALE_BASE_RATIO`). An option given keeps its value."""
     out = dict(options)
     if out.get("scaling") is not None:
         out.setdefault("train_length", context)
@@ -177,6 +183,8 @@ def derived_options(
             out.setdefault("factor", float(finetune_factor))
     if position == "fire":
         out.setdefault("threshold", context * FIRE_THRESHOLD_RATIO)
+    if position == "rotary" and out.get("xpos"):
+        out.setdefault("xpos_scale_base", context * XPOS_SCALE_BASE_RATIO)
     return out
 
 
