@@ -6,11 +6,13 @@ from __future__ import annotations
 from cape.lab.experiments import EXPERIMENTS, resolve_config
 from cape.lab.experiments.pairs import (
     AUGMENTATION_KEYS,
+    decided,
     level,
     pair_sentences,
     twins,
     verdict_pairs,
 )
+from cape.lab.experiments.verdict import claims_line
 
 
 def _rows(name: str, preset: str) -> list[dict]:
@@ -96,4 +98,22 @@ def test_verdict_pairs_compare_augmentation_and_extensions_on_the_same_weights()
         "points: +2.0 at all.",
         "**Augmentation drawn in every layer**: `rotary+CAPE per layer` against `rotary+CAPE` "
         "(one draw shared by the layers), WER points: +2.0 at all.",
+    ]
+
+
+def test_a_claim_within_the_spread_is_undecided() -> None:
+    a, b = {"mean": 55.0, "std": 2.8}, {"mean": 57.0, "std": 2.8}
+    assert decided(a, b, False) is None and decided(a, b, True) is None
+    far = {"mean": 61.0, "std": 2.8}  # 4 points apart, beyond the larger spread
+    assert decided(far, b, True) is True and decided(b, far, False) is False
+    line = claims_line(
+        [("A > B", "61 vs 57", True), ("C > D", "50 vs 60", False), ("E >= F", "55 vs 57", None)]
+    )
+    assert line == [
+        "**The paper's claims**: 1 of 3 hold; not: C > D (50 vs 60); "
+        "undecided (within the seeds' spread): E >= F (55 vs 57)."
+    ]
+    assert claims_line([]) == []
+    assert claims_line([("A", "1 vs 1", None)]) == [
+        "**The paper's claims**: 0 of 1 hold; undecided (within the seeds' spread): A (1 vs 1)."
     ]

@@ -243,10 +243,11 @@ def mean_std(cell: Mapping[str, Any], digits: int = 1) -> str:
 
 def claims_table(claims: Sequence[tuple[str, str, bool | None]]) -> str:
     """A markdown table of a paper's claims checked against measurements: one row per (claim,
-    what was measured, True / False / None when it cannot be decided) -> "yes" / "**no**" / "–"."""
+    what was measured, True / False / None when the numbers cannot decide it: within the seeds'
+    spread) -> "yes" / "**no**" / "undecided"."""
     lines = ["| claim | measured | holds |", "|---|---|---|"]
     for claim, measured, holds in claims:
-        verdict = MISSING if holds is None else ("yes" if holds else "**no**")
+        verdict = "undecided" if holds is None else ("yes" if holds else "**no**")
         lines.append(f"| {_escape(claim)} | {_escape(measured)} | {verdict} |")
     return "\n".join(lines)
 

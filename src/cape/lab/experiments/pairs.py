@@ -16,6 +16,7 @@ __all__ = [
     "preset_augmentation",
     "twins",
     "level",
+    "decided",
     "pair_sentences",
     "verdict_pairs",
 ]
@@ -84,6 +85,12 @@ def twins(rows: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> list[tuple[
 def level(a: Cell, b: Cell) -> bool:
     """Whether two summary cells (mean, std) are within the seeds' spread of each other."""
     return abs(a["mean"] - b["mean"]) <= max(a["std"], b["std"])
+
+
+def decided(a: Cell, b: Cell, holds: bool) -> bool | None:
+    """A claim comparing cells a and b: `holds`, or None (undecided) where a and b are within
+    the seeds' spread (`level`)."""
+    return None if level(a, b) else holds
 
 
 def pair_sentences(

@@ -190,15 +190,19 @@ def pair_lines(study: Study) -> list[str]:
 
 
 def claims_line(claims: Sequence[tuple[str, str, bool | None]]) -> list[str]:
-    """How many of the paper's claims hold, naming those that do not (with their numbers)."""
-    judged = [(c, m, h) for c, m, h in claims if h is not None]
-    if not judged:
+    """How many of the paper's claims hold, naming those that do not and those the numbers
+    cannot decide (None: the rows compared are within the seeds' spread), with their numbers."""
+    if not claims:
         return []
+    judged = [(c, m, h) for c, m, h in claims if h is not None]
     fail = [f"{c} ({m})" for c, m, h in judged if not h]
-    return [
-        f"**The paper's claims**: {len(judged) - len(fail)} of {len(judged)} hold"
-        + (f"; not: {'; '.join(fail)}." if fail else ".")
-    ]
+    open_ = [f"{c} ({m})" for c, m, h in claims if h is None]
+    text = f"**The paper's claims**: {len(judged) - len(fail)} of {len(claims)} hold"
+    if fail:
+        text += f"; not: {'; '.join(fail)}"
+    if open_:
+        text += f"; undecided (within the seeds' spread): {'; '.join(open_)}"
+    return [text + "."]
 
 
 def verdict(study: Study) -> list[str]:

@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from cape.lab.experiments.pairs import decided
 from cape.lab.experiments.reporting import add_curves, add_tradeoff, plot_ok, train_cost_table
 from cape.lab.experiments.verdict import Study, add_verdict, verdict
 from cape.lab.report import Report, claims_table, mean_std, summarize, summary_table
@@ -150,11 +151,12 @@ def paper_claims(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
 
     both, alone = "CAPE", ("CAPE no SpecAugment", "sinpos")  # sinpos rows have SpecAugment
     if all(r in wer for r in (both, *alone)):
+        best = min((wer[r] for r in alone), key=lambda c: c["mean"])
         out.append(
             (
                 "CAPE + SpecAugment better than either alone",
                 ", ".join(ms(r) for r in (both, *alone)),
-                wer[both]["mean"] < min(wer[r]["mean"] for r in alone),
+                decided(wer[both], best, wer[both]["mean"] < best["mean"]),
             )
         )
     for padded in ("sinpos", "CAPE λ=1"):
@@ -164,7 +166,7 @@ def paper_claims(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
                 (
                     f"{free} at least as good as padded",
                     f"{ms(free)} vs {ms(padded)}",
-                    wer[free]["mean"] <= wer[padded]["mean"],
+                    decided(wer[free], wer[padded], wer[free]["mean"] <= wer[padded]["mean"]),
                 )
             )
     return out

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from cape.lab.experiments.pairs import decided
 from cape.lab.experiments.reporting import add_curves, add_tradeoff, plot_ok, train_cost_table
 from cape.lab.experiments.verdict import add_verdict, verdict
 from cape.lab.experiments.vision.config import RowConfig
@@ -251,7 +252,8 @@ def paper_claims(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
     def versus(a: str, b: str, size: int, strict: bool) -> None:
         if (a, size) in acc and (b, size) in acc:
             ca, cb = acc[(a, size)], acc[(b, size)]
-            holds = ca["mean"] > cb["mean"] if strict else ca["mean"] >= cb["mean"]
+            better = ca["mean"] > cb["mean"] if strict else ca["mean"] >= cb["mean"]
+            holds = decided(ca, cb, better)
             out.append(
                 (
                     f"{a} {'>' if strict else '≥'} {b} at {size} px",
