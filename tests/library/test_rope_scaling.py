@@ -11,7 +11,13 @@ import torch
 
 import cape
 from cape.encodings.rotary import Rotary
-from cape.functional.rope_scaling import ntk_base, xpos_scale, xpos_zeta, yarn_temperature
+from cape.functional.rope_scaling import (
+    ntk_base,
+    position_span,
+    xpos_scale,
+    xpos_zeta,
+    yarn_temperature,
+)
 from cape.functional.sinusoidal import sinusoid_frequencies
 
 METHODS = ("pi", "ntk", "yarn")
@@ -281,3 +287,18 @@ def test_registry_offers_the_options_for_rotary_only():
     assert cape.build("rotary", 8, scaling="ntk", factor=2.0).scaling == "ntk"
     with pytest.raises(TypeError, match="scaling"):
         cape.build("rotary2d", 8, scaling="pi", factor=2.0)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_factor_reads_the_positions_unit(method):
+    # frames 30 ms apart, trained on 6 s: a 6 s call is not extended, a 9 s one by 1.5 (the span
+    # is n steps of the spacing, not max - min + 1 position unit)
+    hd, hop = 8, 0.03
+    r = Rotary(hd, scaling=method, train_length=6.0)
+    for frames, factor in ((200, 1.0), (300, 1.5)):
+        q, k = rand(1, 2, frames, hd), rand(1, 2, frames, hd, seed=1)
+        pos = (torch.arange(frames, dtype=torch.float32) * hop)[None]
+        fixed = Rotary(hd, scaling=method, train_length=6.0, factor=factor)
+        for got, want in zip(r(q, k, positions=pos), fixed(q, k, positions=pos), strict=True):
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)  # 0.03 s in float32
+    assert position_span(torch.arange(7.0)[None, :, None] * 0.5).tolist() == [3.5]

@@ -188,7 +188,7 @@ class Rotary(GridLayout, QKTransform):
                 s = torch.full((b,), self.factor, device=q.device)
             else:
                 assert self.train_length is not None
-                s = extension_factor(position_span(both, both_mask), self.train_length)
+                s = extension_factor(_span(q, k, q_mask, k_mask), self.train_length)
             if validate:  # every method lowers frequencies: the plain ones bound the phases
                 check_phases("positions", q, self.freq_scale)
                 if k is not q:
@@ -371,3 +371,11 @@ def check_half_range(dtype: torch.dtype, *magnitudes: torch.Tensor | None) -> No
                 f"{HALF_HEADROOM:g} needed): use bfloat16 or float32, a larger xpos_scale_base, "
                 "or a shorter span"
             )
+
+
+def _span(q: torch.Tensor, k: torch.Tensor, q_mask, k_mask) -> torch.Tensor:
+    """The length q's and k's positions [B, T, 1] cover, per sample [B]: the larger of their
+    spans (`position_span`: n steps of their spacing; one set in self-attention)."""
+    if k is q:
+        return position_span(q, q_mask)
+    return torch.maximum(position_span(q, q_mask), position_span(k, k_mask))

@@ -109,11 +109,19 @@ def position_range(
 
 
 def position_span(positions: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """positions: [B, T, 1], mask: [B, T] bool -> [B] float32: max - min + 1 over the valid
-    positions (T for token indices 0..T-1), 0 where a sample has none."""
-    lo, hi, any_valid = position_range(positions, mask)
-    span = (hi / 2 - lo / 2) * 2 + 1  # halves: no overflow for |p| near float32's limit
-    return torch.where(any_valid, span.clamp(max=LIMIT), 0.0)
+    """positions: [B, T, 1], mask: [B, T] bool -> [B] float32: the length the n valid positions
+    cover, n steps of their mean spacing, (max - min) n / (n - 1): T for token indices 0..T-1,
+    T x hop for frames at `hop` seconds (in the positions' own unit, as `train_length`); 0 where
+    a sample has fewer than two (no spacing to read: any extension factor is then 1)."""
+    lo, hi, _ = position_range(positions, mask)
+    if positions.shape[1] == 0:
+        return lo.new_zeros(lo.shape)
+    valid = positions.new_ones(positions.shape[:2], dtype=torch.bool) if mask is None else mask
+    n = valid.sum(dim=1).to(torch.float32)
+    two = n >= 2
+    steps = torch.where(two, n / (n - 1).clamp(min=1.0), 0.0)
+    width = torch.where(two, hi / 2 - lo / 2, 0.0)  # halves: no overflow near float32's limit
+    return (width * steps * 2).clamp(max=LIMIT)
 
 
 def position_midpoint(positions: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
