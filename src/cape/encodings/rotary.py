@@ -55,9 +55,10 @@ class Rotary(GridLayout, QKTransform):
     Longer than training (pos_dim 1; `cape.functional.rope_scaling` has the formulas):
     scaling: None, "pi" (position interpolation), "ntk" (NTK-aware base) or "yarn" (NTK-by-parts
     and q, k each multiplied by 0.1 ln s + 1, the attention temperature). The factor s: `factor`
-    (fixed, >= 1), else per call and per sample s = max(1, L / train_length) with L = max - min
-    + 1 over the valid positions of q and k together (augmented in training): L = T for token
-    indices 0..T-1, whatever the padding. train_length is in the positions' units (tokens,
+    (fixed, >= 1), else per call and per sample s = max(1, L / train_length) with L the length
+    the valid positions cover, n steps of their mean spacing, the larger of q's and k's
+    (augmented in training): L = T for token indices 0..T-1, T x hop for frames in seconds,
+    whatever the padding. train_length is in the positions' units (tokens,
     seconds); YaRN needs it for its ramp (yarn_alpha < yarn_beta, in turns over train_length).
     xpos: xPos (causal / relative use: logits scale by zeta^((n - m) / xpos_scale_base), which
     decays for n > m and blows up for n < m): q * zeta^((n - n0)/B), k * zeta^(-(m - n0)/B),
