@@ -277,6 +277,39 @@ def test_archived_run_of_a_row_without_positions_needs_no_weights(tiny_run, tmp_
     assert (tmp_path / "report.md").is_file()
 
 
+def test_archived_run_with_positions_keeps_its_records_without_weights(tiny_run, tmp_path):
+    # a run restored from results/ of a row with positions, evaluated before the positions-
+    # removed check existed: no weights to measure it with, so the records stay as they are
+    import dataclasses
+
+    from cape.lab.experiments.run_folders import run_dir, run_settings
+
+    cfg, mapping, out, _ = tiny_run
+    cape_row = next(r for r in cfg.rows if r.name == "CAPE")
+    cfg2 = dataclasses.replace(
+        cfg, rows=(cape_row,), eval=dataclasses.replace(cfg.eval, hop_rows=())
+    )
+    mapping2 = {
+        **mapping,
+        "rows": [r for r in mapping["rows"] if r["name"] == "CAPE"],
+        "eval": {**mapping["eval"], "hop_rows": []},
+    }
+    cached = json.loads((out / "cape" / "seed0" / "eval.json").read_text())
+    records = [
+        r for r in cached["records"] if r["split"] not in ("test, positions removed", "test@hop")
+    ]
+    assert len(records) < len(cached["records"])  # the tiny run did measure it, with weights
+    folder = run_dir(tmp_path, cape_row, 0)
+    folder.mkdir(parents=True)
+    (folder / "eval.json").write_text(
+        json.dumps({"records": records, "summary": cached["summary"]})
+    )
+    (folder / "settings.json").write_text(json.dumps(run_settings(cfg2, cape_row)))
+    results = A.run(cfg2, mapping2, tmp_path)
+    assert results["records"] == records and not (folder / "checkpoints").exists()
+    assert (tmp_path / "report.md").is_file()
+
+
 def test_transcribe_a_trained_run(tiny_run, capsys) -> None:
     from cape.lab.cli import main
 

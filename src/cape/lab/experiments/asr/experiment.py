@@ -56,13 +56,17 @@ class AsrExperiment(Experiment[AsrConfig, AsrData], evaluate=evaluate, report=re
 
     def gather(self, study: Study, got: Collected, row: Any, seed: int, done: dict) -> None:
         """Records and summaries; an evaluation cached before the positions-removed measurement
-        existed gets it added (and its eval.json rewritten), the rest kept."""
+        existed gets it added (and its eval.json rewritten) where its weights are kept, the rest
+        kept as they are (an archived run: its report leaves that check out)."""
         cfg, out, device = study.cfg, study.out, study.dist.device
         shapes = got.extra.setdefault("shapes", {})  # untrained, one per row: has positions?
         if row.name not in shapes:
             shapes[row.name] = make_model(cfg, row)
-        if has_positions(shapes[row.name]) and not any(
-            r["split"] == report.NO_POSITIONS for r in done["records"]
+        weights = self.weights_folder(cfg, row, seed, out) / "checkpoints"
+        if (
+            has_positions(shapes[row.name])
+            and weights.is_dir()
+            and not any(r["split"] == report.NO_POSITIONS for r in done["records"])
         ):
             model = self.load_run(cfg, row, seed, out).to(device)
             extra = evaluate.removed_records(cfg, row, seed, model, study.data)
