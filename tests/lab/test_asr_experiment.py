@@ -245,69 +245,51 @@ def test_tiny_experiment_writes_report_and_resumes(tiny_run) -> None:
     assert A.redraw(out) == out / "report.md"
 
 
-def test_archived_run_of_a_row_without_positions_needs_no_weights(tiny_run, tmp_path) -> None:
-    # a run restored from results/ (eval.json + settings.json, no checkpoints) of a row with no
-    # absolute encoding has no "positions removed" records, and must not need any
+def _report_archived_run(tiny_run, tmp_path, row, mapping_row, rename=False):
+    """Report `row` from a run folder restored from results/ (eval.json + settings.json, no
+    checkpoints) holding the tiny run's CAPE records without the positions-removed ones; returns
+    (records restored, the study's records, the run folder)."""
     import dataclasses
 
     from cape.lab.experiments.run_folders import run_dir, run_settings
 
     cfg, mapping, out, _ = tiny_run
-    nopos = next(r for r in _cfg().rows if r.name == "nopos")
-    cfg2 = dataclasses.replace(cfg, rows=(nopos,), eval=dataclasses.replace(cfg.eval, hop_rows=()))
-    mapping2 = {
-        **mapping,
-        "rows": [{"name": "nopos", "position": "nopos"}],
-        "eval": {**mapping["eval"], "hop_rows": []},
-    }
+    cfg2 = dataclasses.replace(cfg, rows=(row,), eval=dataclasses.replace(cfg.eval, hop_rows=()))
+    mapping2 = {**mapping, "rows": [mapping_row], "eval": {**mapping["eval"], "hop_rows": []}}
     cached = json.loads((out / "cape" / "seed0" / "eval.json").read_text())
     records = [
-        {**r, "row": "nopos"}
+        {**r, "row": row.name} if rename else r
         for r in cached["records"]
         if r["split"] not in ("test, positions removed", "test@hop")
     ]
-    folder = run_dir(tmp_path, nopos, 0)
+    assert len(records) < len(cached["records"])  # the tiny run did measure it, with weights
+    folder = run_dir(tmp_path, row, 0)
     folder.mkdir(parents=True)
     (folder / "eval.json").write_text(
         json.dumps({"records": records, "summary": cached["summary"]})
     )
-    (folder / "settings.json").write_text(json.dumps(run_settings(cfg2, nopos)))
+    (folder / "settings.json").write_text(json.dumps(run_settings(cfg2, row)))
     results = A.run(cfg2, mapping2, tmp_path)
-    assert results["records"] == records and not (folder / "checkpoints").exists()
     assert (tmp_path / "report.md").is_file()
+    return records, results["records"], folder
+
+
+def test_archived_run_of_a_row_without_positions_needs_no_weights(tiny_run, tmp_path) -> None:
+    # a row with no absolute encoding has no "positions removed" records, and needs none
+    nopos = next(r for r in _cfg().rows if r.name == "nopos")
+    row = {"name": "nopos", "position": "nopos"}
+    restored, got, folder = _report_archived_run(tiny_run, tmp_path, nopos, row, rename=True)
+    assert got == restored and not (folder / "checkpoints").exists()
 
 
 def test_archived_run_with_positions_keeps_its_records_without_weights(tiny_run, tmp_path):
-    # a run restored from results/ of a row with positions, evaluated before the positions-
-    # removed check existed: no weights to measure it with, so the records stay as they are
-    import dataclasses
-
-    from cape.lab.experiments.run_folders import run_dir, run_settings
-
-    cfg, mapping, out, _ = tiny_run
-    cape_row = next(r for r in cfg.rows if r.name == "CAPE")
-    cfg2 = dataclasses.replace(
-        cfg, rows=(cape_row,), eval=dataclasses.replace(cfg.eval, hop_rows=())
-    )
-    mapping2 = {
-        **mapping,
-        "rows": [r for r in mapping["rows"] if r["name"] == "CAPE"],
-        "eval": {**mapping["eval"], "hop_rows": []},
-    }
-    cached = json.loads((out / "cape" / "seed0" / "eval.json").read_text())
-    records = [
-        r for r in cached["records"] if r["split"] not in ("test, positions removed", "test@hop")
-    ]
-    assert len(records) < len(cached["records"])  # the tiny run did measure it, with weights
-    folder = run_dir(tmp_path, cape_row, 0)
-    folder.mkdir(parents=True)
-    (folder / "eval.json").write_text(
-        json.dumps({"records": records, "summary": cached["summary"]})
-    )
-    (folder / "settings.json").write_text(json.dumps(run_settings(cfg2, cape_row)))
-    results = A.run(cfg2, mapping2, tmp_path)
-    assert results["records"] == records and not (folder / "checkpoints").exists()
-    assert (tmp_path / "report.md").is_file()
+    # a row with positions evaluated before the positions-removed check existed: no weights to
+    # measure it with, so its records stay as they are
+    _, mapping, _, _ = tiny_run
+    cape_row = next(r for r in tiny_run[0].rows if r.name == "CAPE")
+    row = next(r for r in mapping["rows"] if r["name"] == "CAPE")
+    restored, got, folder = _report_archived_run(tiny_run, tmp_path, cape_row, row)
+    assert got == restored and not (folder / "checkpoints").exists()
 
 
 def test_transcribe_a_trained_run(tiny_run, capsys) -> None:
