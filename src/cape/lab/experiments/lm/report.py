@@ -13,7 +13,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from cape.lab.experiments.lm.config import derived_options
+from cape.lab.config import from_mapping
+from cape.lab.experiments.lm.config import LMConfig, RowConfig, position_options
 from cape.lab.experiments.lm.plots import can_plot, plot_lines
 from cape.lab.experiments.lm.verdict import KEEP, ppl_cells, verdict
 from cape.lab.report import MISSING, Report, mean_std, summarize
@@ -30,29 +31,18 @@ def _seeds(results: dict[str, Any]) -> dict[str, int]:
     return out
 
 
-def _encoding(row: dict[str, Any], cfg: dict[str, Any]) -> str:
-    """The row's encoding with every option it runs with: its own, those the study sets from L
-    (`derived_options`), and RoPE's factor, fixed or length / L at each evaluation length."""
-    text = row["position"]
-    source = next((r for r in cfg["rows"] if r["name"] == row.get("train_as")), row)
-    ft = cfg.get("finetune", {}).get("factor") if row.get("finetune_from") else None
-    context = cfg["data"]["context"]
-    trained = derived_options(
-        source["position"], source["options"], context=context, finetune_factor=ft
-    )
-    evaluated = derived_options(
-        source["position"],
-        {**source["options"], **row["eval_options"]},
-        context=context,
-        finetune_factor=ft,
-    )
+def _encoding(row: RowConfig, cfg: LMConfig) -> str:
+    """The row's encoding with every option it runs with (`position_options`: its own and those
+    the study sets from L), and RoPE's factor, fixed or length / L at each evaluation length."""
+    trained = position_options(row, cfg)
+    evaluated = position_options(row, cfg, evaluation=True)
     parts = [f"{k}={v}" for k, v in trained.items()]
     parts += [f"{k}={v} at evaluation" for k, v in evaluated.items() if trained.get(k) != v]
     if evaluated.get("scaling") is not None and "factor" not in evaluated:
         parts.append("factor=length/L at each length")
-    parts += [f"weights of {row['train_as']}"] if row.get("train_as") else []
-    parts += [f"fine-tuned from {row['finetune_from']}"] if row.get("finetune_from") else []
-    return text + (f" ({', '.join(parts)})" if parts else "")
+    parts += [f"weights of {row.train_as}"] if row.train_as else []
+    parts += [f"fine-tuned from {row.finetune_from}"] if row.finetune_from else []
+    return row.position + (f" ({', '.join(parts)})" if parts else "")
 
 
 def ppl_table(results: dict[str, Any], key: str = "ppl", digits: int = 2) -> str:
@@ -67,9 +57,10 @@ def ppl_table(results: dict[str, Any], key: str = "ppl", digits: int = 2) -> str
     }
     head = ["row", "encoding", "seeds", *[f"{f * context} ({f}x)" for f in factors]]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for row in cfg["rows"]:
-        name = row["name"]
-        line = [name, _encoding(row, cfg), str(seeds.get(name, 0))]
+    config = from_mapping(LMConfig, cfg)  # the options each row runs with, as its model has them
+    for row in config.rows:
+        name = row.name
+        line = [name, _encoding(row, config), str(seeds.get(name, 0))]
         for f in factors:
             cell = cells.get((name, f))
             text = MISSING if cell is None else mean_std(cell, digits)
