@@ -114,8 +114,6 @@ def position_span(positions: torch.Tensor, mask: torch.Tensor | None = None) -> 
     T x hop for frames at `hop` seconds (in the positions' own unit, as `train_length`); 0 where
     a sample has fewer than two (no spacing to read: any extension factor is then 1)."""
     lo, hi, _ = position_range(positions, mask)
-    if positions.shape[1] == 0:
-        return lo.new_zeros(lo.shape)
     valid = positions.new_ones(positions.shape[:2], dtype=torch.bool) if mask is None else mask
     n = valid.sum(dim=1).to(torch.float32)
     two = n >= 2
