@@ -4,6 +4,7 @@ of test BLEU kept there, the lowest NLL far out, and the augmentation / extensio
 from __future__ import annotations
 
 from cape.lab.experiments.translation.verdict import verdict
+from cape.lab.experiments.verdict import Study, positions_line
 
 ROWS = [
     {"name": "rotary", "position": "rotary", "options": {"augmentation": None}},
@@ -97,3 +98,18 @@ def test_a_level_row_is_named_with_the_best() -> None:
             r["bleu"] = 9.0 + (0.5 if r["seed"] else -0.5)  # 9.0 ± 0.71: level with YaRN's 9.0
     line = _line(verdict(results), "**Best at 41+ words**")
     assert "level with it within the seeds' spread: `ALiBi` 9.0 ± 0.7 BLEU" in line
+
+
+def test_rows_reusing_weights_do_not_repeat_the_positions_removed_check() -> None:
+    cell = {"n": 2, "std": 0.1}
+    study = Study(
+        rows=[*ROWS, {"name": "nopos", "position": "nopos"}], train="test", columns=["test"],
+        unseen=[], higher=False, metric="loss", unit="",
+        cells={(n, "test"): {**cell, "mean": m} for n, m in
+               (("rotary", 1.0), ("rotary+YaRN", 1.0), ("ALiBi", 2.0), ("nopos", 3.0))},
+        removed={n: {**cell, "mean": 5.0} for n in ("rotary", "rotary+YaRN", "ALiBi")},
+    )  # fmt: skip
+    line = positions_line(study)
+    # rotary+YaRN evaluates rotary's weights: without positions it is rotary, said once
+    assert "`rotary` 1.0 → 5.0, `ALiBi` 2.0 → 5.0; worse without them" in line
+    assert "rotary+YaRN" not in line

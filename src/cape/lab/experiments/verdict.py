@@ -97,9 +97,13 @@ def _spread(study: Study) -> str:
 
 
 def _removed(study: Study) -> tuple[list[str], str]:
-    """(rows that lose by taking their positions out, the clause that says so)."""
+    """(rows that lose by taking their positions out, the clause that says so). A row that
+    evaluates another row's weights (`train_as`) is left out: without positions its model is
+    its source's, so it would only repeat the source's numbers."""
+    reused = {r["name"] for r in study.rows if r.get("train_as")}
+    removed = {n: c for n, c in study.removed.items() if n not in reused}
     parts, used = [], []
-    for name, off in study.removed.items():
+    for name, off in removed.items():
         on = study.cells.get((name, study.train))
         if on is None:
             continue
@@ -109,7 +113,7 @@ def _removed(study: Study) -> tuple[list[str], str]:
             used.append(name)
     if not parts:
         return [], ""
-    unused = [n for n in study.removed if n not in used and (n, study.train) in study.cells]
+    unused = [n for n in removed if n not in used and (n, study.train) in study.cells]
     return used, (
         f"; positions taken out at test time ({study.label(study.train)}): "
         + ", ".join(parts)

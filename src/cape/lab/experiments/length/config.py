@@ -15,6 +15,7 @@ from typing import Any
 from cape._checks import check_int, check_rate
 from cape.build import build, encoding_class
 from cape.lab.experiments.pairs import preset_augmentation
+from cape.lab.experiments.recipes import length_recipe
 from cape.lab.experiments.study_config import (
     check_best_metric,
     check_runs,
@@ -125,13 +126,15 @@ def position_options(
     row's options (those of the row it is trained as, if any), then at evaluation its
     `eval_options`. Defaults: abspos, a table of max_len rows (indices past it wrap, `mod`:
     AbsPos1d's own default) at the content embedding's scale (init std 1, as lff-boxes found the
-    library's 0.02 left a table at content-only level in a short run); cape1d, CAPE's "text"."""
+    library's 0.02 left a table at content-only level in a short run); cape1d, CAPE's "text";
+    FIRE's threshold and xPos's scale base by their recipe from L = max_len (`length_recipe`)."""
     defaults = {
         "abspos": {"num_positions": cfg.data.max_len, "init_std": 1.0},
         "cape1d": {"preset": "text"},
     }
     trained = trained_row(cfg.rows, row)
     options = resolve_options(row.position, trained.options, defaults)
+    options = length_recipe(row.position, options, train_length=cfg.data.max_len)
     return {**options, **row.eval_options} if evaluation else options
 
 

@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from cape.lab.experiments.recipes import recipe_notes
 from cape.lab.experiments.reporting import add_curves, plot_ok, seeds_by_row, train_cost_table
 from cape.lab.experiments.verdict import Study, add_verdict, removed_cells
 from cape.lab.experiments.verdict import verdict as shared_verdict
@@ -197,6 +198,7 @@ def render(out: Path, results: dict[str, Any]) -> Path:
         )
     if "cape1d" in positions:
         defaults.append("cape1d: CAPE's `text` preset.")
+    defaults += recipe_notes(cfg["rows"], d["max_len"])
     rep.paragraph(
         "Encodings are `cape.build` names; absolute ones are added to the token embeddings, the "
         "others act in every layer's attention; CAPE's augmentation is drawn once per sequence "

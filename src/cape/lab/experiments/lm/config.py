@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from cape._checks import check_float, check_int
 from cape.lab.data.text_corpus import TOKENIZERS
+from cape.lab.experiments.recipes import length_recipe
 from cape.lab.experiments.study_config import (
     check_best_metric,
     check_runs,
@@ -37,8 +38,6 @@ __all__ = [
     "LMConfig",
     "position_options",
     "derived_options",
-    "FIRE_THRESHOLD_RATIO",
-    "XPOS_SCALE_BASE_RATIO",
 ]
 
 
@@ -160,32 +159,19 @@ class RowConfig(ReusableRow):
             raise ValueError(f"{key}: give train_as or finetune_from, not both")
 
 
-# FIRE's threshold over the training length in the authors' setting (their code's L = 512,
-# their language models trained on 2048 tokens): below L, so that training sees queries past
-# the threshold and the MLP learns the whole range of psi(d) / psi(max(threshold, i)) in [0, 1]
-FIRE_THRESHOLD_RATIO = 0.25
-# xPos's scale base over the training length in its paper (512 over 1024 tokens): its decay
-# zeta^((n - m) / base) reaches the same strength at distance L as there
-XPOS_SCALE_BASE_RATIO = 0.5
-
-
 def derived_options(
     position: str, options: dict, *, context: int, finetune_factor: float | None = None
 ) -> dict:
     """`options` with what the study sets from L = `context`: with a RoPE `scaling`,
     `train_length` L and, for a fine-tuned row, `factor` (`finetune_factor`); for FIRE, its
-    `threshold` at L / 4 (`FIRE_THRESHOLD_RATIO`); for xPos, `xpos_scale_base` at L / 2
-    (`XPOS_SCALE_BASE_RATIO`). An option given keeps its value."""
+    `threshold` at L / 4; for xPos, `xpos_scale_base` at L / 2 (`length_recipe`). An option
+    given keeps its value."""
     out = dict(options)
     if out.get("scaling") is not None:
         out.setdefault("train_length", context)
         if finetune_factor is not None:
             out.setdefault("factor", float(finetune_factor))
-    if position == "fire":
-        out.setdefault("threshold", context * FIRE_THRESHOLD_RATIO)
-    if position == "rotary" and out.get("xpos"):
-        out.setdefault("xpos_scale_base", context * XPOS_SCALE_BASE_RATIO)
-    return out
+    return length_recipe(position, out, train_length=context)
 
 
 def position_options(row: RowConfig, cfg: LMConfig, *, evaluation: bool = False) -> dict:
