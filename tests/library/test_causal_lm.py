@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from cape.augment import Augmentation
+from cape.encodings.rotary import Rotary
 from cape.models import CausalLM
 
 VOCAB = 13
@@ -206,9 +207,36 @@ def test_a_cache_is_refused_where_keys_follow_the_span(case: str, option: str) -
     model = _model(case).eval()
     with pytest.raises(ValueError, match=rf"position_options\['{option}'\]"):
         model.start_cache()
-    with pytest.raises(ValueError, match=option):
-        model.generate(_tokens(1, 3, 9), 2, cache=True)
+    if case == "rotary-yarn-span":  # generate centres an xPos itself (next test)
+        with pytest.raises(ValueError, match=option):
+            model.generate(_tokens(1, 3, 9), 2, cache=True)
     assert not model.can_cache and _model("rotary-yarn").can_cache
+
+
+def test_generate_centres_an_xpos_for_the_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    # xPos centred on each call's positions: generate fixes its centre at the final midpoint,
+    # which cancels in q . k, so it decodes through the cache with the full forwards' tokens
+    model = _model("rotary-xpos-span", dropout=0.0).eval()
+    prompt = _tokens(3, 5, 4)
+    reference = model.generate(prompt, 12, cache=False)
+    steps = []
+    monkeypatch.setattr(model, "step", lambda *a: steps.append(1) or CausalLM.step(model, *a))
+    assert torch.equal(model.generate(prompt, 12), reference)
+    assert len(steps) == 12  # the prompt, then 11 single tokens
+    rotaries = [m for m in model.modules() if isinstance(m, Rotary) and m.xpos]
+    assert rotaries and all(m.xpos_center is None for m in rotaries)  # restored
+    assert not model.can_cache
+    # the logits themselves: the centre cancels (a full forward centred at 0 or at the
+    # sequence's own midpoint), and cached steps at a fixed centre give the full forward's
+    full = model(reference)
+    for m in rotaries:
+        m.xpos_center = 0.0
+    torch.testing.assert_close(model(reference), full, rtol=1e-4, atol=1e-4)
+    cache = model.start_cache()
+    with torch.inference_mode():
+        stepped = [model.step(reference[:, :5], cache)]
+        stepped += [model.step(reference[:, t : t + 1], cache) for t in range(5, 17)]
+    torch.testing.assert_close(torch.cat(stepped, dim=1), full, rtol=1e-4, atol=1e-4)
 
 
 def test_cache_and_step_need_eval_mode() -> None:
