@@ -31,21 +31,19 @@ def length_recipe(position: str, options: dict[str, Any], *, train_length: float
 def recipe_notes(rows: list[dict[str, Any]], train_length: float) -> list[str]:
     """A report's sentences on what `length_recipe` set for the rows (config mappings) that
     leave it to the study: FIRE's threshold, xPos's scale base."""
-    fire = [r for r in rows if r["position"] == "fire" and "threshold" not in r["options"]]
-    xpos = [
-        r
+    added = {  # the keys length_recipe adds to some row: the rows that leave them to the study
+        key
         for r in rows
-        if r["position"] == "rotary"
-        and r["options"].get("xpos")
-        and "xpos_scale_base" not in r["options"]
-    ]
+        for key in length_recipe(r["position"], r["options"], train_length=train_length).keys()
+        - r["options"].keys()
+    }
     notes = []
-    if fire:
+    if "threshold" in added:
         notes.append(
             f"FIRE: threshold {train_length * FIRE_THRESHOLD_RATIO:g} (L / 4 of the training "
             "length, as the authors' 512 of 2048)."
         )
-    if xpos:
+    if "xpos_scale_base" in added:
         notes.append(
             f"xPos: scale base {train_length * XPOS_SCALE_BASE_RATIO:g} (L / 2, as its paper's "
             "512 of 1024)."
