@@ -51,3 +51,25 @@ def test_report_states_what_the_recipe_set(full):
     fixed = [{**r, "options": {**r["options"], "threshold": 3.0}} for r in rows]
     assert "FIRE" not in " ".join(recipe_notes(fixed, 32))
     assert recipe_notes([r for r in rows if r["position"] == "relpos"], 32) == []
+
+
+def test_translation_peers_take_them_from_the_longest_training_side():
+    from cape.lab.experiments.translation import model as translation_model
+    from cape.lab.experiments.translation.config import PRESETS as TRANSLATION
+    from cape.lab.experiments.translation.config import TranslationConfig
+
+    cfg, _ = resolve_config(TranslationConfig, TRANSLATION, "quick-peers")
+    assert cfg.data.max_tokens == 64
+    rows = {r.name: r for r in cfg.rows}
+
+    def modules(name, kind):
+        model = translation_model.make_model(cfg, rows[name], 1.05, 96, 0)
+        return [m for m in model.modules() if isinstance(m, kind)]
+
+    fires = modules("FIRE", FIRE)
+    assert fires and all(f.threshold0 == 16.0 for f in fires)  # 64 / 4, not 512
+    xpos = modules("xPos", Rotary)
+    assert xpos and all(r.xpos and r.xpos_scale_base == 32.0 for r in xpos)
+    assert all(not r.xpos for r in modules("rotary", Rotary))
+    notes = " ".join(recipe_notes(asdict(cfg)["rows"], cfg.data.max_tokens))
+    assert "FIRE: threshold 16 " in notes and "xPos: scale base 32 " in notes

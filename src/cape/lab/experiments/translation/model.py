@@ -8,6 +8,7 @@ import dataclasses
 import torch
 import torch.nn.functional as F
 
+from cape.lab.experiments.recipes import length_recipe
 from cape.lab.experiments.train_as import evaluation_model
 from cape.lab.experiments.translation.config import RowConfig, TranslationConfig
 from cape.models.seq2seq import Seq2Seq
@@ -19,11 +20,14 @@ def make_model(
     cfg: TranslationConfig, row: RowConfig, alpha: float, vocab_size: int, pad_id: int = 0
 ) -> Seq2Seq:
     """The row's model; `alpha: auto` becomes the training set's ratio (used by augmented
-    encodings: Seq2Seq scales the source positions by it)."""
+    encodings: Seq2Seq scales the source positions by it). FIRE's threshold and xPos's scale
+    base follow their recipe from L = data.max_tokens, the longest training side
+    (`length_recipe`)."""
     sizes = dataclasses.asdict(cfg.model)  # the layers, widths and dropout
     del sizes["label_smoothing"]  # the loss's
     options = dict(row.options)
     given = options.pop("alpha", "auto")
+    options = length_recipe(row.position, options, train_length=cfg.data.max_tokens)
     return Seq2Seq(
         vocab_size,
         position=row.position,

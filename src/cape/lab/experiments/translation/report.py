@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from cape.lab.experiments.recipes import recipe_notes
 from cape.lab.experiments.reporting import add_curves, plot_ok, seeds_by_row, train_cost_table
 from cape.lab.experiments.translation.verdict import verdict
 from cape.lab.experiments.verdict import add_verdict
@@ -122,7 +123,9 @@ def render(out: Path, results: dict[str, Any]) -> Path:
         f"{_search(e['beam'])}. CAPE: source "
         f"positions x alpha = {d.get('alpha', float('nan')):.4f} (target/source tokens of the "
         "training set), one global shift per pair for both sides, local shifts U(-0.5, 0.5), "
-        f"no scaling, no mean-normalisation, BOS before the source. Seeds {cfg['seeds']} "
+        "no scaling, no mean-normalisation, BOS before the source. "
+        + "".join(n + " " for n in recipe_notes(cfg["rows"], cfg["data"]["max_tokens"]))
+        + f"Seeds {cfg['seeds']} "
         f"(mean ± std over seeds{_partial(results, cfg['seeds'])}). Produced by "
         "`cape experiment translation`; `cape plot` redraws this page from results.json."
     )
