@@ -163,7 +163,7 @@ def test_attention_without_cache_is_unchanged_and_cache_checks() -> None:
 
 
 # rotary options whose key rotation reads each call's positions (xPos's centre, a per-call
-# scaling factor) cannot be cached; a fixed factor can
+# scaling factor) cannot be cached; a fixed factor can, and the searches centre an xPos once
 _PER_CALL = {
     "xpos": dict(xpos=True, xpos_scale_base=8.0),
     "yarn-per-call": dict(scaling="yarn", train_length=4.0),
@@ -202,6 +202,42 @@ def test_per_call_rotary_decodes_without_the_cache(kind: str) -> None:
         model, src, src_mask, bos_id=BOS, eos_id=EOS, beam=3, max_len_b=10, cache=False
     )
     assert beams == ref
+
+
+def test_search_centres_an_xpos_for_the_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Greedy and beam search centre an xPos without xpos_center once for the whole search:
+    they decode with the cache (decode_step, not a decoder run per prefix), give the
+    reference's outputs, and leave the model uncentred."""
+    torch.manual_seed(0)
+    options = {"augmentation": None, **_PER_CALL["xpos"]}
+    model = Seq2Seq(
+        VOCAB, position="rotary", position_options=options, tie_embeddings=False, **TINY
+    ).eval()
+    with torch.no_grad():
+        assert model.out_proj is not None
+        model.out_proj.weight[EOS] -= 0.3 * model.out_proj.weight[EOS].abs().mean()
+    src, src_mask = _tokens(3, 9, 5), _mask([9, 4, 7], 9)
+    ref_greedy = greedy_decode(
+        model, src, src_mask, bos_id=BOS, eos_id=EOS, max_len=12, cache=False
+    )
+    kw = dict(bos_id=BOS, eos_id=EOS, beam=3, max_len_b=10)
+    ref_beams = beam_search(model, src, src_mask, **kw, cache=False)
+    calls = {"step": 0}
+    step = Seq2Seq.decode_step
+
+    def counted(self, tokens, state):
+        calls["step"] += 1
+        return step(self, tokens, state)
+
+    monkeypatch.setattr(Seq2Seq, "decode_step", counted)
+    assert greedy_decode(model, src, src_mask, bos_id=BOS, eos_id=EOS, max_len=12) == ref_greedy
+    assert calls["step"] > 5
+    calls["step"] = 0
+    assert beam_search(model, src, src_mask, **kw) == ref_beams
+    assert calls["step"] > 5
+    assert max(len(g) for g in ref_greedy) > 5
+    xpos = [m for m in model.modules() if isinstance(m, Rotary) and m.xpos]
+    assert xpos and all(m.xpos_center is None for m in xpos)
 
 
 def _cached_steps_match(options: dict) -> None:

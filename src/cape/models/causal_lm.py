@@ -20,9 +20,7 @@ full forwards for the others; `start_cache` refuses them by name.
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -32,13 +30,12 @@ from torch import nn
 from .._checks import check_generator, check_int, check_rate
 from ..build import encoding_class
 from ..encodings.in_attention import InAttentionEncoding
-from ..encodings.rotary import Rotary
 from ..positions import token_positions
 from .decode_cache import AttentionCache, DecoderCache
 from .layers import TransformerEncoderLayer
 from .plan import position_plan, resolve_options
 from .sampling import check_sampling, next_token
-from .search import _eval_mode
+from .search import _eval_mode, centred_xpos
 from .seq2seq import _check_mask, _check_tokens
 from .transformer import TransformerEncoder
 
@@ -280,7 +277,7 @@ class CausalLM(nn.Module):
         # an xPos centred on each call's positions is centred once, on the final sequence's
         # midpoint, so that its keys stay valid in the cache (not for cache=False: the reference)
         centre = (prompt.shape[1] + max_new) // 2 if window is None and cache is not False else None
-        with _eval_mode(self), _centred_xpos(self, centre):
+        with _eval_mode(self), centred_xpos(self, centre):
             use_cache = window is None and (self.can_cache if cache is None else cache)
             state = self.start_cache() if use_cache else None
             out = self._generate(prompt, max_new, temp, top_k, generator, eos, state, window)
@@ -324,21 +321,3 @@ class CausalLM(nn.Module):
             f"vocab_size={self.vocab_size}, dim={self.dim}, position={self.position!r}, "
             f"position_options={self.position_options}, tied={self.out_proj is None}"
         )
-
-
-@contextlib.contextmanager
-def _centred_xpos(model: nn.Module, centre: int | None) -> Iterator[None]:
-    """Within the block, every xPos rotary of `model` without `xpos_center` is centred at
-    `centre` (None: left as it is). The centre cancels in q . k (q is scaled by
-    zeta^((n - c) / base), k by zeta^(-(m - c) / base)), so the logits are the same up to float
-    rounding, and a key scaled once stays valid in a key/value cache."""
-    mods = [] if centre is None else [
-        m for m in model.modules() if isinstance(m, Rotary) and m.xpos and m.xpos_center is None
-    ]  # fmt: skip
-    for m in mods:
-        m.xpos_center = float(centre)
-    try:
-        yield
-    finally:
-        for m in mods:
-            m.xpos_center = None

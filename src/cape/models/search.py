@@ -6,6 +6,8 @@ once. By default the decoder runs incrementally (`Seq2Seq.start_decoding` / `dec
 key/value cache per self-attention layer, the memory's cross-attention keys/values projected
 once), equal to a teacher-forced forward pass up to float rounding; `cache=False` re-runs the
 decoder over the whole prefix at every step (O(T^2) decoder cost per sentence: the reference).
+An xPos without `xpos_center` (centred on each call's positions) is centred once for the whole
+search, where the centre cancels in the logits, so it takes the cache too (`centred_xpos`).
 Only the last position is projected to the vocabulary.
 
 The padding token is never generated (its log-probability is set to -inf, without
@@ -23,6 +25,7 @@ import torch
 
 from .._checks import check_float, check_int, check_mask, check_tensor
 from ..encodings.rotary import Rotary
+from .decode_cache import DecoderCache
 from .seq2seq import Seq2Seq, _check_tokens
 
 __all__ = ["can_cache", "greedy_decode", "beam_search", "sequence_nll"]
@@ -101,9 +104,28 @@ def max_lengths(src_mask: torch.Tensor, max_len_a: float, max_len_b: float) -> t
     return torch.floor(a * lengths + b).to(torch.int64).clamp_min(1)
 
 
+@contextlib.contextmanager
+def centred_xpos(model: torch.nn.Module, centre: int | None) -> Iterator[None]:
+    """Within the block, every xPos rotary of `model` without `xpos_center` is centred at
+    `centre` (None: left as it is). The centre cancels in q . k (q is scaled by
+    zeta^((n - c) / base), k by zeta^(-(m - c) / base)), so the logits are the same up to float
+    rounding, and a key scaled once stays valid in a key/value cache."""
+    mods = [] if centre is None else [
+        m for m in model.modules() if isinstance(m, Rotary) and m.xpos and m.xpos_center is None
+    ]  # fmt: skip
+    for m in mods:
+        m.xpos_center = float(centre)
+    try:
+        yield
+    finally:
+        for m in mods:
+            m.xpos_center = None
+
+
 def can_cache(model: Seq2Seq) -> bool:
     """Whether `model`'s decoder can decode incrementally: every rotary in it rotates a key by
-    that key's own position (`cape.Rotary.cacheable`; xPos and per-call RoPE scaling do not)."""
+    that key's own position (`cape.Rotary.cacheable`; per-call RoPE scaling does not, nor does
+    an xPos without `xpos_center` outside `centred_xpos`)."""
     return all(m.cacheable for m in model.decoder.modules() if isinstance(m, Rotary))
 
 
@@ -142,19 +164,35 @@ def greedy_decode(
         steps = int(limits.max()) if batch else 0
         tokens = torch.full((batch, steps + 1), model.pad_id, dtype=torch.long, device=src.device)
         tokens[:, 0] = bos_id
-        alive = limits > 0
-        state = model.start_decoding(memory, src_mask) if cache and can_cache(model) else None
-        for t in range(steps):
-            if state is not None:
-                lp = _log_probs(model, model.decode_step(tokens[:, t : t + 1], state)[0])
-            else:
-                lp = _step_log_probs(model, tokens[:, : t + 1], memory, src_mask)
-            nxt = lp.argmax(dim=-1)
-            tokens[:, t + 1] = torch.where(alive, nxt, model.pad_id)
-            alive = alive & (nxt != eos_id) & (t + 1 < limits)
-            if not bool(alive.any()):
-                break
+        with centred_xpos(model.decoder, steps // 2 if cache else None):
+            state = model.start_decoding(memory, src_mask) if cache and can_cache(model) else None
+            tokens = _greedy_steps(model, tokens, memory, src_mask, state, limits, eos_id)
     return _strip(tokens[:, 1:], eos_id, model.pad_id)
+
+
+def _greedy_steps(
+    model: Seq2Seq,
+    tokens: torch.Tensor,
+    memory: torch.Tensor,
+    src_mask: torch.Tensor,
+    state: DecoderCache | None,
+    limits: torch.Tensor,
+    eos_id: int,
+) -> torch.Tensor:
+    """`greedy_decode`'s loop: tokens [B, steps + 1] (BOS first) filled in place, each step
+    from the cache (`state`) or, with None, a decoder run over the prefix."""
+    alive = limits > 0
+    for t in range(tokens.shape[1] - 1):
+        if state is not None:
+            lp = _log_probs(model, model.decode_step(tokens[:, t : t + 1], state)[0])
+        else:
+            lp = _step_log_probs(model, tokens[:, : t + 1], memory, src_mask)
+        nxt = lp.argmax(dim=-1)
+        tokens[:, t + 1] = torch.where(alive, nxt, model.pad_id)
+        alive = alive & (nxt != eos_id) & (t + 1 < limits)
+        if not bool(alive.any()):
+            break
+    return tokens
 
 
 def beam_search(
@@ -194,33 +232,52 @@ def beam_search(
         memory_mask = src_mask.repeat_interleave(k, dim=0)
         steps = int(limits.max()) if batch else 0
         beams = _Beams(batch, k, steps, bos_id, eos_id, pad, penalty, limits, device)
-        out = torch.full((batch, steps), pad, dtype=torch.long, device=device)
-        if not (cache and can_cache(model)):
-            for t in range(steps):
-                flat = beams.tokens[:, :, : t + 1].reshape(batch * k, t + 1)
-                beams.advance(
-                    t, _step_log_probs(model, flat, memory, memory_mask), model.vocab_size
-                )
-                if bool(beams.done.all()):
-                    break
-            return _strip(beams.best(), eos_id, pad)
-        state = model.start_decoding(memory, memory_mask)
-        ids = torch.arange(batch, device=device)  # sentence of each active row
-        for t in range(steps):
-            logits, state = model.decode_step(beams.tokens[:, :, t].reshape(-1, 1), state)
-            parent = beams.advance(t, _log_probs(model, logits), model.vocab_size)
-            keep = (~beams.done).nonzero()[:, 0]  # the step's one host sync
-            n, n_keep = beams.done.shape[0], keep.shape[0]
-            rows = parent + torch.arange(n, device=device)[:, None] * k  # [n, K] flat parents
-            if n_keep < n:  # some sentences finished: record them, drop them from the batch
-                out.index_copy_(0, ids, beams.best())
-                if n_keep == 0:
-                    break
-                ids, rows = ids[keep], rows[keep]
-                beams.select(keep)
-            # the memory rows of a sentence's beams are equal: parents need no cross reorder
-            state.reorder(rows.reshape(-1), cross=n_keep < n)
-        return _strip(out, eos_id, pad)
+        # an xPos centred per call is centred once for the whole search: its cached keys stay
+        # valid and the centre cancels in the logits (`centred_xpos`)
+        with centred_xpos(model.decoder, steps // 2 if cache else None):
+            if not (cache and can_cache(model)):
+                return _strip(_beam_steps_uncached(model, beams, memory, memory_mask), eos_id, pad)
+            return _strip(_beam_steps_cached(model, beams, memory, memory_mask), eos_id, pad)
+
+
+def _beam_steps_uncached(
+    model: Seq2Seq, beams: _Beams, memory: torch.Tensor, memory_mask: torch.Tensor
+) -> torch.Tensor:
+    """`beam_search` by decoder runs over every prefix (the reference) -> [B, steps] ids."""
+    n, k, steps = beams.tokens.shape[0], beams.tokens.shape[1], beams.tokens.shape[2] - 1
+    for t in range(steps):
+        flat = beams.tokens[:, :, : t + 1].reshape(n * k, t + 1)
+        beams.advance(t, _step_log_probs(model, flat, memory, memory_mask), model.vocab_size)
+        if bool(beams.done.all()):
+            break
+    return beams.best()
+
+
+def _beam_steps_cached(
+    model: Seq2Seq, beams: _Beams, memory: torch.Tensor, memory_mask: torch.Tensor
+) -> torch.Tensor:
+    """`beam_search` with the key/value cache, reordered with the surviving hypotheses;
+    finished sentences leave the batch -> [B, steps] ids."""
+    batch, k, steps = beams.tokens.shape[0], beams.tokens.shape[1], beams.tokens.shape[2] - 1
+    device = memory.device
+    out = torch.full((batch, steps), model.pad_id, dtype=torch.long, device=device)
+    state = model.start_decoding(memory, memory_mask)
+    ids = torch.arange(batch, device=device)  # sentence of each active row
+    for t in range(steps):
+        logits, state = model.decode_step(beams.tokens[:, :, t].reshape(-1, 1), state)
+        parent = beams.advance(t, _log_probs(model, logits), model.vocab_size)
+        keep = (~beams.done).nonzero()[:, 0]  # the step's one host sync
+        n, n_keep = beams.done.shape[0], keep.shape[0]
+        rows = parent + torch.arange(n, device=device)[:, None] * k  # [n, K] flat parents
+        if n_keep < n:  # some sentences finished: record them, drop them from the batch
+            out.index_copy_(0, ids, beams.best())
+            if n_keep == 0:
+                break
+            ids, rows = ids[keep], rows[keep]
+            beams.select(keep)
+        # the memory rows of a sentence's beams are equal: parents need no cross reorder
+        state.reorder(rows.reshape(-1), cross=n_keep < n)
+    return out
 
 
 class _Beams:

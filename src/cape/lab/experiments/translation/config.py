@@ -166,7 +166,8 @@ _ALL = _MAIN + [
 # ~4-5x the longest training side, data.max_tokens; a fixed factor keeps the decoder's
 # key/value cache valid, a per-call one would re-run every prefix), xPos (centre fixed at 0 for
 # the same reason; it cancels in the logits), ALiBi and FIRE's biases, ALiBi over CAPE's text
-# augmentation, and rotary+CAPE
+# augmentation, and rotary+CAPE; FIRE's threshold and xPos's scale base are set from
+# data.max_tokens by their recipe (`make_model`)
 _EXTEND = {"train_length": float(DataConfig.max_tokens), "factor": 4.0}
 _PEERS = [
     *[r for r in _MAIN if r["name"] in ("sinpos", "relpos", _CAPE)],
