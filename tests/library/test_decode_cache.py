@@ -171,7 +171,7 @@ _PER_CALL = {
 
 
 @pytest.mark.parametrize("kind", sorted(_PER_CALL))
-def test_per_call_rotary_decodes_without_the_cache(kind: str) -> None:
+def test_per_call_rotary_refuses_the_cache_and_searches_match_prefix_runs(kind: str) -> None:
     torch.manual_seed(0)
     options = {"augmentation": None, **_PER_CALL[kind]}
     model = Seq2Seq(

@@ -14,8 +14,9 @@ Mean-normalisation is refused: token t's position would read the positions of la
 Incremental decoding (`start_cache`, `step`, `generate`) keeps every layer's keys and values
 (`DecoderCache`): the logits equal the full forward's. It needs keys that stay valid as the
 text grows: a scaled rotary with a fixed `factor` (factor=None rescales by each call's span)
-and xPos with `xpos_center` (else centred on each call). `generate(cache=None)` falls back to
-full forwards for the others; `start_cache` refuses them by name.
+and xPos with `xpos_center` (else centred on each call). `generate(cache=None)` centres such an
+xPos once for its loop and falls back to full forwards for the others; `start_cache` refuses
+them by name.
 """
 
 from __future__ import annotations
