@@ -170,8 +170,8 @@ _PER_CALL = {
 }
 
 
-@pytest.mark.parametrize("kind", sorted(_PER_CALL))
-def test_per_call_rotary_refuses_the_cache_and_searches_match_prefix_runs(kind: str) -> None:
+def _per_call_model(kind: str) -> Seq2Seq:
+    """A random rotary model with a per-call option of `_PER_CALL` whose EOS is unlikely early."""
     torch.manual_seed(0)
     options = {"augmentation": None, **_PER_CALL[kind]}
     model = Seq2Seq(
@@ -180,6 +180,12 @@ def test_per_call_rotary_refuses_the_cache_and_searches_match_prefix_runs(kind: 
     with torch.no_grad():
         assert model.out_proj is not None
         model.out_proj.weight[EOS] -= 0.3 * model.out_proj.weight[EOS].abs().mean()
+    return model
+
+
+@pytest.mark.parametrize("kind", sorted(_PER_CALL))
+def test_per_call_rotary_refuses_the_cache_and_searches_match_prefix_runs(kind: str) -> None:
+    model = _per_call_model(kind)
     assert not can_cache(model)
     src, src_mask = _tokens(3, 9, 5), _mask([9, 4, 7], 9)
     with torch.inference_mode():
@@ -208,14 +214,7 @@ def test_search_centres_an_xpos_for_the_cache(monkeypatch: pytest.MonkeyPatch) -
     """Greedy and beam search centre an xPos without xpos_center once for the whole search:
     they decode with the cache (decode_step, not a decoder run per prefix), give the
     reference's outputs, and leave the model uncentred."""
-    torch.manual_seed(0)
-    options = {"augmentation": None, **_PER_CALL["xpos"]}
-    model = Seq2Seq(
-        VOCAB, position="rotary", position_options=options, tie_embeddings=False, **TINY
-    ).eval()
-    with torch.no_grad():
-        assert model.out_proj is not None
-        model.out_proj.weight[EOS] -= 0.3 * model.out_proj.weight[EOS].abs().mean()
+    model = _per_call_model("xpos")
     src, src_mask = _tokens(3, 9, 5), _mask([9, 4, 7], 9)
     ref_greedy = greedy_decode(
         model, src, src_mask, bos_id=BOS, eos_id=EOS, max_len=12, cache=False
