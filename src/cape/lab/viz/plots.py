@@ -27,7 +27,7 @@ from cape.lab.io import atomic_write
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["plot_curves", "plot_tradeoff"]
+__all__ = ["plot_curves", "plot_tradeoff", "series_style"]
 
 DPI = 100
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
@@ -163,7 +163,7 @@ def _plain_log_ticks(ax: Any) -> None:
     ax.xaxis.set_minor_formatter(FuncFormatter(minor))
 
 
-def _series_style(i: int) -> dict[str, str]:
+def series_style(i: int) -> dict[str, str]:
     """Colour, marker and line style of the i-th series: unique for the first 30 (ten colours,
     each run of ten with its own line style and markers offset, so C0 never repeats with "o")."""
     run = i // 10
@@ -223,7 +223,7 @@ def _curves_figure(
     for i, (s, points) in enumerate(groups.items()):
         xs = [float(v) for v, _ in points]
         ys, err = zip(*(_mean_std(c) for _, c in points), strict=True)
-        style = _series_style(i)
+        style = series_style(i)
         color = style["color"]
         ax.plot(xs, ys, **style, label=str(s), markersize=5)
         if band is not None:
@@ -316,7 +316,7 @@ def _tradeoff_figure(
     for i, (s, points) in enumerate(groups.items()):
         xs, xerr = zip(*(_mean_std(cx) for _, cx, _ in points), strict=True)
         ys, yerr = zip(*(_mean_std(cy) for _, _, cy in points), strict=True)
-        style = _series_style(i)
+        style = series_style(i)
         color = style["color"]
         ax.plot(xs, ys, **style, label=str(s), markersize=5)
         if any(e > 0 for e in xerr + yerr):

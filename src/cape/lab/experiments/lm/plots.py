@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from cape.lab.io import atomic_write
+from cape.lab.viz.plots import series_style
 
 __all__ = ["can_plot", "plot_lines"]
 
@@ -43,17 +44,19 @@ def plot_lines(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    for name in order:
+    fig, ax = plt.subplots(figsize=(9.0, 4.8))
+    shown = [n for n in order if any(c["row"] == n for c in cells)]
+    for i, name in enumerate(shown):
         mine = sorted((c for c in cells if c["row"] == name), key=lambda c: c[x])
-        if not mine:
-            continue
+        style = series_style(i)  # the other reports' colours, markers and dashes: no two alike
         ax.errorbar(
             [c[x] for c in mine],
             [c["mean"] for c in mine],
             yerr=[c["std"] if c["n"] > 1 else 0.0 for c in mine],
             label=name,
-            marker="o" if len(mine) < 12 else None,
+            color=style["color"],
+            linestyle=style["linestyle"],
+            marker=style["marker"] if len(mine) < 12 else None,
             markersize=3,
             capsize=2,
         )
@@ -63,7 +66,8 @@ def plot_lines(
         ax.set_yscale("log")
     ax.set(xlabel=x_label, ylabel=y_label, title=title)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
+    # beside the axes: 16 rows inside would hide the lines they name
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     fig.tight_layout()
     try:
         return atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
