@@ -73,3 +73,23 @@ def test_translation_peers_take_them_from_the_longest_training_side():
     assert all(not r.xpos for r in modules("rotary", Rotary))
     notes = " ".join(recipe_notes(asdict(cfg)["rows"], cfg.data.max_tokens))
     assert "FIRE: threshold 16 " in notes and "xPos: scale base 32 " in notes
+
+
+def test_speech_peers_take_them_from_the_longest_training_utterance():
+    from cape.lab.experiments.asr.config import PRESETS as ASR
+    from cape.lab.experiments.asr.config import AsrConfig
+    from cape.lab.experiments.asr.model import make_model as asr_model
+
+    cfg, _ = resolve_config(AsrConfig, ASR, "digits-k3-peers")
+    rows = {r.name: r for r in cfg.rows}
+
+    def modules(name, kind):
+        return [m for m in asr_model(cfg, rows[name]).modules() if isinstance(m, kind)]
+
+    fires = modules("FIRE", FIRE)
+    assert fires and all(f.threshold0 == 1.5 for f in fires)  # 6 s / 4, not 512 frames
+    xpos = modules("xPos", Rotary)
+    assert xpos and all(r.xpos and r.xpos_scale_base == 3.0 for r in xpos)  # 6 s / 2
+    assert all(not r.xpos for r in modules("rotary", Rotary))
+    notes = " ".join(recipe_notes(asdict(cfg)["rows"], 6.0))
+    assert "FIRE: threshold 1.5 " in notes and "xPos: scale base 3 " in notes

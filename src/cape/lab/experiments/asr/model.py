@@ -8,8 +8,10 @@ import torch
 import torch.nn.functional as F
 
 from cape.lab.data.speech.specaugment import MaskSettings, SpecAugment
+from cape.lab.data.speech.synth import MAX_TRAIN_SECONDS
 from cape.lab.data.speech.tokens import VOCAB_SIZE
 from cape.lab.experiments.asr.config import AsrConfig, FeatureConfig, RowConfig
+from cape.lab.experiments.recipes import length_recipe
 from cape.lab.experiments.train_as import trained_row
 from cape.models.asr import CTCModel
 
@@ -21,6 +23,9 @@ def make_model(cfg: AsrConfig, row: RowConfig, *, evaluation: bool = False) -> C
     encoding takes the row's `eval_options` too."""
     m, trained = cfg.model, trained_row(cfg.rows, row)
     options = {**trained.options, **row.eval_options} if evaluation else dict(trained.options)
+    # FIRE's threshold and xPos's scale base by their recipe from the longest training
+    # utterance (seconds, the positions' unit), not the authors' 512 tokens as frames
+    options = length_recipe(row.position, options, train_length=MAX_TRAIN_SECONDS)
     return CTCModel(
         VOCAB_SIZE,
         n_mels=cfg.features.n_mels,

@@ -12,7 +12,9 @@ import math
 from pathlib import Path
 from typing import Any
 
+from cape.lab.data.speech.synth import MAX_TRAIN_SECONDS
 from cape.lab.experiments.pairs import decided
+from cape.lab.experiments.recipes import recipe_notes
 from cape.lab.experiments.reporting import add_curves, add_tradeoff, plot_ok, train_cost_table
 from cape.lab.experiments.verdict import Study, add_verdict, verdict
 from cape.lab.report import Report, claims_table, mean_std, summarize, summary_table
@@ -255,8 +257,9 @@ def render(out: Path, results: dict[str, Any]) -> Path:
         f"{f['n_mels']} log-mel, {f['win_ms']:g} ms window, {f['hop_ms']:g} ms hop. "
         f"{t['steps']} steps of {t['batch_size']} utterances (duration-sorted batches, "
         f"perturbed by U(0.85, 1.15) each epoch), lr {t['lr']}, {t['schedule']}; the checkpoint "
-        f"with the best validation WER is tested, greedy CTC decoding, batch size 1. Seeds "
-        f"{cfg['seeds']} (mean ± std over seeds). Produced by `cape experiment asr`; "
+        "with the best validation WER is tested, greedy CTC decoding, batch size 1. "
+        + "".join(n + " " for n in recipe_notes(cfg["rows"], MAX_TRAIN_SECONDS))
+        + f"Seeds {cfg['seeds']} (mean ± std over seeds). Produced by `cape experiment asr`; "
         "`cape plot` redraws this page from results.json."
     )
     claims = paper_claims(results)
