@@ -34,8 +34,11 @@ def recipe_notes(rows: list[dict[str, Any]], train_length: float) -> list[str]:
     added = {  # the keys length_recipe adds to some row: the rows that leave them to the study
         key
         for r in rows
-        for key in length_recipe(r["position"], r["options"], train_length=train_length).keys()
-        - r["options"].keys()
+        # a row written without options (an older results.json) gives none
+        for key in length_recipe(
+            r["position"], r.get("options") or {}, train_length=train_length
+        ).keys()
+        - (r.get("options") or {}).keys()
     }
     notes = []
     if "threshold" in added:
