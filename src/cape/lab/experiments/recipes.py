@@ -31,15 +31,11 @@ def length_recipe(position: str, options: dict[str, Any], *, train_length: float
 def recipe_notes(rows: list[dict[str, Any]], train_length: float) -> list[str]:
     """A report's sentences on what `length_recipe` set for the rows (config mappings) that
     leave it to the study: FIRE's threshold, xPos's scale base."""
-    added = {  # the keys length_recipe adds to some row: the rows that leave them to the study
-        key
-        for r in rows
-        # a row written without options (an older results.json) gives none
-        for key in length_recipe(
-            r["position"], r.get("options") or {}, train_length=train_length
-        ).keys()
-        - (r.get("options") or {}).keys()
-    }
+    added: set[str] = set()  # the keys length_recipe adds to some row (it leaves them to us)
+    for r in rows:
+        given = r.get("options") or {}  # a row written without options (an older results.json)
+        recipe = length_recipe(r["position"], given, train_length=train_length)
+        added |= recipe.keys() - given.keys()
     notes = []
     if "threshold" in added:
         notes.append(
