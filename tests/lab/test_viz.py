@@ -232,3 +232,19 @@ def test_importing_viz_does_not_need_matplotlib() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+
+
+def test_log_y_and_dense_curves_without_markers() -> None:
+    # the language-model report's plots: perplexity on a log y axis, loss at ~40 positions
+    sparse = [{"row": "a", "len": n, "mean": 3.0 * n, "std": 0.0, "n": 1} for n in (1, 2, 4, 8)]
+    dense = [{"row": "b", "len": n, "mean": 50.0 / n, "std": 0.0, "n": 1} for n in range(1, 41)]
+    fig = _curves_figure(sparse + dense, x="len", series="row", y_label="y", x_label="x", logy=True)
+    ax = fig.axes[0]
+    assert ax.get_yscale() == "log" and ax.get_xscale() == "linear"
+    lines = {ln.get_label(): ln for ln in ax.get_lines()}
+    assert lines["a"].get_marker() == "o" and lines["b"].get_marker() == "None"
+    fig.canvas.draw()
+    labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+    assert labels and not any("10^" in t or "$" in t for t in labels)  # plain numbers: 1, 10
+    plain = _curves_figure(sparse, x="len", series="row", y_label="y", x_label="x")
+    assert plain.axes[0].get_yscale() == "linear"

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = ["plot_curves", "plot_tradeoff", "series_style"]
 
 DPI = 100
+DENSE = 12  # more points than this in a series: a line without markers
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
 Cell = Mapping[str, Any]
 
@@ -146,11 +147,12 @@ def _plain(v: float) -> str:
     return f"{v:,.0f}" if v >= 1 and v == round(v) else f"{v:g}"
 
 
-def _plain_log_ticks(ax: Any) -> None:
-    """Log x axis with plain labels; minor ticks labelled when the data span few decades."""
+def _plain_log_ticks(ax: Any, axis: str = "x") -> None:
+    """A log `axis` ("x" or "y") with plain labels; minor ticks labelled when the data span few
+    decades."""
     from matplotlib.ticker import FuncFormatter
 
-    lo, hi = sorted(ax.dataLim.intervalx)
+    lo, hi = sorted(ax.dataLim.intervalx if axis == "x" else ax.dataLim.intervaly)
     decades = np.log10(hi / lo) if lo > 0 else np.inf
     keep = set(range(2, 10)) if decades <= 0.6 else {2, 5} if decades <= 2 else set()
 
@@ -158,9 +160,10 @@ def _plain_log_ticks(ax: Any) -> None:
         mantissa = round(v / 10 ** np.floor(np.log10(v)), 6) if v > 0 else 0
         return _plain(v) if mantissa in keep else ""
 
-    ax.set_xscale("log")
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: _plain(v)))
-    ax.xaxis.set_minor_formatter(FuncFormatter(minor))
+    which = ax.xaxis if axis == "x" else ax.yaxis
+    (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
+    which.set_major_formatter(FuncFormatter(lambda v, _: _plain(v)))
+    which.set_minor_formatter(FuncFormatter(minor))
 
 
 def series_style(i: int) -> dict[str, str]:
@@ -174,9 +177,22 @@ def series_style(i: int) -> dict[str, str]:
     }
 
 
-def _style(ax: Any, *, title: str, x_label: str, y_label: str, logx: bool) -> None:
+def _line(ax: Any, i: int, label: str, xs: Sequence[float], ys: Sequence[float]) -> str:
+    """Series i's line in its `series_style` (no markers on a dense curve) -> its colour."""
+    style = series_style(i)
+    if len(xs) > DENSE:  # a curve of many points (loss by position): markers would hide it
+        style["marker"] = "None"
+    ax.plot(xs, ys, **style, label=label, markersize=5)
+    return style["color"]
+
+
+def _style(
+    ax: Any, *, title: str, x_label: str, y_label: str, logx: bool, logy: bool = False
+) -> None:
     if logx:
         _plain_log_ticks(ax)
+    if logy:
+        _plain_log_ticks(ax, "y")
     ax.set_xlabel(x_label)
     ax.set_ylabel(y_label)
     if title:
@@ -201,6 +217,7 @@ def _curves_figure(
     vline: float | None = None,
     vline_label: str = "train size",
     logx: bool = False,
+    logy: bool = False,
     percent: bool = False,
     band: tuple[str, str] | None = None,
 ) -> Figure:
@@ -223,9 +240,7 @@ def _curves_figure(
     for i, (s, points) in enumerate(groups.items()):
         xs = [float(v) for v, _ in points]
         ys, err = zip(*(_mean_std(c) for _, c in points), strict=True)
-        style = series_style(i)
-        color = style["color"]
-        ax.plot(xs, ys, **style, label=str(s), markersize=5)
+        color = _line(ax, i, str(s), xs, ys)
         if band is not None:
             lo, hi = ([_nan_float(c[k]) for _, c in points] for k in band)
             ax.fill_between(xs, lo, hi, color=color, alpha=0.2, linewidth=0)
@@ -238,7 +253,7 @@ def _curves_figure(
         from matplotlib.ticker import PercentFormatter
 
         ax.yaxis.set_major_formatter(PercentFormatter(xmax=1.0))
-    _style(ax, title=title, x_label=x_label, y_label=y_label, logx=logx)
+    _style(ax, title=title, x_label=x_label, y_label=y_label, logx=logx, logy=logy)
     if len(xs_all) <= 12:  # label every measured x (resolutions, lengths)
         from matplotlib.ticker import NullFormatter
 
@@ -253,7 +268,9 @@ plot_curves = _plotter(
     _curves_figure,
     """One line (with markers) per `series` value of the cells' mean over `x` (numbers, sorted);
     error bars of one std where n > 1; a dashed vertical line at `vline` (e.g. the training
-    resolution). `series_order` puts those series first (and in that order). With `percent` the
+    resolution). `series_order` puts those series first (and in that order). `logx` / `logy`:
+    log axes (plain tick labels on x); a series of more than 12 points is drawn without
+    markers. With `percent` the
     means are fractions shown as percentages. `band=(low, high)` names two keys of every cell
     (e.g. a confidence interval's ends): a shaded band between them replaces the error bars.
     Returns `path`.""",
@@ -316,9 +333,7 @@ def _tradeoff_figure(
     for i, (s, points) in enumerate(groups.items()):
         xs, xerr = zip(*(_mean_std(cx) for _, cx, _ in points), strict=True)
         ys, yerr = zip(*(_mean_std(cy) for _, _, cy in points), strict=True)
-        style = series_style(i)
-        color = style["color"]
-        ax.plot(xs, ys, **style, label=str(s), markersize=5)
+        color = _line(ax, i, str(s), xs, ys)
         if any(e > 0 for e in xerr + yerr):
             ax.errorbar(
                 xs, ys, xerr=xerr, yerr=yerr, fmt="none", ecolor=color, capsize=2, elinewidth=1

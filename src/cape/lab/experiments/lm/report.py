@@ -15,8 +15,8 @@ from typing import Any
 
 from cape.lab.config import from_mapping
 from cape.lab.experiments.lm.config import LMConfig, RowConfig, position_options
-from cape.lab.experiments.lm.plots import can_plot, plot_lines
 from cape.lab.experiments.lm.verdict import KEEP, ppl_cells, verdict
+from cape.lab.experiments.reporting import add_curves, plot_ok
 from cape.lab.report import MISSING, Report, mean_std, summarize
 
 __all__ = ["render", "ppl_table", "corpus_table"]
@@ -106,36 +106,33 @@ def _setup(rep: Report, results: dict[str, Any]) -> None:
 
 def _plots(rep: Report, out: Path, results: dict[str, Any]) -> None:
     cfg = results["config"]
-    if not (results["records"] and can_plot()):
+    if not (results["records"] and plot_ok()):
         return
-    order = [r["name"] for r in cfg["rows"]]
+    order, context = [r["name"] for r in cfg["rows"]], cfg["data"]["context"]
+    common = dict(series_order=order, vline=context, vline_label="training context L", logx=True)
     cells = summarize(results["records"], ["row", "length"], "ppl")
-    plot_lines(
-        [c for c in cells if c["n"]], out / "perplexity_vs_length.png", x="length", order=order,
-        x_label="evaluation length (tokens, log scale)", y_label="perplexity (log scale)",
-        title="Perplexity vs evaluation length", vline=cfg["data"]["context"], logy=True,
-    )  # fmt: skip
-    rep.image(
-        "perplexity_vs_length.png",
+    add_curves(
+        rep, out, "perplexity_vs_length.png",
         "Perplexity against the evaluation length (log scales), one line per row (error bars: "
         "std over seeds); the dashed line is the training context L.",
-    )
+        [c for c in cells if c["n"]], x="length", logy=True,
+        title="Perplexity vs evaluation length", x_label="evaluation length (tokens, log scale)",
+        y_label="perplexity (log scale)", **common,
+    )  # fmt: skip
     by_pos = results.get("by_position") or []
     if not by_pos:
         return
     cells = summarize(by_pos, ["row", "position"], "loss")
-    longest = cfg["eval"]["factors"][-1] * cfg["data"]["context"]
-    plot_lines(
-        [c for c in cells if c["n"]], out / "loss_by_position.png", x="position", order=order,
-        x_label="position in the window (token number, log scale)", y_label="loss (nats per token)",
-        title=f"Loss by position in windows of {longest} tokens", vline=cfg["data"]["context"],
-    )  # fmt: skip
-    rep.image(
-        "loss_by_position.png",
+    longest = cfg["eval"]["factors"][-1] * context
+    add_curves(
+        rep, out, "loss_by_position.png",
         f"Mean loss by position inside the windows of {longest} tokens (averaged over "
         f"log-spaced position buckets, at most {cfg['eval']['buckets']}, and over seeds); the "
         "dashed line is L.",
-    )
+        [c for c in cells if c["n"]], x="position", y_label="loss (nats per token)",
+        x_label="position in the window (token number, log scale)",
+        title=f"Loss by position in windows of {longest} tokens", **common,
+    )  # fmt: skip
 
 
 def _cost(rep: Report, results: dict[str, Any]) -> None:
