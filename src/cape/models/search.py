@@ -28,7 +28,7 @@ from ..encodings.rotary import Rotary
 from .decode_cache import DecoderCache
 from .seq2seq import Seq2Seq, _check_tokens
 
-__all__ = ["can_cache", "greedy_decode", "beam_search", "sequence_nll"]
+__all__ = ["can_cache", "centred_xpos", "greedy_decode", "beam_search", "sequence_nll"]
 
 
 @contextlib.contextmanager
