@@ -101,9 +101,11 @@ class _Rotation(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, angles, magnitude, fuse):  # type: ignore[override]
-        ctx.angles, ctx.magnitude, ctx.fuse = angles, magnitude, fuse
+        ctx.save_for_backward(angles, magnitude)  # kept (and counted) for the backward
+        ctx.fuse = fuse
         return _rotation(x, angles, magnitude, fuse)
 
     @staticmethod
     def backward(ctx, grad):  # type: ignore[override]
-        return _rotation(grad, -ctx.angles, ctx.magnitude, ctx.fuse), None, None, None
+        angles, magnitude = ctx.saved_tensors
+        return _rotation(grad, -angles, magnitude, ctx.fuse), None, None, None
