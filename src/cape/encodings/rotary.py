@@ -279,7 +279,10 @@ class Rotary(GridLayout, QKTransform):
                 raise ValueError("positions are required for pos_dim=2 (x, y per token)")
             if k_positions is not None:
                 raise ValueError("give positions too when giving k_positions")
-            positions = token_positions(batch, tq, mask=mask, device=q.device)
+            # one row shared by the batch unless padding or a training draw makes them differ:
+            # the angles (and their checks) are then [1, T, hd/2], broadcast over the batch
+            shared = mask is None and (self.augmentation is None or not self.training)
+            positions = token_positions(1 if shared else batch, tq, mask=mask, device=q.device)
         if k_positions is None:
             if tq != tk:
                 raise ValueError(
