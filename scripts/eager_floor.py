@@ -4,9 +4,11 @@ CAPE's eager training path makes phases (one fused multiply-add), takes one in-p
 [B, T, D] and adds the content; the table add it is compared with reads two tensors and writes
 one, then the backward passes the gradient through. This times, round-robin in one process with
 the allocator warm (`cape bench`'s default state), fwd+bwd of `x + table` against the sine alone
-(`torch.sin(phase, out=buf)`, no add, no backward) and the sine plus the add, on the shapes of
-`cape bench encodings`. If the sine alone is already near or above the target ratio, no eager
-arrangement of these ops meets it on this machine.
+(`torch.sin(phase, out=buf)`, no add, no backward), the sine plus the add, and the eager path's
+kernels alone with nothing else: phases from given positions (one multiply-add per axis), the
+in-place sine, the add of x and the backward, with no positions made, no draws, no checks. On the
+shapes of `cape bench encodings`. If those kernels alone are above the target ratio, no eager
+arrangement of them meets it on this machine.
 
     PYTHONPATH=src .venv/bin/python scripts/eager_floor.py
 """
@@ -34,11 +36,22 @@ def measure(shape: tuple[int, ...]) -> str:
     def sine_add() -> None:
         torch.sin(phase, out=buf).add_(x.detach())
 
-    base, s, sa = time_interleaved([table_add, sine, sine_add], runs=31)
+    axes = 2 if len(shape) == 4 else 1  # (x, y) on the grid
+    pos = torch.rand(*shape[:-1], axes) * 10
+    freqs, offset = torch.rand(axes, shape[-1]), torch.rand(shape[-1])
+
+    def kernels() -> None:  # eager CAPE's own work, positions given
+        out = torch.addcmul(offset, pos[..., 0:1], freqs[0])
+        for m in range(1, axes):
+            out.addcmul_(pos[..., m : m + 1], freqs[m])
+        out.sin_().add_(x).backward(grad)
+
+    base, s, sa, k = time_interleaved([table_add, sine, sine_add, kernels], runs=31)
     return (
         f"{'x'.join(map(str, shape))}: table add fwd+bwd {base.median_ms:.2f} ms; "
         f"eager sin alone {s.median_ms:.2f} ms ({s.median_ms / base.median_ms:.2f}x); "
-        f"sin + add {sa.median_ms:.2f} ms ({sa.median_ms / base.median_ms:.2f}x)"
+        f"sin + add {sa.median_ms:.2f} ms ({sa.median_ms / base.median_ms:.2f}x); "
+        f"eager kernels alone, fwd+bwd {k.median_ms:.2f} ms ({k.median_ms / base.median_ms:.2f}x)"
     )
 
 
