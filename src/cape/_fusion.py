@@ -99,11 +99,18 @@ def can_fuse(x: torch.Tensor) -> bool:
         return False
     if type(x) is not torch.Tensor or x.is_meta:  # subclasses (FX proxies, fakes...) stay eager
         return False
+    if _functorch_wrapped(x):  # inside torch.func's vmap / grad: dynamo cannot trace there
+        return False
     if mode is None and x.numel() < MIN_ELEMENTS:
         return False
     if x.is_cuda and torch.cuda.is_current_stream_capturing():
         return False  # a first call would compile inside the CUDA graph being captured
     return _compiler_present(x.device.type)
+
+
+def _functorch_wrapped(x: torch.Tensor) -> bool:
+    check = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", None)
+    return bool(check is not None and check(x))
 
 
 _COMPILED: dict[Callable[..., torch.Tensor], Callable[..., torch.Tensor]] = {}

@@ -4,6 +4,8 @@ out by halves here, in every memory layout and shape of angles it is given."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -99,3 +101,30 @@ def test_apply_rotary_eager_equals_the_halves() -> None:
     with cape.fusion(False):
         eager_q, _ = rot(q, q)
     torch.testing.assert_close(eager_q, rot(x, x)[0], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("fuse", [False, True])
+def test_torch_func_grad_and_vmap_take_the_rotation(fuse: bool) -> None:
+    # per-sample gradients (torch.func.vmap of torch.func.grad, as Opacus-style code does) go
+    # through the rotation's own backward; inside functorch nothing is compiled, and the fused
+    # path is not switched off for the rest of the process
+    from cape import _fusion
+
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(4, 2, 3, 6, 8, generator=gen)  # 4 samples of [B, H, T, hd]
+    angles = torch.randn(6, 4, generator=gen) * 10
+    rot = cape.build("rotary", 8).train()
+
+    def loss(q: torch.Tensor) -> torch.Tensor:
+        a, b = rot(q, q.flip(-1))
+        return (a * b).sum() + rotate(q, angles, None).square().sum()
+
+    with cape.fusion(fuse), warnings.catch_warnings():
+        warnings.simplefilter("error")  # a failed compile would warn
+        per_sample = torch.func.vmap(torch.func.grad(loss))(x)
+    assert _fusion._STATE.broken is None
+    for i in range(x.shape[0]):
+        xi = x[i].clone().requires_grad_(True)
+        with cape.fusion(False):
+            loss(xi).backward()
+        torch.testing.assert_close(per_sample[i], xi.grad, rtol=1e-5, atol=1e-5)

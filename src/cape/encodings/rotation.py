@@ -97,13 +97,20 @@ def _over_heads(t: torch.Tensor | None, xt: torch.Tensor) -> torch.Tensor | None
 
 class _Rotation(torch.autograd.Function):
     """Forward: the rotation (eager or compiled); backward: the same with -angles (module doc).
-    Nothing of x is kept: angles and magnitude are constants, no gradient flows to them."""
+    Nothing of x is kept: angles and magnitude are constants, no gradient flows to them. In the
+    `setup_context` form, with a generated vmap rule, so `torch.func` (grad, vmap) takes it."""
+
+    generate_vmap_rule = True
 
     @staticmethod
-    def forward(ctx, x, angles, magnitude, fuse):  # type: ignore[override]
+    def forward(x, angles, magnitude, fuse):  # type: ignore[override]
+        return _rotation(x, angles, magnitude, fuse)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):  # type: ignore[override]
+        _, angles, magnitude, fuse = inputs
         ctx.save_for_backward(angles, magnitude)  # kept (and counted) for the backward
         ctx.fuse = fuse
-        return _rotation(x, angles, magnitude, fuse)
 
     @staticmethod
     def backward(ctx, grad):  # type: ignore[override]
