@@ -279,9 +279,9 @@ class Rotary(GridLayout, QKTransform):
                 raise ValueError("positions are required for pos_dim=2 (x, y per token)")
             if k_positions is not None:
                 raise ValueError("give positions too when giving k_positions")
-            # one row shared by the batch unless padding or a training draw makes them differ:
-            # the angles (and their checks) are then [1, T, hd/2], broadcast over the batch
-            shared = mask is None and (self.augmentation is None or not self.training)
+            # one row shared by the batch unless padding or a random draw (`drawing`) makes them
+            # differ: the angles (and their checks) are then [1, T, hd/2], broadcast over B
+            shared = mask is None and not self.drawing
             positions = token_positions(1 if shared else batch, tq, mask=mask, device=q.device)
         if k_positions is None:
             if tq != tk:
