@@ -7,7 +7,13 @@ Data flow: positions (`cape.positions`) -> augmentation (`cape.augment`) -> enco
 from . import functional, models
 from ._checks import value_checks, value_checks_enabled
 from ._fusion import fusion, fusion_enabled
-from .augment import Augmentation, augment_pair, augment_positions, mean_normalize
+from .augment import (
+    Augmentation,
+    PositionAugmentation,
+    augment_pair,
+    augment_positions,
+    mean_normalize,
+)
 from .build import ENCODINGS, build, encoding_class, encoding_options
 from .encodings import (
     FIRE,
@@ -27,6 +33,7 @@ from .encodings import (
     SineND,
     count_aliased,
 )
+from .position_sampling import PoSE, RandomFloatPositions, RandomizedPositions
 from .positions import (
     as_positions,
     grid_indices,
@@ -42,6 +49,10 @@ __all__ = [
     "functional",
     "models",
     "Augmentation",
+    "PositionAugmentation",
+    "RandomizedPositions",
+    "PoSE",
+    "RandomFloatPositions",
     "augment_pair",
     "augment_positions",
     "mean_normalize",

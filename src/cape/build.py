@@ -10,10 +10,14 @@ attention (`relpos`, `rotary`, `rotary2d`: their class says `kind = "attention"`
 Every encoding that can be augmented takes CAPE's augmentation the same two ways: the four
 fields as keywords (`max_global_shift`, `max_local_shift`, `max_global_scaling`, `normalize`)
 or `augmentation=` a `cape.Augmentation` or a mapping of its fields (as config files write it).
-`preset` ("text", "audio", "image") gives the papers' values per modality (`cape.PRESETS`);
-explicit options override them. Every class is then made with `augmentation=` a
-`cape.Augmentation` (None when it does nothing); for `cape2d`, max_local_shift="auto" (emax =
-1/N per axis of the grid, the "image" preset's) becomes `CAPE2d(auto_local_shift=True)`.
+`augmentation=` also takes the other augmentations of the family (`cape.RandomizedPositions`,
+`cape.PoSE`, `cape.RandomFloatPositions`), as objects or as mappings with a "kind"
+(`{"kind": "randomized", "max_length": 4096}`: `cape.position_sampling`); they replace a
+preset's fields. `preset` ("text", "audio", "image") gives the papers' values per modality
+(`cape.PRESETS`); explicit options override them. Every class is then made with
+`augmentation=` an augmentation (None when CAPE's does nothing); for `cape2d`,
+max_local_shift="auto" (emax = 1/N per axis of the grid, the "image" preset's) becomes
+`CAPE2d(auto_local_shift=True)`.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import Any
 from torch import nn
 
 from ._checks import check_int
-from .augment import AUGMENTATION_FIELDS, Augmentation
+from .augment import AUGMENTATION_FIELDS, Augmentation, PositionAugmentation
 from .encodings.alibi import ALiBi
 from .encodings.axial import SineND
 from .encodings.fire import FIRE
@@ -38,8 +42,9 @@ from .encodings.relative import RelPos
 from .encodings.rope2d import RoPE2d
 from .encodings.rotary import Rotary
 from .encodings.sinusoidal import CAPE1d, CAPE2d
+from .position_sampling import augmentation_from_mapping
 
-__all__ = ["build", "ENCODINGS", "encoding_class", "encoding_options"]
+__all__ = ["build", "ENCODINGS", "encoding_class", "encoding_entry", "encoding_options"]
 
 # constructor keywords that the names do not offer: CAPE2d's auto_local_shift is written
 # max_local_shift="auto" among the fields (as presets and configs write it)
@@ -77,6 +82,28 @@ class Encoding:
         return names + (["preset"] if self.presets else [])
 
     def __call__(self, dim: int, **options: Any) -> nn.Module:
+        return self.cls(dim, **self.fixed, **self.kwargs(options))
+
+    def make(self, dim: int, kwargs: dict[str, Any]) -> nn.Module:
+        """The module of constructor keywords made by `kwargs` (no further parsing)."""
+        return self.cls(dim, **self.fixed, **kwargs)
+
+    def pos_dim(self, kwargs: dict[str, Any]) -> int:
+        """M, the coordinates per position the module of these constructor keywords reads: the
+        name's, the keywords', the constructor's default or the class's."""
+        if "pos_dim" in self.fixed:
+            return int(self.fixed["pos_dim"])
+        if "pos_dim" in kwargs:
+            return int(kwargs["pos_dim"])
+        param = inspect.signature(self.cls).parameters.get("pos_dim")
+        if param is not None and param.default is not inspect.Parameter.empty:
+            return int(param.default)
+        return int(getattr(self.cls, "pos_dim", 1))
+
+    def kwargs(self, options: dict[str, Any]) -> dict[str, Any]:
+        """The name's options (checked) -> the class's constructor keywords, the augmentation
+        made (`augmentation=` an object or None), the preset's values filled in."""
+        options = dict(options)
         allowed = self.options()
         unknown = sorted(set(options) - set(allowed))
         if unknown:
@@ -87,35 +114,51 @@ class Encoding:
                 f"unknown option(s) {unknown} for encoding {self.name!r}; allowed: {allowed}{hint}"
             )
         fields = self._augmentation_fields(options)
+        other = None if isinstance(fields, dict) else fields  # not CAPE's: taken as it is
         preset = options.pop("preset", None)
         if preset is not None:
             if preset not in self.presets:
                 raise ValueError(f"preset must be one of {list(self.presets)}, got {preset!r}")
             values = dict(PRESETS[preset])
-            fields = {k: values.pop(k) for k in AUGMENTATION_FIELDS if k in values} | fields
+            preset_fields = {k: values.pop(k) for k in AUGMENTATION_FIELDS if k in values}
+            fields = preset_fields | fields if other is None else fields
             options = values | options  # the preset's other values (freq_scale), overridable
-        if self.augments:
-            options.update(field_options(fields, auto_local=issubclass(self.cls, CAPE2d)))
-        return self.cls(dim, **self.fixed, **options)
+        if other is not None:
+            options["augmentation"] = other
+        elif self.augments:
+            options.update(field_options(fields, auto_local=issubclass(self.cls, CAPE2d)))  # type: ignore[arg-type]
+        return options
 
-    def _augmentation_fields(self, options: dict[str, Any]) -> dict[str, Any]:
-        """Pop the augmentation (fields or `augmentation=`) from options -> its fields."""
+    def _augmentation_fields(
+        self, options: dict[str, Any]
+    ) -> dict[str, Any] | PositionAugmentation:
+        """Pop the augmentation (fields or `augmentation=`) from options -> CAPE's fields, or
+        another augmentation of the family (an object, or made from a mapping with a "kind")."""
         flat = {k: options.pop(k) for k in AUGMENTATION_FIELDS if k in options}
         given = options.pop("augmentation", None)
         if given is None:
             return flat
         if flat:
             raise ValueError(f"give augmentation or its fields {sorted(flat)}, not both")
+        if isinstance(given, Mapping) and given.get("kind", "cape") != "cape":
+            given = augmentation_from_mapping(given)
         if isinstance(given, Augmentation):
             return dataclasses.asdict(given)
+        if isinstance(given, PositionAugmentation):
+            return given
         if isinstance(given, Mapping):
+            given = {k: v for k, v in given.items() if k != "kind"}
             unknown = sorted(set(given) - set(AUGMENTATION_FIELDS))
             if unknown:
                 raise TypeError(
                     f"unknown augmentation field(s) {unknown}; allowed: {list(AUGMENTATION_FIELDS)}"
                 )
-            return dict(given)
-        raise TypeError(f"augmentation must be a cape.Augmentation or a mapping, got {given!r}")
+            return given
+        raise TypeError(
+            "augmentation must be a cape augmentation (cape.Augmentation, "
+            "cape.RandomizedPositions, cape.PoSE, cape.RandomFloatPositions) or a mapping, "
+            f"got {given!r}"
+        )
 
 
 # Rotary's options for 1-D positions only (length extension, xPos): not offered by rotary2d
@@ -168,6 +211,12 @@ def encoding_class(name: str, *, key: str = "name") -> type:
     """The class `build(name, ...)` makes: its `kind` ("absolute", "attention" or "none"),
     `units` and docstring say how a model uses it. key: the argument named in errors."""
     return _entry(name, key).cls
+
+
+def encoding_entry(name: str, *, key: str = "name") -> Encoding:
+    """The registry's entry of `name` (`ENCODINGS`): its class, options and constructor
+    keywords. key: the argument named in errors."""
+    return _entry(name, key)
 
 
 def encoding_options(name: str) -> list[str]:

@@ -125,8 +125,9 @@ def count_aliased(encoding: nn.Module, grid: object, *, extent: float | None = N
 
 
 def max_scaling_of(augmentation: Augmentation | None) -> float:
-    """The largest global scaling of training (1 without augmentation): it multiplies phases."""
-    return 1.0 if augmentation is None else float(augmentation.max_global_scaling)
+    """The largest global scaling of training (1 without augmentation, or for an augmentation
+    that scales nothing: CAPE's is the one with a `max_global_scaling`): it multiplies phases."""
+    return float(getattr(augmentation, "max_global_scaling", 1.0))
 
 
 def resolve_grid(

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from ..augment import Augmentation
+from ..augment import PositionAugmentation
 from ..encodings.rotary import Rotary
 from ..functional.rope_scaling import yarn_temperature
 
@@ -196,7 +196,7 @@ def install_rotary(model: nn.Module, rotary: Rotary | RotaryEmbedding) -> nn.Mod
 
 
 def augmented_position_ids(
-    augmentation: Augmentation,
+    augmentation: PositionAugmentation,
     attention_mask: torch.Tensor | None = None,
     *,
     position_ids: torch.Tensor | None = None,
@@ -212,8 +212,9 @@ def augmented_position_ids(
     normalize=True is refused: the mean over a sequence reads a causal LM's future tokens, and
     a common shift changes nothing for rotary.
     """
-    if not isinstance(augmentation, Augmentation):
-        raise TypeError(f"augmentation must be a cape.Augmentation, got {augmentation!r}")
+    if not isinstance(augmentation, PositionAugmentation):
+        kinds = "cape.Augmentation, RandomizedPositions, PoSE or RandomFloatPositions"
+        raise TypeError(f"augmentation must be a {kinds}, got {augmentation!r}")
     if augmentation.normalize:
         raise ValueError(
             "augmentation: normalize=True subtracts the mean over the whole sequence, which reads "
@@ -257,7 +258,10 @@ def _cache_length(kwargs: dict) -> int:
 
 
 def augment_position_ids(
-    model: nn.Module, augmentation: Augmentation, *, generator: torch.Generator | None = None
+    model: nn.Module,
+    augmentation: PositionAugmentation,
+    *,
+    generator: torch.Generator | None = None,
 ) -> RemovableHandle:
     """Install CAPE's augmentation of `position_ids` on a HF model (a forward pre-hook): in train
     mode each call's `position_ids` (given, or real tokens counted from 0) become
