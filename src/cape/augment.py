@@ -54,13 +54,15 @@ class PositionAugmentation:
     tokens' content (causal models may use it when `normalize` is False).
 
     random: whether training draws anything. normalize: whether a call reads every position of
-    the call (a causal model and a key/value cache cannot allow that). `reach(extent)`: an upper
+    the call (a causal model and a key/value cache cannot allow that). axes: the M it takes
+    (None: any; 1 for the samplers of 1-D sequences). `reach(extent)`: an upper
     bound of |augmented position| when every |input position| <= extent (what phase checks
     read). `pair`: source and target of an encoder-decoder model. `as_mapping()`: the JSON form
     `{"kind": ..., **fields}` that `cape.build(..., augmentation=...)` and config files take.
     """
 
     kind: ClassVar[str] = ""
+    axes: ClassVar[int | None] = None
 
     @property
     def random(self) -> bool:

@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 import torch
 
 from . import _augment_core as core
-from ._checks import check_float, check_int, check_limit
+from ._checks import LIMIT, _may_inspect_values, check_float, check_int, check_limit, max_abs
 from .augment import AUGMENTATION_FIELDS, Augmentation, PositionAugmentation
 
 __all__ = [
@@ -46,10 +46,10 @@ def _check_spacing(value: object) -> float:
 
 
 def _one_axis(cls: str, pos: torch.Tensor, name: str) -> None:
-    if pos.shape[-1] != 1:
+    if pos.shape[-1] != 1:  # named as the augmentation too: an encoding may have made them
         raise ValueError(
-            f"{name}: {cls} samples 1-D positions (M = 1: tokens or seconds), got shape "
-            f"{tuple(pos.shape)}"
+            f"augmentation: {cls} samples 1-D positions (M = 1: tokens or seconds), got "
+            f"{name} of shape {tuple(pos.shape)}"
         )
 
 
@@ -100,6 +100,7 @@ class RandomizedPositions(PositionAugmentation):
     """
 
     kind: ClassVar[str] = "randomized"
+    axes: ClassVar[int | None] = 1
 
     max_length: int
     spacing: float = 1.0
@@ -162,6 +163,7 @@ class PoSE(PositionAugmentation):
     """
 
     kind: ClassVar[str] = "pose"
+    axes: ClassVar[int | None] = 1
 
     target_length: int
     chunks: int = 2
@@ -196,6 +198,10 @@ class PoSE(PositionAugmentation):
         if not training:
             return core.zero_padding(pos, mask)
         _fits("PoSE", "target_length", self.target_length, pos, name)
+        if _may_inspect_values(pos) and pos.numel():  # p + the largest skip, in float32
+            reach = self.reach(float(max_abs(pos, mask).max()))
+            if reach > LIMIT:
+                raise ValueError(f"{name}: PoSE's skips could reach {reach:.3g} > {LIMIT:.0e}")
         n, rank = _valid(mask, pos)
         skips = self._skips(n, pos, generator)  # [B, N]
         chunk = (rank[..., None] >= self._cuts(n, pos, generator)[:, None, :]).sum(dim=-1)
@@ -249,6 +255,7 @@ class RandomFloatPositions(PositionAugmentation):
     """
 
     kind: ClassVar[str] = "random-float"
+    axes: ClassVar[int | None] = 1
 
     train_length: float
 

@@ -15,6 +15,9 @@ from cape.models import CausalLM, has_positions, without_positions
 NAN = math.nan
 NAMES = ("nopos", "sinpos", "cape1d", "abspos", "relpos", "rotary", "alibi", "fire")
 AUG = cape.Augmentation(max_global_shift=2.0, max_local_shift=0.5, max_global_scaling=1.2)
+# CAPE's successors, as objects or as the mappings config files write
+SAMPLED = (cape.RandomizedPositions(16), {"kind": "pose", "target_length": 16})
+SAMPLED += ({"kind": "random-float", "train_length": 4.0},)
 
 
 def _options(d: Draw, name: str) -> dict:
@@ -31,7 +34,7 @@ def _options(d: Draw, name: str) -> dict:
             options["xpos_center"] = 0.0
     if name in ("cape1d", "rotary", "alibi", "fire") and d.coin(0.5):
         refused = (cape.Augmentation(normalize=True), 3)
-        options["augmentation"] = d.bad("augmentation", AUG, refused)
+        options["augmentation"] = d.bad("augmentation", d.choice((AUG, AUG, *SAMPLED)), refused)
     return options
 
 

@@ -85,6 +85,11 @@ OPTIONS: dict[str, tuple[tuple, tuple]] = {
     "heads": ((1, 2), (0, -1, "2", 1.5)),
     "theta": ((None, 100.0, 10.0, 2.0), (1.0, 0.5, NAN, INF, "10")),
 }
+SAMPLED = (
+    cape.RandomizedPositions(64),
+    {"kind": "pose", "target_length": 64},
+    cape.RandomFloatPositions(8.0),
+)
 
 
 def _option(d: Draw, name: str, key: str, entry: object) -> object:
@@ -100,6 +105,8 @@ def _option(d: Draw, name: str, key: str, entry: object) -> object:
         valid, invalid = ((4,) * n, (2, 3) * (n // 2)), ((), (0, 3), "ab", 4)
     elif key == "max_local_shift" and name in ("cape2d", "sinpos2d"):
         valid = valid + ("auto",)
+    elif key == "augmentation":  # the other augmentations of the family, objects or mappings
+        valid = valid + SAMPLED
     return d.bad(key, d.choice(valid), invalid)
 
 

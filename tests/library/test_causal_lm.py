@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from cape.augment import Augmentation
 from cape.encodings.rotary import Rotary
 from cape.models import CausalLM
+from cape.position_sampling import PoSE, RandomizedPositions
 
 VOCAB = 13
 TINY = dict(dim=32, layers=2, heads=2, ffn_dim=64)
@@ -36,6 +37,16 @@ CACHED: dict[str, tuple[str, dict | None]] = {
     "rotary+cape-per-layer": ("rotary", {"augmentation": AUG, "draw": "per_layer"}),
     "alibi+cape": ("alibi", {"augmentation": AUG}),
     "fire+cape": ("fire", {"augmentation": AUG, "threshold": 4.0}),
+    # CAPE's successors (cape.position_sampling), as objects or as config files write them
+    "rotary+randomized": ("rotary", {"augmentation": RandomizedPositions(64)}),
+    "rotary+pose": ("rotary", {"augmentation": PoSE(64)}),
+    "rotary+random-float": (
+        "rotary",
+        {"augmentation": {"kind": "random-float", "train_length": 8}},
+    ),
+    "alibi+randomized": ("alibi", {"augmentation": {"kind": "randomized", "max_length": 64}}),
+    "alibi+random-float": ("alibi", {"augmentation": {"kind": "random-float", "train_length": 8}}),
+    "cape1d+randomized": ("cape1d", {"augmentation": RandomizedPositions(64)}),
 }
 # keys rescaled or re-centred by each call's span: full forwards only
 SPAN = {
@@ -43,6 +54,8 @@ SPAN = {
     "rotary-xpos-span": ("rotary", {"xpos": True, "xpos_scale_base": 16.0}),
 }
 AUGMENTED = {"cape1d", "rotary+cape", "rotary+cape-per-layer", "alibi+cape", "fire+cape"}
+AUGMENTED |= {"rotary+randomized", "rotary+pose", "rotary+random-float", "alibi+randomized"}
+AUGMENTED |= {"alibi+random-float", "cape1d+randomized"}
 
 
 def _model(case: str, seed: int = 0, **kw) -> CausalLM:

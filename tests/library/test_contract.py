@@ -31,6 +31,7 @@ from _contract_api import GENERATORS as API
 from _contract_lm import GENERATORS as LM
 from _contract_modules import GENERATORS as MODULES
 from _contract_peers import GENERATORS as PEERS
+from _contract_sampling import GENERATORS as SAMPLING
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
@@ -38,10 +39,11 @@ import cape
 from cape.models import CTCModel, Seq2Seq, ViT
 
 GROUPS = {**API, **MODULES, **PEERS, **LM}
-FAST = {"positions": 200, "augment": 200, "functional": 200, "encodings": 250, "models": 80}
+GROUPS["augment"] = GROUPS["augment"] + SAMPLING["augment"]  # every augmentation of the family
+FAST = {"positions": 200, "augment": 320, "functional": 200, "encodings": 250, "models": 80}
 FAST["peers"] = 120
 FAST["lm"] = 60
-SLOW = {"positions": 1500, "augment": 1500, "functional": 2500, "encodings": 3500, "models": 1000}
+SLOW = {"positions": 1500, "augment": 2500, "functional": 2500, "encodings": 3500, "models": 1000}
 SLOW["peers"] = 1000
 SLOW["lm"] = 600
 # another sample of inputs: CAPE_CONTRACT_SEED=1 pytest ... (empty: the sample CI draws)
