@@ -153,12 +153,14 @@ def _check_pair(
 
 @dataclass(frozen=True)
 class Augmentation(PositionAugmentation):
-    """CAPE's augmentation settings, validated once (`kind` "cape").
+    """CAPE's augmentation settings, validated once.
 
     max_global_shift: Dmax, a float or one per axis (tokens, seconds or image units).
     max_local_shift: emax, a float or one per axis; <= half the spacing keeps the order.
     max_global_scaling: Lmax >= 1 (1 = no scaling).
     normalize: subtract the mean position of each sample's real tokens (train and eval).
+
+    Its `kind` in the mapping form (`as_mapping()`) is "cape"; `pair` is synchronised.
     """
 
     kind: ClassVar[str] = "cape"
