@@ -105,7 +105,7 @@ def test_presets_resolve_and_are_registered():
         again, _ = resolve_config(LengthConfig, {"x": mapping}, "x")
         assert again == cfg
     full, _ = resolve_config(LengthConfig, PRESETS, "cpu-full")
-    assert full.seeds == [0, 1, 2] and len(full.rows) == 15
+    assert full.seeds == [0, 1, 2] and len(full.rows) == 23
     reused = {r.name: r for r in full.rows if r.train_as}
     assert set(reused) == {"rotary+PI", "rotary+NTK", "rotary+YaRN"}
     for row in reused.values():

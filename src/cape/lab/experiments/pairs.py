@@ -13,6 +13,8 @@ from typing import Any
 
 __all__ = [
     "AUGMENTATION_KEYS",
+    "METHODS",
+    "augmentation_method",
     "preset_augmentation",
     "twins",
     "level",
@@ -33,6 +35,22 @@ AUGMENTATION_KEYS = (
 )
 
 
+# the augmentations of `cape.position_sampling` by the "kind" a row's options write them with;
+# any other augmentation a row's options set is CAPE's
+METHODS = {
+    "randomized": "Randomized positions",
+    "pose": "PoSE",
+    "random-float": "Random float sampling",
+}
+
+
+def augmentation_method(row: Mapping[str, Any]) -> str:
+    """What augments a row (a config mapping): one of `METHODS`, else CAPE's augmentation."""
+    aug = (row.get("options") or {}).get("augmentation")
+    kind = aug.get("kind", "cape") if isinstance(aug, Mapping) else "cape"
+    return METHODS.get(kind, "CAPE's augmentation")
+
+
 def preset_augmentation(modality: str) -> dict[str, Any]:
     """CAPE's augmentation fields of a modality preset ("text", "audio", ...), as options for
     the encodings that take no `preset` (alibi, fire)."""
@@ -49,7 +67,8 @@ Cell = Mapping[str, Any]
 
 
 def _without(row: Mapping[str, Any], keys: Sequence[str]) -> tuple[dict, dict]:
-    rest = {k: v for k, v in row.items() if k not in ("name", "options")}
+    # a row's notes (its recipe in words) do not make it another model
+    rest = {k: v for k, v in row.items() if k not in ("name", "options", "notes")}
     options = {k: v for k, v in (row.get("options") or {}).items() if k not in keys}
     return rest, options
 
@@ -129,15 +148,21 @@ def verdict_pairs(
     label: Callable[[Any], str],
     unit: str = "points",
 ) -> list[str]:
-    """What every study's verdict says of its pairs (`pair_sentences`): CAPE's augmentation
-    against the same row without it, each length extension chosen at inference against the
-    row whose weights it evaluates (`train_as`), and an augmentation drawn in every layer
-    (`draw: per_layer`) against the same row whose layers share one draw (the method)."""
+    """What every study's verdict says of its pairs (`pair_sentences`): an augmentation (CAPE's,
+    or one of `METHODS`) against the same row without it, each length extension chosen at
+    inference against the row whose weights it evaluates (`train_as`), and an augmentation
+    drawn in every layer (`draw: per_layer`) against the same row whose layers share one draw
+    (the method)."""
     reuse = [(r["name"], r["train_as"]) for r in rows if r.get("train_as")]
+    by_name = {r["name"]: r for r in rows}
     return [
-        *pair_sentences(
-            "CAPE's augmentation", twins(rows, AUGMENTATION_KEYS), cell, columns, label, unit,
-            twin_note=" (not augmented)",
+        *(
+            sentence
+            for pair in twins(rows, AUGMENTATION_KEYS)
+            for sentence in pair_sentences(
+                augmentation_method(by_name[pair[0]]), [pair], cell, columns, label, unit,
+                twin_note=" (not augmented)",
+            )
         ),
         *pair_sentences(
             "Extended at inference", reuse, cell, columns, label, unit,

@@ -60,6 +60,7 @@ _NOT_TRAINING = (
     "name",
     "seeds",
     "rows",
+    "row.notes",  # a row's recipe in words, for the report
     "data.workers",
     "train.log_every",
     "train.progress_every",

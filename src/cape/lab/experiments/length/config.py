@@ -92,10 +92,15 @@ class RowConfig(ReusableRow):
     """One row: `position` (a 1-D `cape.build` name) with `options` over the experiment's
     defaults (`position_options`); `eval_options` replace or add options at evaluation only;
     `train_as`: the name of an earlier row whose trained weights this row evaluates (with that
-    row's options and its own `eval_options`) instead of training; checked in `LengthConfig`."""
+    row's options and its own `eval_options`) instead of training; checked in `LengthConfig`.
+    `notes`: the row's recipe in words (its paper), for the report; it changes no training."""
+
+    notes: str | None = None
 
     def __post_init__(self) -> None:
-        self.check_fields()
+        key = self.check_fields()
+        if self.notes is not None and not isinstance(self.notes, str):
+            raise ValueError(f"{key}.notes must be a string or null, got {self.notes!r}")
 
 
 @dataclass
@@ -207,6 +212,84 @@ _TRAIN = train_preset(_OPTIMISER, every=400, best="acc", log_every=50)
 # as fields for the names that take no preset (alibi, fire)
 _CAPE_TEXT = preset_augmentation("text")
 _EXTEND = {"train_length": DataConfig.max_len}  # RoPE scaling from the longest training length
+# CAPE's successors (`cape.position_sampling`) and CAPE with global scaling, as in the language
+# model study, at L = max_len = 32 and the longest test length 256 (the rows write the numbers:
+# they are training settings of their runs)
+_L, _LONGEST = DataConfig.max_len, EvalConfig().lengths[-1]
+_RANDOMIZED = {"kind": "randomized", "max_length": _LONGEST}
+_RFS = {"kind": "random-float", "train_length": _L}
+_POSE = {"kind": "pose", "target_length": _LONGEST}
+_SCALING = {**_CAPE_TEXT, "max_global_scaling": 2.0}  # lambda_max of CAPE's speech recipe
+_NOTES = {
+    "randomized": (
+        "Ruoss et al. (ACL 2023), on their algorithmic tasks: in training the n positions of a "
+        f"sequence are a sorted random subset of [0, N), N = {_LONGEST}, the longest test "
+        "length; tested on plain positions (the authors' code samples at test time too)."
+    ),
+    "RFS": (
+        f"Shimizu et al. (EACL 2026 Findings): in training n sorted draws of U[0, 1) x L, L = {_L};"
+        " at test the paper's (2i - 1) / (2 max(L, n)) x L: token indices (+1/2) up to L, "
+        "position interpolation by n / L beyond"
+    ),
+    "PoSE": (
+        "Zhu et al. (ICLR 2024), here trained from scratch (this study fine-tunes nothing): 2 "
+        f"chunks of the sequence, skip u_1 uniform on [0, {_LONGEST} - n], so the distances of "
+        f"[0, {_LONGEST}) are met; {{}} with factor {_LONGEST // _L} = {_LONGEST} / L, as the "
+        "paper pairs them; tested on plain positions."
+    ),
+    "scaling": (
+        "CAPE (NeurIPS 2021) with global scaling lambda_max = 2 (its speech recipe: 1.1 on WSJ, 2 "
+        "on TED-LIUM), local shift 0.5 and the text preset's global shift 5 (unseen by rotary, "
+        "ALiBi)."
+    ),
+}
+_SUCCESSORS: list[dict[str, Any]] = [
+    *[
+        {
+            "name": f"{base}+randomized",
+            "position": position,
+            "notes": _NOTES["randomized"],
+            "options": {"augmentation": dict(_RANDOMIZED)},
+        }
+        for base, position in (("rotary", "rotary"), ("ALiBi", "alibi"))
+    ],
+    {
+        "name": "rotary+RFS",
+        "position": "rotary",
+        "options": {"augmentation": dict(_RFS)},
+        "eval_options": {"scaling": "pi", **_EXTEND},
+        "notes": _NOTES["RFS"] + ": rotary's PI.",
+    },
+    {
+        "name": "ALiBi+RFS",
+        "position": "alibi",
+        "options": {"augmentation": dict(_RFS)},
+        "notes": _NOTES["RFS"] + " (cape's ALiBi has no interpolation: tested on plain positions).",
+    },
+    *[
+        {
+            "name": f"rotary+PoSE-{label}",
+            "position": "rotary",
+            "notes": _NOTES["PoSE"].format(label),
+            "options": {
+                "scaling": scaling,
+                "factor": float(_LONGEST // _L),
+                **_EXTEND,
+                "augmentation": dict(_POSE),
+            },
+        }
+        for label, scaling in (("PI", "pi"), ("YaRN", "yarn"))
+    ],
+    *[
+        {
+            "name": f"{base}+CAPE scaling",
+            "position": position,
+            "options": dict(_SCALING),
+            "notes": _NOTES["scaling"],
+        }
+        for base, position in (("rotary", "rotary"), ("ALiBi", "alibi"))
+    ],
+]
 _ROWS: list[dict[str, Any]] = [
     {"name": "nopos", "position": "nopos"},
     {"name": "abspos", "position": "abspos"},
@@ -229,6 +312,7 @@ _ROWS: list[dict[str, Any]] = [
     {"name": "ALiBi+CAPE", "position": "alibi", "options": dict(_CAPE_TEXT)},
     {"name": "FIRE", "position": "fire"},
     {"name": "FIRE+CAPE", "position": "fire", "options": dict(_CAPE_TEXT)},
+    *_SUCCESSORS,  # no ALiBi+PoSE: PoSE's paper extends RoPE models only
 ]
 _QUICK_NAMES = ("nopos", "abspos", "sinpos", "CAPE", "relpos", "rotary", "rotary+CAPE", "ALiBi")
 
@@ -242,7 +326,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "train": {**_TRAIN, "steps": 400, "eval_every": 200, "checkpoint_every": 200},
         "rows": [r for r in _ROWS if r["name"] in _QUICK_NAMES],
     },
-    # every row, 3 seeds: 12 trained rows x 3 seeds (the 3 RoPE extensions reuse rotary's runs)
+    # every row, 3 seeds: 20 trained rows x 3 seeds (the 3 RoPE extensions reuse rotary's runs)
     "cpu-full": {
         "name": "length-cpu-full",
         "seeds": [0, 1, 2],

@@ -205,6 +205,9 @@ def render(out: Path, results: dict[str, Any]) -> Path:
         "and shared by the layers. "
         + " ".join([*defaults, *(["Row options: " + "; ".join(notes) + "."] if notes else [])])
     )
+    recipes = [f"- `{r['name']}`: {r['notes']}" for r in cfg["rows"] if r.get("notes")]
+    if recipes:  # the rows' papers' recipes, one bullet each
+        rep.paragraph("Row recipes:\n\n" + "\n".join(recipes))
     rep.table(
         length_table(results),
         caption="Accuracy (%) per test length (tokens; x: times the longest training length), "

@@ -7,7 +7,9 @@ with windows of L = `data.context` tokens, then is evaluated on non-overlapping 
 options; `eval_options` change the encoding at evaluation only (RoPE's PI, NTK, YaRN chosen at
 inference), `train_as` makes a row evaluate another row's trained weights, and `finetune_from`
 makes a row start from another row's final weights and train `finetune.steps` more steps at
-`finetune.factor` x L (the PI and YaRN papers' recipe, scaled down).
+`finetune.factor` x L (the PI and YaRN papers' recipe, scaled down), or at its own
+`finetune_factor` x L (PoSE's: the window stays L while the positions reach the target).
+A row's `notes` state its paper's recipe for the report; they change nothing it trains.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ __all__ = [
     "LMConfig",
     "position_options",
     "derived_options",
+    "finetune_window",
 ]
 
 
@@ -144,12 +147,15 @@ class RowConfig(ReusableRow):
     """One row: `position` (a 1-D `cape.build` name) with `options`; `eval_options` replace or
     add options at evaluation only; `train_as`: an earlier row whose trained weights this row
     evaluates (no training); `finetune_from`: an earlier row whose final weights this row starts
-    from, trained `finetune.steps` more at `finetune.factor` x L with its own options. Options
-    with a RoPE `scaling` get `train_length` L by default, a fine-tuned row `factor`
-    `finetune.factor`, FIRE its `threshold` at L / 4 and xPos its scale base at L / 2
-    (`derived_options`)."""
+    from, trained `finetune.steps` more at `finetune.factor` x L with its own options
+    (`finetune_factor`: at that many times L instead, e.g. 1 for PoSE). Options with a RoPE
+    `scaling` get `train_length` L by default, a fine-tuned row `factor` `finetune.factor`,
+    FIRE its `threshold` at L / 4 and xPos its scale base at L / 2 (`derived_options`).
+    `notes`: the row's recipe in words (its paper, what is set from it), for the report."""
 
     finetune_from: str | None = None
+    finetune_factor: int | None = None
+    notes: str | None = None
 
     def __post_init__(self) -> None:
         key = self.check_fields()
@@ -157,6 +163,12 @@ class RowConfig(ReusableRow):
             raise ValueError(f"{key}.finetune_from must be a row name or null")
         if self.finetune_from is not None and self.train_as is not None:
             raise ValueError(f"{key}: give train_as or finetune_from, not both")
+        if self.finetune_factor is not None:
+            check_int(f"{key}.finetune_factor", self.finetune_factor)
+            if self.finetune_from is None:
+                raise ValueError(f"{key}.finetune_factor applies to a row with finetune_from")
+        if self.notes is not None and not isinstance(self.notes, str):
+            raise ValueError(f"{key}.notes must be a string or null, got {self.notes!r}")
 
 
 def derived_options(
@@ -172,6 +184,12 @@ def derived_options(
         if finetune_factor is not None:
             out.setdefault("factor", float(finetune_factor))
     return length_recipe(position, out, train_length=context)
+
+
+def finetune_window(row: RowConfig, cfg: LMConfig) -> int:
+    """How many times L the windows of a fine-tuned row are: its own `finetune_factor`, else
+    `finetune.factor`."""
+    return row.finetune_factor if row.finetune_factor is not None else cfg.finetune.factor
 
 
 def position_options(row: RowConfig, cfg: LMConfig, *, evaluation: bool = False) -> dict:

@@ -6,7 +6,7 @@ by default, one byte a token) in windows of L = `data.context` tokens. Each row 
 `cape.build` encoding; a row with `eval_options` is evaluated with them (RoPE's PI, NTK, YaRN
 chosen at inference), a `train_as` row evaluates another row's weights without training, and a
 `finetune_from` row starts from another row's final weights and trains `finetune.steps` more at
-`finetune.factor` x L.
+`finetune.factor` x L (or its own `finetune_factor` x L).
 
 `LM.run(cfg, mapping, out)`: for every row and seed, train (resumable), evaluate
 (`eval_records`, cached in the run folder's `eval.json`), then write `results.json`,
@@ -29,7 +29,7 @@ from torch import nn
 
 from cape.lab.experiments.base import Collected, Experiment, Run, Study
 from cape.lab.experiments.lm import data, evaluate, model, report
-from cape.lab.experiments.lm.config import LMConfig, RowConfig
+from cape.lab.experiments.lm.config import LMConfig, RowConfig, finetune_window
 from cape.lab.experiments.lm.data import LMData
 from cape.lab.experiments.lm.presets import PRESET_NOTES, PRESETS
 from cape.lab.io import atomic_write
@@ -63,7 +63,7 @@ class LMExperiment(Experiment[LMConfig, LMData], evaluate=evaluate, report=repor
         if row.finetune_from is not None:
             self._start_from(run, data, net)
             f = cfg.finetune
-            length *= f.factor
+            length *= finetune_window(row, cfg)
             train = dataclasses.replace(
                 cfg.train, steps=f.steps, batch_size=f.batch_size, lr=f.lr,
                 warmup_steps=f.warmup_steps, eval_every=f.steps, checkpoint_every=f.steps,

@@ -4,7 +4,9 @@ Rows are `cape.build` names with options (one name, one method everywhere in cap
 extensions chosen at inference (PI, NTK, YaRN) reuse rotary's runs (`train_as: rotary`, only
 `eval_options` change); the fine-tuned ones start from rotary's final weights and train
 `finetune.steps` more at 4x L with the scaling set (`finetune_from: rotary`); both scale from
-`train_length` L (`config.position_options`).
+`train_length` L (`config.position_options`). CAPE's successors (`cape.position_sampling`:
+randomized positions, random float sampling, PoSE) and CAPE with global scaling have rows over
+rotary and, where their papers apply them, ALiBi; each row's `notes` state its paper's recipe.
 """
 
 from __future__ import annotations
@@ -22,6 +24,36 @@ __all__ = ["PRESETS", "PRESET_NOTES", "ROWS"]
 _CAPE_TEXT = preset_augmentation("text")
 _EXTENSIONS = (("PI", "pi"), ("NTK", "ntk"), ("YaRN", "yarn"))
 _FINETUNED = (("PI", "pi"), ("YaRN", "yarn"))
+
+# CAPE's successors at cpu-full's L = 256, evaluated up to 16 L = 4096 (the rows write the
+# numbers, so that they are training settings of their runs)
+_L, _LONGEST = 256, 16 * 256
+_RANDOMIZED = {"kind": "randomized", "max_length": _LONGEST}
+_RFS = {"kind": "random-float", "train_length": _L}
+_POSE = {"kind": "pose", "target_length": _LONGEST}
+# CAPE with global scaling: lambda_max = 2, the speech recipe's upper end (CAPE sec. 5.2: 1.1
+# on WSJ, 2 on TED-LIUM), over the text preset's shifts (the global one unseen by rotary, ALiBi)
+_SCALING = {**_CAPE_TEXT, "max_global_scaling": 2.0}
+_NOTE_RANDOMIZED = (
+    "Ruoss et al. (ACL 2023): in training the 256 positions of a window are a sorted random "
+    f"subset of [0, N), N = {_LONGEST} = 16 L, the longest evaluation length; evaluated on plain "
+    "positions 0..T-1 (the authors' code samples at evaluation too)."
+)
+_NOTE_RFS = (
+    "Shimizu et al. (EACL 2026 Findings): in training the positions are 256 sorted draws of "
+    "U[0, 1) x L; at evaluation the paper's (2i - 1) / (2 max(L, n)) x L, i.e. the token "
+    "indices up to L (+1/2, a common offset) and position interpolation by n / L beyond"
+)
+_NOTE_SCALING = (
+    "CAPE (NeurIPS 2021) with global scaling lambda_max = 2 (its speech recipe: 1.1 on WSJ, 2 on "
+    "TED-LIUM), local shift 0.5 (half a token, order kept) and the text preset's global shift 5."
+)
+_NOTE_POSE = (
+    "Zhu et al. (ICLR 2024): a fine-tune of rotary's final weights at windows of L = 256 "
+    "(PoSE's point: a quarter of the tokens of the 4x fine-tunes), 2 chunks, skips u_1 "
+    f"uniform on [0, {_LONGEST} - 256], so the relative distances of the 16x window are met; "
+    f"{{}} with factor 16 = {_LONGEST} / L, as the paper pairs them; evaluated on plain positions."
+)
 
 ROWS: list[dict[str, Any]] = [
     {"name": "nopos", "position": "nopos"},
@@ -53,7 +85,55 @@ ROWS: list[dict[str, Any]] = [
     {"name": "rotary+CAPE", "position": "rotary", "options": {"preset": "text"}},
     {"name": "ALiBi+CAPE", "position": "alibi", "options": dict(_CAPE_TEXT)},
     {"name": "FIRE+CAPE", "position": "fire", "options": dict(_CAPE_TEXT)},
-]
+    {
+        "name": "rotary+randomized",
+        "position": "rotary",
+        "options": {"augmentation": dict(_RANDOMIZED)},
+        "notes": _NOTE_RANDOMIZED,
+    },
+    {
+        "name": "rotary+RFS",
+        "position": "rotary",
+        "options": {"augmentation": dict(_RFS)},
+        "eval_options": {"scaling": "pi"},  # no factor: length / L beyond L, as the paper's rule
+        "notes": _NOTE_RFS + ": rotary's PI without a fixed factor.",
+    },
+    *[
+        {
+            "name": f"rotary PoSE-{label} fine-tuned",
+            "position": "rotary",
+            "finetune_from": "rotary",
+            "finetune_factor": 1,
+            "options": {"scaling": scaling, "factor": 16.0, "augmentation": dict(_POSE)},
+            "notes": _NOTE_POSE.format(f"with {label}"),
+        }
+        for label, scaling in _FINETUNED
+    ],
+    {
+        "name": "rotary+CAPE scaling",
+        "position": "rotary",
+        "options": dict(_SCALING),
+        "notes": _NOTE_SCALING,
+    },
+    {
+        "name": "ALiBi+randomized",
+        "position": "alibi",
+        "options": {"augmentation": dict(_RANDOMIZED)},
+        "notes": _NOTE_RANDOMIZED,
+    },
+    {
+        "name": "ALiBi+RFS",
+        "position": "alibi",
+        "options": {"augmentation": dict(_RFS)},
+        "notes": _NOTE_RFS + " (cape's ALiBi has no interpolation: evaluated on plain positions).",
+    },
+    {
+        "name": "ALiBi+CAPE scaling",
+        "position": "alibi",
+        "options": dict(_SCALING),
+        "notes": _NOTE_SCALING,
+    },
+]  # no ALiBi+PoSE: PoSE's paper extends RoPE models only
 _QUICK_NAMES = ("nopos", "rotary", "ALiBi", "rotary+CAPE")
 
 # quick: 5 min 48 s on the idle 2 cores from a fresh clone (2026-11-27), corpus included: 4 rows
@@ -64,7 +144,9 @@ _QUICK_NAMES = ("nopos", "rotary", "ALiBi", "rotary+CAPE")
 # rotary, xPos, ALiBi), 0.79 FIRE, 0.99 relpos, so ~7.5 s a step over the 11 rows trained from
 # scratch: 1000 steps x 3 seeds ~ 6.2 h; the fine-tunes (100 steps of 8 x 1024) ~10 min; the
 # evaluation of 65,536 test bytes at 256-4096 ~13 s a run (rotary) to ~4 min (FIRE: its bias MLP
-# over 4096 x 4096 pairs), ~40 min in all: about 7 hours.
+# over 4096 x 4096 pairs), ~40 min in all: about 7 hours. The 6 rows of CAPE's successors and
+# scaling trained from scratch (rotary's and ALiBi's ~0.6 s a step) add ~3 hours, the two PoSE
+# fine-tunes (100 steps of 8 x 256) ~2 minutes: about 10 hours (estimated, not timed).
 _QUICK_TRAIN = train_preset(
     dict(steps=300, batch_size=24, lr=2e-3, weight_decay=0.01, warmup_steps=30),
     every=150,
@@ -105,5 +187,5 @@ PRESETS: dict[str, dict[str, Any]] = {
 PRESET_NOTES: dict[str, str] = {
     "quick": "KJV bytes, L=128, 1x-32x, 3 seeds: about 6 minutes on 2 CPU cores, corpus included",
     "cpu-full": "every row, L=256, 1x-16x (the RoPE extensions at inference reuse rotary's "
-    "runs): about 7 hours on 2 CPU cores",
+    "runs): about 10 hours on 2 CPU cores",
 }

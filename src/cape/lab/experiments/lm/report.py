@@ -94,7 +94,8 @@ def _setup(rep: Report, results: dict[str, Any]) -> None:
         f"{t['steps']} steps of batch {t['batch_size']} ({t['optimizer']}, lr {t['lr']}, "
         f"{t['schedule']}); seeds {cfg['seeds']}. Fine-tuned rows start from their source's "
         f"final weights and train {ft['steps']} more steps of batch {ft['batch_size']} at "
-        f"{ft['factor']}x L (lr {ft['lr']}). Evaluation (the ALiBi paper's protocol): the "
+        f"{ft['factor']}x L{_own_windows(cfg)} (lr {ft['lr']}). Evaluation (the ALiBi paper's "
+        "protocol): the "
         f"first {c['scored_tokens']} predicted tokens of the {c['scored_split']} split cut into "
         f"non-overlapping windows of each length {[f * d['context'] for f in e['factors']]}; "
         "every token is predicted once, with the context of its own window only. Perplexity is "
@@ -102,6 +103,20 @@ def _setup(rep: Report, results: dict[str, Any]) -> None:
         "token. Produced by `cape experiment lm`; `cape plot` redraws this page from "
         "results.json."
     )
+
+
+def _own_windows(cfg: dict[str, Any]) -> str:
+    """ ", or at their own window (...)" when some fine-tuned row sets `finetune_factor`."""
+    own = [f"{r['name']} {r['finetune_factor']}x" for r in cfg["rows"] if r.get("finetune_factor")]
+    return f", or at their own window ({', '.join(own)})" if own else ""
+
+
+def _recipes(rep: Report, results: dict[str, Any]) -> None:
+    """The rows' `notes` (their papers' recipes), one bullet each, when some row has them."""
+    notes = [f"- `{r['name']}`: {r['notes']}" for r in results["config"]["rows"] if r.get("notes")]
+    if notes:
+        rep.heading("Row recipes")
+        rep.paragraph("\n".join(notes))
 
 
 def _plots(rep: Report, out: Path, results: dict[str, Any]) -> None:
@@ -172,6 +187,7 @@ def render(out: Path, results: dict[str, Any]) -> Path:
         ppl_table(results, "bpb", 3),
         caption="The same in bits per byte (mean ± std over seeds).",
     )
+    _recipes(rep, results)
     rep.heading("Corpus")
     rep.table(corpus_table(results), caption=f"`{results['corpus']['corpus']}`, by split.")
     rep.heading("Plots")

@@ -12,6 +12,7 @@ import math
 from typing import Any
 
 from cape.lab.experiments.pairs import AUGMENTATION_KEYS, twins
+from cape.lab.experiments.pairs import augmentation_method as method
 from cape.lab.experiments.pairs import level as within_spread
 from cape.lab.experiments.verdict import Study, positions_line, removed_cells
 from cape.lab.report import MISSING, mean_std, summarize
@@ -89,9 +90,9 @@ def _plain(row: dict[str, Any]) -> bool:
 
 
 def augmentation(results: dict[str, Any], cells: Cells) -> list[str]:
-    """One sentence per (augmented row, the same row without CAPE's augmentation), and CAPE
-    (cape1d) against sinpos: the perplexity change at 1x, at 8x and 16x and at the longest
-    length, and whether it helps there."""
+    """One sentence per (augmented row, the same row without its augmentation: CAPE's or one of
+    `pairs.METHODS`), and CAPE (cape1d) against sinpos: the perplexity change at 1x, at 8x and
+    16x and at the longest length, and whether it helps there."""
     rows = results["config"]["rows"]
     pairs = twins(rows, AUGMENTATION_KEYS)
     sinpos = next((r["name"] for r in rows if r["position"] == "sinpos" and _plain(r)), None)
@@ -100,6 +101,7 @@ def augmentation(results: dict[str, Any], cells: Cells) -> list[str]:
     # 1x, 8x, 16x and the longest length (the one the sentence judges)
     shown = sorted({1, factors[-1], *(f for f in factors if f in (8, 16))})
     out = []
+    by_name = {r["name"]: r for r in rows}
     for aug, base in pairs:
         diffs = [
             f"{_pct(cells[aug, f], cells[base, f])} at {f}x"
@@ -115,8 +117,8 @@ def augmentation(results: dict[str, Any], cells: Cells) -> list[str]:
         else:
             word = "helps" if a["mean"] < b["mean"] else "hurts"
         out.append(
-            f"**CAPE's augmentation on {base}: {word} at {longest}x.** `{aug}` against `{base}`, "
-            f"perplexity {', '.join(diffs)}."
+            f"**{method(by_name[aug])} on {base}: {word} at {longest}x.** `{aug}` against "
+            f"`{base}`, perplexity {', '.join(diffs)}."
         )
     return out
 
@@ -128,12 +130,13 @@ def finetunes(results: dict[str, Any], cells: Cells) -> list[str]:
     factor and the other scales by length / L, so the difference is said apart."""
     cfg = results["config"]
     rows, ft = cfg["rows"], cfg.get("finetune", {})
-    at = ft.get("factor")
     out = []
     for row in rows:
         source = row.get("finetune_from")
         if not source:
             continue
+        window = row.get("finetune_factor") or ft.get("factor")  # times L, the windows
+        at = row["options"].get("factor", window)  # the fixed factor RoPE scales by
         scaling = row["options"].get("scaling")
         twin = next(
             (
@@ -150,18 +153,25 @@ def finetunes(results: dict[str, Any], cells: Cells) -> list[str]:
         }
         if not diffs:
             continue
-        head = f"**What the fine-tune buys `{row['name']}`** ({ft.get('steps')} steps at {at}x L "
-        head += f"from `{source}`'s weights), perplexity against `{twin}` (no fine-tune): "
+        head = f"**What the fine-tune buys `{row['name']}`** ({ft.get('steps')} steps at "
+        head += f"{window}x L{_with(row)} from `{source}`'s weights), perplexity against `{twin}` "
+        head += "(no fine-tune): "
         extended = twin != source  # the twin scales too (by length / L), else plain weights
         same = ""
         if at in diffs:
-            where = f"where both scale by {at}" if extended else "the length it was fine-tuned at"
-            same = f"{diffs.pop(at)} at {at}x, {where}"
+            where = f"where both scale by {at:g}" if extended else "the length it was fine-tuned at"
+            same = f"{diffs.pop(at)} at {at:g}x, {where}"
         rest = ", ".join(f"{d} at {f}x" for f, d in diffs.items())
         if rest and extended:
-            rest = f"at the other lengths (factor {at} against length / L) {rest}"
+            rest = f"at the other lengths (factor {at:g} against length / L) {rest}"
         out.append(f"{head}{same}{'; ' if same and rest else ''}{rest}.")
     return out
+
+
+def _with(row: dict[str, Any]) -> str:
+    """The words ', with <method>' for a fine-tune that also augments its positions (PoSE)."""
+    options = row.get("options") or {}
+    return f", with {method(row)}" if options.get("augmentation") else ""
 
 
 def best_longest(results: dict[str, Any], cells: Cells) -> str:
