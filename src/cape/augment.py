@@ -265,8 +265,8 @@ def check_augmentation(value: object, name: str = "augmentation") -> PositionAug
     if value is None or isinstance(value, PositionAugmentation):
         return value
     raise TypeError(
-        f"{name} must be a cape augmentation (cape.Augmentation, cape.RandomizedPositions, "
-        f"cape.PoSE, cape.RandomFloatPositions) or None, got {value!r}"
+        f"{name} must be a cape.Augmentation or None, or another cape augmentation "
+        f"(cape.RandomizedPositions, cape.PoSE, cape.RandomFloatPositions), got {value!r}"
     )
 
 
