@@ -9,9 +9,9 @@ only shapes and which tokens are real (never later tokens' content), so causal m
 - `PoSE` (Zhu et al., ICLR 2024, sec. 3.2): the window's real tokens are cut into chunks, chunk i
   shifted by a skipping bias u_i, u_0 = 0 <= u_1 <= ... <= L_t - L_c, so that over draws the
   relative distances of the whole target window [0, L_t) are met while training at L_c.
-- `RandomFloatPositions` (Shimizu et al., Findings of EACL 2026): the T real positions are T
-  sorted draws of U[0, 1) times the training length L: continuous random positions, random
-  spacings, within the training range.
+- `RandomFloatPositions` (Shimizu et al., Findings of EACL 2026, as summaries of it state the
+  rule): the T real positions are T sorted draws of U[0, 1) times the training length L:
+  continuous random positions, random spacings, within the training range.
 
 They are 1-D (M = 1): token indices, or seconds with `spacing` the step between frames (the
 lengths count tokens or frames; positions come out in the positions' units). `AUGMENTATION_KINDS`
@@ -246,8 +246,11 @@ class RandomFloatPositions(PositionAugmentation):
     `train_length` L: continuous positions in [0, L) with random spacings; identity in eval.
 
     train_length: L, the training length in the positions' units (tokens, or seconds).
-    The paper evaluates at the deterministic coordinates (2i - 1) / (2 max(L, n)) (i = 1..n),
-    times L: the token indices + 1/2 up to L tokens, position interpolation by n / L beyond.
+    The sampling rule and the evaluation at the deterministic coordinates (2i - 1) /
+    (2 max(L, n)) (i = 1..n) are as a published summary of the paper states them (arXiv
+    2602.14050; the paper's own text could not be read here); the scale L is cape's choice,
+    so that, times L, those coordinates are the token indices + 1/2 up to L tokens and
+    position interpolation by n / L beyond.
     cape keeps eval the identity; with rotary, `scaling="pi", train_length=L` (no factor)
     interpolates beyond L as that rule does (the common 1/2 leaves rotary's relative angles
     unchanged). Draws: [T, B] (token-major: appended padding changes nothing). `pair`: each
