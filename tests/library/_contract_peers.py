@@ -73,19 +73,28 @@ FITTED = ("cape2d", "sinpos2d", "sine-2d", "rotary2d", "rope-axial", "rope-mixed
 
 
 def fit_grid(d: Draw) -> Call:
-    """Every encoding that fits its frequencies to a grid, on grids of 1-6 samples a side: an
-    encoding that then reads that grid, or a ValueError naming fit_grid."""
+    """Every encoding that fits its frequencies to a grid, on grids of 1-16 samples a side and
+    widths from the smallest: an encoding whose frequencies alias on none of the grid's axes
+    (`count_aliased` on that grid is 0: a step of exactly pi counts as aliased, by the
+    sampling theorem), or a ValueError naming fit_grid."""
     name = d.choice(FITTED)
-    grid = (d.int(1, 6), d.int(1, 6))
+    grid = (d.int(1, 16), d.int(1, 16))
     grid = d.bad("fit_grid", grid, ((0, 3), (2.5, 3), "4x4", (2, 3, 4)))
-    dim = 8 if name in ("rotary2d", "rope-axial", "rope-mixed") else 16
+    rotates = name in ("rotary2d", "rope-axial", "rope-mixed")
+    dim = d.choice((2, 4, 8, 16) if rotates else (2, 4, 6, 8, 16, 32, 64))
     options = {"heads": 2} if name == "rope-mixed" else {}
+    if name in ("cape2d", "sinpos2d", "sine-2d", "rotary2d") and d.coin(0.3):
+        options["augmentation"] = cape.Augmentation(max_global_scaling=d.choice((1.2, 2.0)))
 
-    def call() -> torch.Tensor:
+    def call() -> tuple[torch.Tensor, int]:
         enc = cape.build(name, dim, fit_grid=grid, **options)
-        return enc.frequencies if hasattr(enc, "frequencies") else enc.head_freqs
+        freqs = enc.frequencies if hasattr(enc, "frequencies") else enc.head_freqs
+        return freqs, cape.count_aliased(enc, grid) if hasattr(enc, "frequencies") else 0
 
-    return d.finish(f"peers.fit_grid {name}", call, ("fit_grid",))
+    def check(out: tuple[torch.Tensor, int]) -> str | None:
+        return None if out[1] == 0 else f"{out[1]} frequencies alias on the grid fitted to"
+
+    return d.finish(f"peers.fit_grid {name}", call, ("fit_grid", "dim", "head_dim"), check)
 
 
 def count_aliased(d: Draw) -> Call:

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from cape.augment import Augmentation
 from cape.encodings.rotary import Rotary
 from cape.models import CausalLM
+from cape.models.sampling import next_token
 from cape.position_sampling import PoSE, RandomizedPositions
 
 VOCAB = 13
@@ -305,3 +306,80 @@ def test_spec_rebuilds_the_model_and_options_are_checked() -> None:
         CausalLM(VOCAB, position="cape2d", **TINY)  # reads 2-D positions
     with pytest.raises(ValueError, match="divisible"):
         CausalLM(VOCAB, dim=30, heads=4)
+
+
+# --- argument checks: every integer dtype, temperatures at their limits, eos, 2-D names ------
+
+SMALL = dict(dim=8, layers=1, heads=2, ffn_dim=8, dropout=0.0)
+PROMPT = torch.tensor([[1, 2, 3]])
+INTEGERS = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.uint16, torch.uint32]
+
+
+def _small() -> CausalLM:
+    torch.manual_seed(0)
+    return CausalLM(11, **SMALL).eval()
+
+
+@pytest.mark.parametrize("dtype", INTEGERS + [torch.uint64], ids=str)
+def test_every_integer_dtype_reads_as_the_same_ids(dtype: torch.dtype) -> None:
+    # nn.Embedding reads int32/int64 only, cross_entropy's targets int64/uint8 only: the ids of
+    # any integer dtype (a corpus's uint8 / uint16 arrays) give what int64 ids give
+    model, ids = _small(), PROMPT.to(dtype)
+    assert torch.equal(model(ids), model(PROMPT))
+    assert torch.equal(model.loss(ids), model.loss(PROMPT))
+    stepped = model.step(ids, model.start_cache())
+    assert torch.equal(stepped, model.step(PROMPT, model.start_cache()))
+    for max_new in (0, 2):  # long for max_new = 0 too, as the docstring says
+        out = model.generate(ids, max_new)
+        assert out.dtype == torch.int64 and torch.equal(out, model.generate(PROMPT, max_new))
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "words"),
+    [
+        (lambda m: m(PROMPT.bool()), TypeError, "tokens must be an integer tensor"),
+        (lambda m: m.generate(PROMPT.bool(), 2), TypeError, "prompt must be an integer tensor"),
+        (lambda m: m(torch.tensor([[255]], dtype=torch.uint8)), ValueError, "tokens must hold"),
+        (lambda m: m(torch.tensor([[-1]], dtype=torch.int8)), ValueError, "tokens must hold"),
+        (lambda m: m(torch.tensor([[2**63 + 1]], dtype=torch.uint64)), ValueError, "tokens must"),
+        (lambda m: m.generate(PROMPT, 2, eos=True), TypeError, "eos must be None or an int"),
+        (lambda m: m.generate(PROMPT, 2, eos=3.0), TypeError, "eos must be None or an int"),
+        (lambda m: m.generate(PROMPT, 2, eos=torch.tensor(3)), TypeError, "eos must be"),
+        (lambda m: m.generate(PROMPT, 2, eos=11), ValueError, "eos must be None or a token id"),
+        (lambda m: m.generate(PROMPT, 2**24), ValueError, r"max_new: prompt \+ max_new"),
+    ],
+)
+def test_bad_tokens_and_eos_are_refused_by_name(call, error: type, words: str) -> None:
+    with pytest.raises(error, match=words):
+        call(_small())
+
+
+def test_a_2d_name_is_refused_for_its_positions_before_its_options() -> None:
+    # rope-mixed needs heads= among its own options: the model's reason comes first
+    for name in ("rope-mixed", "rope-axial", "rotary2d", "cape2d", "sine-2d"):
+        with pytest.raises(ValueError, match=rf"'{name}' reads 2-D positions; a language model"):
+            CausalLM(11, dim=8, heads=2, position=name)
+
+
+@pytest.mark.parametrize("temperature", [5e-324, 1e-45, 1e-38, 1e-30])
+def test_a_vanishing_temperature_is_the_greedy_limit(temperature: float) -> None:
+    # softmax(l / T) -> all its mass on the argmax as T -> 0 (ties shared): a denormal T is
+    # greedy decoding, not a NaN distribution
+    model = _small()
+    g = torch.Generator().manual_seed(0)
+    out = model.generate(PROMPT, 6, temperature=temperature, generator=g)
+    assert torch.equal(out, model.generate(PROMPT, 6))
+    tied = torch.tensor([[1.0, 3.0, 3.0, -2.0]] * 500)  # two maxima: each drawn, nothing else
+    drawn = next_token(tied, temperature, None, g)
+    assert set(drawn.tolist()) == {1, 2} and 150 < int((drawn == 1).sum()) < 350
+
+
+@pytest.mark.parametrize("temperature", [1e30, 1e38, 1e300])
+def test_a_huge_temperature_is_the_uniform_limit(temperature: float) -> None:
+    # softmax(l / T) -> 1 / V as T -> inf: 4000 draws over V = 4 land ~1000 on each id
+    logits = torch.tensor([[5.0, -3.0, 0.0, 2.0]]).expand(4000, 4)
+    drawn = next_token(logits, temperature, None, torch.Generator().manual_seed(0))
+    counts = torch.bincount(drawn, minlength=4)
+    assert int(counts.min()) > 880 and int(counts.max()) < 1120, counts.tolist()
+    out = _small().generate(PROMPT, 4, temperature=temperature)
+    assert out.dtype == torch.int64 and out.shape == (1, 7)

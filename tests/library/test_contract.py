@@ -29,6 +29,7 @@ import torch
 from _contract import Call, Draw, Recorder
 from _contract_api import GENERATORS as API
 from _contract_lm import GENERATORS as LM
+from _contract_lm_props import GENERATORS as LM_PROPERTIES
 from _contract_modules import GENERATORS as MODULES
 from _contract_peers import GENERATORS as PEERS
 from _contract_sampling import GENERATORS as SAMPLING
@@ -38,18 +39,20 @@ from hypothesis import strategies as st
 import cape
 from cape.models import CTCModel, Seq2Seq, ViT
 
-GROUPS = {**API, **MODULES, **PEERS, **LM}
+GROUPS = {**API, **MODULES, **PEERS, **LM, **LM_PROPERTIES}
 GROUPS["augment"] = GROUPS["augment"] + SAMPLING["augment"]  # every augmentation of the family
 FAST = {"positions": 200, "augment": 320, "functional": 200, "encodings": 250, "models": 80}
 FAST["peers"] = 120
 FAST["lm"] = 60
+FAST["lm-properties"] = 120
 SLOW = {"positions": 1500, "augment": 2500, "functional": 2500, "encodings": 3500, "models": 1000}
 SLOW["peers"] = 1000
 SLOW["lm"] = 600
+SLOW["lm-properties"] = 1200
 # another sample of inputs: CAPE_CONTRACT_SEED=1 pytest ... (empty: the sample CI draws)
 SEED = os.environ.get("CAPE_CONTRACT_SEED", "")
 # chance that one argument is drawn from the refused values (calls with many arguments: less)
-P_BAD = {"encodings": 0.05, "models": 0.05, "lm": 0.05}
+P_BAD = {"encodings": 0.05, "models": 0.05, "lm": 0.05, "lm-properties": 0.04}
 
 
 def run_group(group: str, examples: int) -> Recorder:

@@ -74,6 +74,11 @@ def aliased(freqs: torch.Tensor, spacing: torch.Tensor | tuple[float, ...]) -> t
     # an axis with one sample (spacing inf) has no neighbours: no phase step, nothing aliases
     d = torch.where(torch.isinf(d), torch.zeros_like(d), d)
     phase_step = freqs.to(torch.float64).abs() * d[:, None]
+    # A step of exactly pi counts as aliased (>=), by the sampling theorem: samples determine a
+    # sinusoid only below the Nyquist limit, |w| < pi / D strictly. At the limit the phase
+    # differences are w n D = pi n, whose sine is 0 at every offset n: w and -w (= w - 2 pi / D)
+    # give the same samples up to a constant phase, so the encoding loses the sign of every
+    # offset (a cos-only channel, the "sine is 0 at every sample" of the module docstring).
     return (phase_step >= math.pi).any(dim=0)
 
 
@@ -158,7 +163,7 @@ def grid_frequencies_2d(
         rho=rho,
     )
     k = torch.arange(dim // 2, dtype=torch.float64)
-    return _float32(torch.stack([r * torch.cos(k), r * torch.sin(k)]))
+    return _inside_band(_float32(torch.stack([r * torch.cos(k), r * torch.sin(k)])), spacing)
 
 
 def grid_frequencies_1d(
@@ -168,7 +173,30 @@ def grid_frequencies_1d(
     (the order of `sinusoid_frequencies`: base^(-2k/dim) decreases with k), all strictly inside
     the band (`grid_radii` with rho="midpoint")."""
     radii = grid_radii(count, spacing, span, max_scaling=max_scaling, rho="midpoint")
-    return _float32(radii.flip(0))
+    return _inside_band(_float32(radii.flip(0))[None], (spacing,))[0]
+
+
+def _below_nyquist(spacing: float) -> float:
+    """The largest float32 w with w * spacing < pi, as `aliased` computes it (float64)."""
+    w = torch.tensor(math.pi / spacing, dtype=torch.float32)
+    while float(w.double()) * spacing >= math.pi:  # a float32 step or two below pi / spacing
+        w = torch.nextafter(w, torch.zeros_like(w))
+    return float(w)
+
+
+def _inside_band(freqs: torch.Tensor, spacing: tuple[float, ...]) -> torch.Tensor:
+    """freqs [M, K] float32 with every |w_mk| strictly below axis m's Nyquist limit pi / D_m
+    (`aliased`: the limit itself aliases). The radii reach the limit where the grid leaves
+    no room: the top radius `hi` along an axis (k = 0 when dim = 2), every radius when an axis
+    of two samples makes lo = hi, or float32 rounding of a radius just under it; those are
+    moved to the largest float32 below the limit, every other frequency kept as it is. An axis
+    of one sample (D inf) has no limit."""
+    out = freqs.clone()
+    for m, d in enumerate(spacing):
+        if math.isfinite(d) and d > 0:
+            top = _below_nyquist(d)
+            out[m] = out[m].clamp(-top, top)
+    return out
 
 
 def _float32(freqs: torch.Tensor) -> torch.Tensor:

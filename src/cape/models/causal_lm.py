@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .._checks import check_generator, check_int, check_rate
-from ..build import encoding_class
+from ..build import encoding_class, encoding_entry
 from ..encodings.in_attention import InAttentionEncoding
 from ..positions import token_positions
 from .decode_cache import AttentionCache, DecoderCache
@@ -49,6 +49,34 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
     "fire": dict(causal=True),
 }
 _TOKENS = "a language model reads 1-D token positions"
+MAX_TOKENS = 2**24  # float32 holds every integer up to 2**24: token positions stay exact
+
+
+def _check_1d(position: str, options: object) -> None:
+    """A `cape.build` name whose module reads 2-D (or more) positions by default is refused
+    before its options are read: the options of a 2-D encoding (rope-mixed's heads) would
+    otherwise be asked for first."""
+    if isinstance(options, dict) and "pos_dim" in options:
+        return  # the plan checks the M the options give
+    try:
+        m = encoding_entry(position).pos_dim({})
+    except TypeError:  # no M of its own (nopos; an input encoding's M follows its input)
+        return
+    if m != 1:
+        raise ValueError(f"position {position!r} reads {m}-D positions; {_TOKENS}")
+
+
+def _check_eos(eos: object, vocab_size: int) -> None:
+    """eos: None or an int token id in [0, vocab_size) (a bool is not a token id)."""
+    if eos is None:
+        return
+    if isinstance(eos, bool) or not isinstance(eos, int):
+        raise TypeError(
+            f"eos must be None or an int token id in [0, {vocab_size}), got "
+            f"{type(eos).__name__} {eos!r}"
+        )
+    if not 0 <= eos < vocab_size:
+        raise ValueError(f"eos must be None or a token id in [0, {vocab_size}), got {eos}")
 
 
 def _cache_refusal(enc: InAttentionEncoding) -> str:
@@ -119,6 +147,7 @@ class CausalLM(nn.Module):
         if not isinstance(tie_embeddings, bool):
             raise TypeError(f"tie_embeddings must be a bool, got {tie_embeddings!r}")
         encoding_class(position, key="position")  # a `cape.build` name, or a ValueError
+        _check_1d(position, position_options)
         self.position = position.lower()
         self.position_options = resolve_options(self.position, position_options, _DEFAULTS)
         self._spec: dict[str, Any] = dict(
@@ -171,7 +200,7 @@ class CausalLM(nn.Module):
         positions: [B, T(, 1)] float (None = token indices, 0 at padding). generator: CAPE's
         draws in training (and layer drop's). Rows at padding are unspecified.
         """
-        _check_tokens("tokens", tokens, self.vocab_size)
+        tokens = _check_tokens("tokens", tokens, self.vocab_size)  # int64 ids
         if mask is not None:
             _check_mask("mask", mask, tuple(tokens.shape))
         check_generator("generator", generator)  # refused even when nothing is drawn
@@ -189,7 +218,7 @@ class CausalLM(nn.Module):
         a scalar, the mean over the predicted real tokens (token t + 1 from tokens[:, : t + 1];
         a target at padding is ignored). 0 when no token has a real predecessor."""
         logits = self(tokens, mask, generator=generator)[:, :-1]
-        targets = tokens[:, 1:]
+        targets = tokens[:, 1:].long()  # any integer dtype (forward checked the ids)
         nll = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # [B, T-1]
         if mask is None:
             return nll.mean() if nll.numel() else nll.sum()
@@ -220,7 +249,7 @@ class CausalLM(nn.Module):
         """The next tokens [B, t] (t >= 1: a prompt, then one at a time), at positions
         cache.length .. cache.length + t - 1 -> logits [B, t, V] float32, equal to the full
         forward's last t rows over every token fed so far; the cache grows in place."""
-        _check_tokens("tokens", tokens, self.vocab_size)
+        tokens = _check_tokens("tokens", tokens, self.vocab_size)  # int64 ids
         if not isinstance(cache, DecoderCache) or cache.layers != len(self.stack.layers):
             raise TypeError(f"cache must come from this model's start_cache, got {cache!r}")
         if self.training:
@@ -262,13 +291,17 @@ class CausalLM(nn.Module):
         over the last `window` tokens only (a model that reads at most that many positions,
         such as a learned table's); no cache.
         """
-        _check_tokens("prompt", prompt, self.vocab_size)
+        prompt = _check_tokens("prompt", prompt, self.vocab_size)  # int64 ids
         if prompt.shape[1] < 1:
             raise ValueError(f"prompt must hold at least one token per row, got {prompt.shape}")
         check_int("max_new", max_new, minimum=0)
+        if window is None and prompt.shape[1] + max_new > MAX_TOKENS:
+            raise ValueError(
+                f"max_new: prompt + max_new tokens must be at most {MAX_TOKENS} (positions are "
+                f"float32 token indices, exact up to 2**24), got {prompt.shape[1]} + {max_new}"
+            )
         temp, top_k = check_sampling(temperature, top_k, generator, self.vocab_size)
-        if eos is not None and not (isinstance(eos, int) and 0 <= eos < self.vocab_size):
-            raise ValueError(f"eos must be None or a token id in [0, {self.vocab_size}), got {eos}")
+        _check_eos(eos, self.vocab_size)
         if cache is not None and not isinstance(cache, bool):
             raise TypeError(f"cache must be True, False or None, got {cache!r}")
         if window is not None:

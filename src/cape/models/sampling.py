@@ -39,7 +39,12 @@ def next_token(
     """
     if temperature == 0.0:
         return logits.argmax(dim=-1)
-    scores = logits.float() / temperature
+    # softmax(l / T) = softmax((l - max l) / T): the shifted logits are <= 0, so a denormal T
+    # sends every one below the maximum to -inf (the greedy limit, ties sampled alike) and a
+    # huge T sends them to 0 (the uniform limit); the maxima stay 0 even where T underflows
+    # float32 (0 / 0 would be NaN)
+    shifted = logits.float() - logits.float().amax(dim=-1, keepdim=True)
+    scores = torch.where(shifted == 0, 0.0, shifted / temperature)
     if top_k is not None and top_k < scores.shape[-1]:
         kth = scores.topk(top_k, dim=-1).values[:, -1:]
         scores = scores.masked_fill(scores < kth, float("-inf"))

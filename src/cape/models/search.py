@@ -33,13 +33,16 @@ __all__ = ["can_cache", "centred_xpos", "greedy_decode", "beam_search", "sequenc
 
 @contextlib.contextmanager
 def _eval_mode(model: torch.nn.Module) -> Iterator[None]:
-    was_training = model.training
+    # each module's own mode comes back, not the top's for all: a model in training with a
+    # frozen part in eval mode (or the reverse) is left as it was found
+    modes = [(m, m.training) for m in model.modules()]
     model.eval()
     try:
         with torch.inference_mode():
             yield
     finally:
-        model.train(was_training)
+        for m, training in modes:
+            m.training = training
 
 
 def _check_inputs(

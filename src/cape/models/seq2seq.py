@@ -77,9 +77,13 @@ def _check_mask(
 
 
 def _check_tokens(name: str, tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """tokens [B, L] of any integer dtype with ids in [0, vocab_size) -> the same ids int64
+    (what `nn.Embedding` and the loss read; small dtypes such as uint8 / uint16 arrays of a
+    corpus have no min/max kernel of their own)."""
     check_tensor(name, tokens, ndims=(2,))
     if tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
         raise TypeError(f"{name} must be an integer tensor of token ids [B, L], got {tokens.dtype}")
+    tokens = tokens.long()  # a uint64 id past 2**63 wraps below 0: refused as out of range
     if _may_inspect_values(tokens) and tokens.numel():
         if not 0 <= int(tokens.min()) <= int(tokens.max()) < vocab_size:
             raise ValueError(f"{name} must hold token ids in [0, vocab_size={vocab_size})")
