@@ -6,6 +6,7 @@ command's output and its errors."""
 from __future__ import annotations
 
 import io
+import json
 import random
 import shutil
 
@@ -164,6 +165,17 @@ def test_command_prints_text_then_rate(runs, capsys, monkeypatch):
         (["--top-k", "0"], "--top-k"),
         (["--top-k", "1000"], "--top-k"),
         (["--checkpoint", "nope"], "nope"),
+        (["--max-new", str(2**70)], "--max-new"),
+        (["--max-new", str(2**24 + 1)], "--max-new"),
+        (["--temperature", "1e400"], "--temperature"),
+        (["--temperature", "inf"], "--temperature"),
+        (["--top-k", str(2**70)], "--top-k"),
+        (["--seed", "1180591620717411303424"], "--seed"),
+        (["--seed", str(-(2**63) - 1)], "--seed"),
+        (["--device", "meta"], "--device"),
+        (["--device", "xpu"], "--device"),
+        (["--device", "nonsense"], "--device"),
+        (["--prompt", "ab\udcffc"], "--prompt"),  # argv bytes that are not UTF-8
     ],
 )
 def test_bad_flags_exit_2_naming_them(runs, capsys, argv, flag):
@@ -192,3 +204,72 @@ def test_damaged_checkpoint_exits_1(runs, capsys):
         weights.write_bytes(weights.read_bytes()[:100])
     code, out, err = _cli([str(run), "--checkpoint", step.name], capsys)
     assert code == 1 and not out and err.count("\n") == 1 and step.name in err, err
+
+
+def test_a_prompt_on_stdin_that_is_not_utf8_is_named(runs, capsys, monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"in \xffthe\n")))
+    code, out, err = _cli([str(runs["rotary"]), "--prompt", "-"], capsys)
+    assert code == 2 and not out and err.count("\n") == 1, err
+    assert "standard input must be UTF-8" in err and "byte 3" in err, err
+
+
+def test_extreme_temperatures_generate(runs, capsys):
+    # a denormal temperature is greedy decoding, a huge one samples uniformly: both work
+    run = str(runs["rotary"])
+    greedy = _cli([run, "--prompt", PROMPT, "--max-new", "6", "--ignore-eod"], capsys)
+    tiny = _cli([run, "--prompt", PROMPT, "--max-new", "6", "--ignore-eod", "--temperature",
+                 "1e-320"], capsys)  # fmt: skip
+    assert tiny[0] == 0 and tiny[1] == greedy[1]
+    code, out, _ = _cli([run, "--prompt", PROMPT, "--max-new", "6", "--temperature", "1e300"],
+                        capsys)  # fmt: skip
+    assert code == 0 and out.startswith(PROMPT)
+
+
+def _edit_spec(run, change):
+    spec = json.loads((run / "model.json").read_text())
+    change(spec)
+    (run / "model.json").write_text(json.dumps(spec))
+
+
+@pytest.mark.parametrize(
+    ("change", "code", "words"),
+    [
+        (lambda s: s["model"].update(dim=32), 1, ["does not describe the model of checkpoint"]),
+        (lambda s: s["model"].update(layers=2), 1, ["does not describe", "stack.layers.1"]),
+        (lambda s: s["model"].update(position="fire"), 1, ["does not describe", "Missing key"]),
+        (lambda s: s["model"].update(bogus=1), 2, ['"model" has unknown keys', "bogus"]),
+        (lambda s: s["model"].update(dim="16"), 2, ['"model": dim must be an int']),
+        (lambda s: s["model"].pop("vocab_size"), 2, ["vocab_size"]),
+        (lambda s: s.update(tokenizer=3), 2, ['"tokenizer" must be "bytes" or "bpe"']),
+        (lambda s: s.update(model=[1]), 2, ['"model" object']),
+    ],
+)
+def test_a_model_json_that_does_not_fit_is_named(runs, capsys, change, code, words):
+    run = runs["tmp"] / f"spec{abs(hash(str(words))) % 10**8}"
+    shutil.copytree(runs["rotary"], run)
+    _edit_spec(run, change)
+    got, out, err = _cli([str(run), "--max-new", "2"], capsys)
+    assert got == code and not out and err.count("\n") == 1, err
+    assert "model.json" in err and all(w in err for w in words) and "unexpected" not in err, err
+
+
+@pytest.mark.parametrize("damage", ["truncated", "no checkpoints", "config without row"])
+def test_damaged_run_folders_are_named(runs, capsys, damage):
+    run = runs["tmp"] / f"damaged-{damage.replace(' ', '-')}"
+    shutil.copytree(runs["rotary"], run)
+    if damage == "truncated":  # every weights file cut short: no intact checkpoint is left
+        for weights in (run / "checkpoints").rglob("*.safetensors"):
+            weights.write_bytes(weights.read_bytes()[:50])
+        want, words = 1, ["damaged", "model.safetensors"]
+    elif damage == "no checkpoints":
+        shutil.rmtree(run / "checkpoints")
+        want, words = 2, ["no checkpoint in", "train it first"]
+    else:  # a run from before model.json, its config.json without the row
+        (run / "model.json").unlink()
+        record = json.loads((run / "config.json").read_text())
+        record["experiment"].pop("row")
+        (run / "config.json").write_text(json.dumps(record))
+        want, words = 2, ["config.json", '"row"']
+    code, out, err = _cli([str(run), "--max-new", "2"], capsys)
+    assert code == want and not out and err.count("\n") == 1, err
+    assert all(w in err for w in words) and "unexpected" not in err, err

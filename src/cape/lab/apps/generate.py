@@ -22,6 +22,8 @@ where the encoding allows it: the same logits as full forwards).
 
 from __future__ import annotations
 
+import inspect
+import math
 import sys
 import time
 from pathlib import Path
@@ -32,9 +34,11 @@ import torch
 from cape.encodings.learned import AbsPos1d
 from cape.lab.apps.device import inference_device
 from cape.lab.arguments import ArgumentParser
+from cape.lab.errors import DamagedFile
 from cape.lab.io import read_json_object
 from cape.lab.train.checkpoint import load_checkpoint, pick_checkpoint
 from cape.models import CausalLM
+from cape.models.causal_lm import MAX_TOKENS
 
 __all__ = [
     "load_lm",
@@ -73,9 +77,14 @@ def _spec_from_config(run: Path) -> dict[str, Any]:
 
     path = run / "config.json"
     record = read_json_object(path).get("experiment") or {}
-    if record.get("experiment") != "lm":
-        raise ValueError(f"run {str(run)!r} is a {record.get('experiment')!r} run, not an lm one")
+    if not isinstance(record, dict) or record.get("experiment") != "lm":
+        what = record.get("experiment") if isinstance(record, dict) else record
+        raise ValueError(f"run {str(run)!r} is a {what!r} run, not an lm one")
+    if not isinstance(record.get("config"), dict) or not isinstance(record.get("row"), str):
+        raise ValueError(f'{path}: "experiment" must hold a "config" object and a "row" name')
     cfg = from_mapping(LMConfig, record["config"])
+    if record["row"] not in [r.name for r in cfg.rows]:
+        raise ValueError(f"{path}: row {record['row']!r} is not among its config's rows")
     row = cfg.row(record["row"])
     tokenizer = cfg.data.tokenizer
     vocab = 257 if tokenizer == "bytes" else _bpe(run).vocab_size
@@ -120,15 +129,41 @@ def load_lm(
     device = inference_device(device)
     from cape.lab.data.text_corpus import ByteTokenizer
 
+    source = run / "model.json" if (run / "model.json").is_file() else run / "config.json"
+    if spec.get("tokenizer", "bytes") not in ("bytes", "bpe"):
+        raise ValueError(
+            f'{source}: "tokenizer" must be "bytes" or "bpe", got {spec["tokenizer"]!r}'
+        )
     tokenizer = ByteTokenizer() if spec.get("tokenizer", "bytes") == "bytes" else _bpe(run)
-    model = CausalLM(**spec["model"])
+    model = _model_of(spec["model"], source)
     if tokenizer.vocab_size != model.vocab_size:
         raise ValueError(
             f"run {str(run)!r}: the tokenizer has {tokenizer.vocab_size} ids, the model "
             f"{model.vocab_size}"
         )
-    load_checkpoint(pick_checkpoint(run / "checkpoints", checkpoint), model)
+    path = pick_checkpoint(run / "checkpoints", checkpoint)
+    try:
+        load_checkpoint(path, model)
+    except RuntimeError as e:  # names or shapes differ: model.json is not the checkpoint's model
+        first = next((ln.strip() for ln in str(e).splitlines()[1:] if ln.strip()), str(e))
+        raise DamagedFile(
+            f"{source} does not describe the model of checkpoint {path}: {first.split(';')[0]}",
+            source,
+        ) from e
     return model.to(device).eval(), tokenizer, spec
+
+
+def _model_of(keywords: dict[str, Any], source: Path) -> CausalLM:
+    """The CausalLM of `keywords` (the "model" object of `source`); ValueError naming the file
+    for a key CausalLM does not take or a value it refuses."""
+    allowed = [k for k in inspect.signature(CausalLM).parameters]
+    unknown = sorted(set(keywords) - set(allowed))
+    if unknown:
+        raise ValueError(f'{source}: "model" has unknown keys {unknown}; CausalLM takes {allowed}')
+    try:
+        return CausalLM(**keywords)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f'{source}: "model": {e}') from None
 
 
 def encode_prompt(tokenizer: Any, prompt: str) -> list[int]:
@@ -235,14 +270,58 @@ def _parser() -> ArgumentParser:
     return p
 
 
+SEEDS = (-(2**63), 2**64 - 1)  # what torch.Generator.manual_seed takes
+
+
 def _check_args(p: ArgumentParser, args: Any) -> None:
     """Usage errors (exit 2, one line naming the flag) before anything is loaded."""
-    if args.max_new < 1:
-        p.error(f"--max-new must be >= 1, got {args.max_new}")
-    if not args.temperature >= 0:  # NaN too
-        p.error(f"--temperature must be >= 0 (0 = greedy), got {args.temperature}")
+    if not 1 <= args.max_new <= MAX_TOKENS:
+        p.error(f"--max-new must be an int in [1, {MAX_TOKENS}], got {args.max_new}")
+    if not 0 <= args.temperature < math.inf:  # NaN too
+        p.error(f"--temperature must be a finite number >= 0 (0 = greedy), got {args.temperature}")
     if args.top_k is not None and args.top_k < 1:
         p.error(f"--top-k must be >= 1, got {args.top_k}")
+    if not SEEDS[0] <= args.seed <= SEEDS[1]:
+        p.error(f"--seed must be an int in [-2**63, 2**64 - 1] (a torch seed), got {args.seed}")
+    try:
+        _usable_device(args.device)
+    except ValueError as e:
+        p.error(str(e))
+
+
+def _usable_device(text: str) -> torch.device:
+    """--device as a device that holds values on this machine, else ValueError naming it."""
+    try:
+        device = torch.device(text)
+    except RuntimeError as e:
+        raise ValueError(f"--device {text!r} is not a torch device such as cpu or cuda:0") from e
+    if device.type == "meta":
+        raise ValueError("--device meta holds no values (shapes only); give cpu or cuda")
+    try:
+        torch.empty(1, device=device)
+    except (RuntimeError, AssertionError) as e:  # not built in, no such index, no driver
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ValueError(f"--device {text!r} is not available on this machine: {reason}") from e
+    return device
+
+
+def _read_prompt(p: ArgumentParser, prompt: str) -> str:
+    """--prompt's text, or standard input's for '-' (less one final newline): UTF-8 text, else
+    a usage error naming --prompt or standard input and the first byte that is not."""
+    if prompt != "-":
+        try:
+            prompt.encode("utf-8")  # the shell's bytes that are not UTF-8 arrive as surrogates
+        except UnicodeEncodeError as e:
+            byte = ord(prompt[e.start]) - 0xDC00
+            p.error(f"--prompt must be UTF-8 text, got the byte 0x{byte & 0xFF:02x} at {e.start}")
+        return prompt
+    stream = getattr(sys.stdin, "buffer", None)
+    raw = stream.read() if stream is not None else sys.stdin.read().encode("utf-8", "replace")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        p.error(f"--prompt -: standard input must be UTF-8 text ({e.reason} at byte {e.start})")
+    return text[:-1] if text.endswith("\n") else text
 
 
 def generate_main(argv: list[str]) -> int:
@@ -251,19 +330,21 @@ def generate_main(argv: list[str]) -> int:
     p = _parser()
     args = p.parse_args(argv)
     _check_args(p, args)
-    prompt = args.prompt
-    if prompt == "-":
-        prompt = sys.stdin.read()
-        prompt = prompt[:-1] if prompt.endswith("\n") else prompt
+    prompt = _read_prompt(p, args.prompt)
     # a missing or foreign run is a FileNotFoundError or ValueError: `cape` exits 2 with its line
-    model, tok, spec = load_lm(args.run, device=args.device, checkpoint=args.checkpoint)
+    model, tok, _ = load_lm(args.run, device=args.device, checkpoint=args.checkpoint)
     if args.top_k is not None and args.top_k > model.vocab_size:
         p.error(f"--top-k must be at most the vocabulary's {model.vocab_size}, got {args.top_k}")
     window = readable_context(model)
     prompt_tokens = len(encode_prompt(tok, prompt))
+    if window is None and prompt_tokens + args.max_new > MAX_TOKENS:
+        p.error(
+            f"--max-new: the prompt's {prompt_tokens} tokens (with <eod>) + --max-new must be at "
+            f"most {MAX_TOKENS} (token positions stay exact in float32), got {args.max_new}"
+        )
     if window is not None and prompt_tokens + args.max_new > window:
         print(
-            f"note: {spec['model']['position']} reads {window} positions: the model sees the "
+            f"note: {model.position} reads {window} positions: the model sees the "
             f"last {window} tokens only (the prompt has {prompt_tokens} with <eod>)",
             file=sys.stderr,
         )
@@ -279,7 +360,7 @@ def generate_main(argv: list[str]) -> int:
     rate = new / seconds if seconds > 0 else float("inf")
     print(
         f"{new} tokens generated in {seconds:.3f} s: {rate:.1f} tokens/s ({mode}, "
-        f"{spec['model']['position']}, {prompt_tokens} prompt tokens{ended})",
+        f"{model.position}, {prompt_tokens} prompt tokens{ended})",
         file=sys.stderr,
     )
     return 0
