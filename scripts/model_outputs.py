@@ -59,6 +59,32 @@ def library_outputs(out):
     _run(out, "enc-causal", lambda: TransformerEncoder(2, 32, 4, 64, causal=True), lambda m: m(x))
     _run(out, "enc-causal-rotary", lambda: TransformerEncoder(2, 32, 4, 64, causal=True,
          relative_factory=lambda: cape.Rotary(8)), lambda m: m(x))  # fmt: skip
+    causal_lm_outputs(out)
+
+
+def causal_lm_outputs(out):
+    """CausalLM: train/eval logits and gradients, and greedy decoding through the cache."""
+    from cape.models import CausalLM
+
+    tokens = torch.randint(0, 40, (2, 12))
+    mask = torch.ones(2, 12, dtype=torch.bool)
+    mask[1, 9:] = False
+    aug = {"augmentation": {"max_global_shift": 5.0, "max_local_shift": 0.5,
+                            "max_global_scaling": 1.5}}  # fmt: skip
+    rows = [("rotary", {}), ("rotary", aug), ("rotary", {"xpos": True}),
+            ("rotary", {"scaling": "yarn", "factor": 2.0, "train_length": 8}),
+            ("rotary", {"scaling": "ntk", "train_length": 6}), ("alibi", {}), ("alibi", aug),
+            ("fire", {}), ("relpos", {}), ("cape1d", {}),
+            ("rotary", {**aug, "draw": "per_layer"})]  # fmt: skip
+    for i, (pos, opts) in enumerate(rows):
+        name = f"lm{i}-{pos}"
+        _run(out, name, lambda pos=pos, opts=opts: CausalLM(40, dim=32, layers=2, heads=4,
+             ffn_dim=64, dropout=0.0, position=pos, position_options=opts),
+             lambda m: m(tokens, mask))  # fmt: skip
+        torch.manual_seed(0)
+        m = CausalLM(40, dim=32, layers=2, heads=4, ffn_dim=64, dropout=0.0, position=pos,
+                     position_options=opts).eval()  # fmt: skip
+        out[f"{name}/generate"] = m.generate(tokens[:, :5], 6)
 
 
 def lab_outputs(out):

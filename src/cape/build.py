@@ -163,8 +163,8 @@ class Encoding:
 
 # Rotary's options for 1-D positions only (length extension, xPos): not offered by rotary2d
 ROTARY_1D = (
-    "scaling", "train_length", "factor", "yarn_alpha", "yarn_beta", "xpos", "xpos_scale_base",
-    "xpos_center",
+    "scaling", "train_length", "factor", "yarn_alpha", "yarn_beta", "scaling_options", "xpos",
+    "xpos_scale_base", "xpos_center",
 )  # fmt: skip
 
 ENCODINGS: dict[str, Encoding] = {

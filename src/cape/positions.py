@@ -71,13 +71,17 @@ def token_positions(
     lengths: torch.Tensor | None = None,
     mask: torch.Tensor | None = None,
     device: torch.device | str | None = None,
+    start: int = 0,
 ) -> torch.Tensor:
-    """Token indices 0..T-1 -> positions: [B, T, 1] float32 (0 at padding)."""
+    """Token indices start..start+T-1 -> positions: [B, T, 1] float32 (0 at padding).
+
+    start: the tokens already seen, e.g. a key/value cache's length when decoding."""
     check_int("batch", batch, minimum=0)
     check_int("length", length, minimum=0)
+    check_int("start", start, minimum=0)
     mask = resolve_mask(batch, length, lengths, mask)
     device = mask.device if mask is not None else device
-    pos = torch.arange(length, device=device, dtype=torch.float32)
+    pos = torch.arange(start, start + length, device=device, dtype=torch.float32)
     pos = pos[None, :, None].expand(batch, length, 1)
     return _zero_padding(pos, mask)
 
@@ -208,17 +212,12 @@ def as_positions(
     dims: int | None = None,
     name: str = "positions",
     mask_name: str = "mask",
-    validate: bool = True,
 ) -> torch.Tensor:
     """Given coordinates `[B, T]` or `[B, T, M]` -> float32 `[B, T, M]`, checked finite.
 
     dims: the number of coordinates M the caller expects (None = any). mask: [B, T] bool.
-    name, mask_name: the arguments named in errors. validate: False for positions a caller has
-    checked already (converted and zeroed at padding only).
+    name, mask_name: the arguments named in errors.
     """
-    if not validate:
-        pos = positions.to(torch.float32)
-        return _zero_padding(pos if pos.dim() == 3 else pos[..., None], mask)
     check_tensor(name, positions, ndims=(2, 3))
     if dims is not None:
         check_int("dims", dims)
@@ -235,4 +234,14 @@ def as_positions(
             f"got shape {tuple(positions.shape)}"
         )
     check_finite(name, pos, mask)
+    return _zero_padding(pos, mask)
+
+
+def column_positions(positions: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Positions [B, T] or [B, T, M] a public entry point has checked -> float32 [B, T, M],
+    0 at padding (`mask` [B, T], or None when it does not describe them); no checks."""
+    pos = positions.to(torch.float32)
+    pos = pos if pos.dim() == 3 else pos[..., None]
+    if mask is None or tuple(mask.shape) != tuple(pos.shape[:2]):
+        return pos
     return _zero_padding(pos, mask)

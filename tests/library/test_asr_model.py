@@ -88,7 +88,7 @@ def _first_layer_positions(model: CTCModel, *args, **kwargs) -> torch.Tensor | N
     seen: dict[str, torch.Tensor | None] = {}
 
     def hook(_mod, _args, kw):
-        seen["positions"] = kw.get("positions")
+        seen["positions"] = kw["context"].q_positions  # what the stack prepared for every layer
 
     handle = model.encoder.layers[0].register_forward_pre_hook(hook, with_kwargs=True)
     try:

@@ -102,14 +102,10 @@ def test_stack_factory_may_return_a_rotary_and_a_bias() -> None:
         TransformerEncoder(1, D, H, 32, relative_factory=lambda: [cape.Rotary(HD)] * 2)
 
 
-def test_former_slots_warn_and_compute_the_same() -> None:
-    torch.manual_seed(0)
-    new = MultiheadAttention(D, H, biases=[cape.RelPos(HD, 4)])
-    with pytest.warns(DeprecationWarning, match="biases"):
-        old = MultiheadAttention(D, H, relative=cape.RelPos(HD, 4))
-    old.load_state_dict(new.state_dict())
-    x = torch.randn(2, 5, D)
-    torch.testing.assert_close(old(x), new(x))
+def test_the_former_slots_are_gone() -> None:
+    """`relative=` / `position_bias=` were deprecated before any release: `biases=` only."""
+    with pytest.raises(TypeError, match="relative"):
+        MultiheadAttention(D, H, relative=cape.RelPos(HD, 4))  # type: ignore[call-arg]
 
 
 def test_slots_refuse_the_other_protocol() -> None:

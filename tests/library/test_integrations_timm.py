@@ -166,8 +166,9 @@ def _reference_block(
     attn, (b, n, d) = block.attn, x.shape
     qkv = attn.qkv(block.norm1(x)).reshape(b, n, 3, attn.num_heads, attn.head_dim)
     q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
-    rotary = copy.deepcopy(attn.cape_rotary)  # its frequencies (rope-mixed: learned)
-    assert rotary.augmentation is None  # the model draws: the layers hold none
+    # its frequencies (rope-mixed: learned); eval: the positions given are the drawn ones
+    rotary = copy.deepcopy(attn.cape_rotary).eval()
+    rotary.__dict__.pop("prepare", None)  # `_record`'s spy, bound to the model's own rotary
     q, k = rotary(q, k, positions=positions.expand(b, -1, -1))
     weights = (q @ k.transpose(-2, -1) * attn.head_dim**-0.5).softmax(-1)
     out = attn.proj((weights @ v).transpose(1, 2).reshape(b, n, d))
@@ -181,13 +182,14 @@ def _record(model: VisionTransformer) -> tuple[list, list]:
     model.blocks[0].register_forward_hook(lambda m, args, y: io.append((args[0], y)))
     for i, block in enumerate(model.blocks):
         rotary = block.attn.cape_rotary
-        angles = rotary.angles
+        prepare = rotary.prepare
 
-        def spy(positions, *args, _i=i, _angles=angles, **kwargs):
-            used.append((_i, positions))
-            return _angles(positions, *args, **kwargs)
+        def spy(context, _i=i, _prepare=prepare):
+            if context.augmented:  # the model's forward drew (not a test's own direct call)
+                used.append((_i, context.q_positions))
+            return _prepare(context)
 
-        rotary.angles = spy
+        rotary.prepare = spy
     return io, used
 
 

@@ -60,6 +60,12 @@ EXAMPLES: dict[str, dict] = {
     "xpos": {"xpos": True},
     "xpos_scale_base": {"xpos": True, "xpos_scale_base": 256.0},
     "xpos_center": {"xpos": True, "xpos_center": 0.0},
+    "scaling_options": {  # a rope scaling's own options (cape.functional.rope_registry)
+        "scaling": "llama3",
+        "factor": 8.0,
+        "train_length": 64.0,
+        "scaling_options": {"low_freq_factor": 1.0, "high_freq_factor": 4.0},
+    },
     "hidden": {"hidden": 8},  # fire: the MLP's width
     "c": {"c": 2.0},  # fire: psi's initial scale
     "threshold": {"threshold": 4.0},  # fire: the initial threshold L

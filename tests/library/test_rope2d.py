@@ -149,7 +149,7 @@ def test_vit_takes_them_at_any_size_with_capes_augmentation(name: str) -> None:
         4, image_size=16, patch=4, dim=16, depth=1, heads=2, position=name,
         position_options={"fit_grid": True, **aug},
     )  # fmt: skip
-    rope = model.layer_position
+    rope = model.encoder.layers[0].self_attn.rotary
     assert isinstance(rope, cape.RoPE2d) and rope.fit_grid == (4, 4)
     assert rope.augmentation == cape.Augmentation(0.5, 0.5, 1.4)
     model.train()(torch.randn(2, 3, 16, 16)).sum().backward()

@@ -221,8 +221,8 @@ def test_in_attention_rows_live_in_every_self_attention_only(position: str) -> N
         assert isinstance(mod, kind) and mod.head_dim == 16
         if position == "relpos":
             assert mod.k_max == 5
-        else:
-            assert mod.augmentation is None  # positions arrive augmented from positions()
+    # positions arrive augmented from positions(): the stacks' contexts say so
+    assert model.encoder.plan.augmented_by_stack and model.decoder.plan.augmented_by_stack
     for layer in model.decoder.layers:
         assert not layer.cross_attn.positional
     assert model.src_position is None and model.tgt_position is None

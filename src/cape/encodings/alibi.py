@@ -26,11 +26,13 @@ class ALiBi(PositionBias):
     `Augmentation` of the positions, applied in train mode.
 
     It acts inside attention (the bias protocol, `cape.encodings.in_attention`:
-    `MultiheadAttention(biases=[...])`): one module per layer; `dim` of `cape.build("alibi",
-    dim)` is the number of heads H (not a width).
+    `MultiheadAttention(biases=[...])`); having no parameters, one module (and one bias per
+    forward) serves every layer of a stack. `dim` of `cape.build("alibi", dim)` is the number
+    of heads H (not a width).
     """
 
     per_head = True  # cape.build's dim is H, not the head size (models.plan.attention_size)
+    mask_free = True  # -m_h |p_i - p_j| reads no mask: one bias per forward serves every layer
 
     def __init__(
         self,
@@ -42,15 +44,12 @@ class ALiBi(PositionBias):
     ) -> None:
         super().__init__(heads, augmentation)
         self.causal = check_bool("causal", causal)
-        given = alibi_slopes(heads) if slopes is None else check_slopes(slopes, heads)
-        self._slopes = given.detach().cpu().clone()
-        self.register_buffer("slopes", self._slopes.clone(), persistent=False)
-
-    def _apply(self, fn, recurse=True):  # type: ignore[override]
-        super()._apply(fn, recurse)
-        # .to(bf16) must not round the slopes: they stay float32 wherever the module goes
-        self.slopes = self._slopes.to(self.slopes.device)
-        return self
+        if slopes is None:
+            with torch.device("cpu"):  # the float32 master, also under a meta device
+                given = alibi_slopes(heads)
+        else:
+            given = check_slopes(slopes, heads)
+        self.register_float32("slopes", given)  # .to(bf16) must not round them
 
     def bias_from(self, q, k, k_mask, attn_mask, q_positions, k_positions):
         """-alpha_h |q_i - k_j| (`alibi_bias`): it reads neither mask (every key is penalised

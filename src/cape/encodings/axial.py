@@ -84,19 +84,11 @@ class SineND(PositionalEncoding):
                 ]
             )
         self._master = freqs.detach().to("cpu", torch.float32).contiguous()
-        self.register_buffer("freqs", self._master.clone(), persistent=False)
-        # for the fused kernel; made where the module is made (meta under `torch.device("meta")`)
-        freqs2, offset = _axial_doubled_frequencies(self._master.to(torch.empty(0).device))
-        self.register_buffer("freqs2", freqs2, persistent=False)
-        self.register_buffer("offset", offset, persistent=False)
-
-    def _apply(self, fn, recurse=True):  # type: ignore[override]
-        # frequencies stay float32 through .to(bf16) (rounded ones would shift every phase)
-        super()._apply(fn, recurse)
-        self.freqs = self._master.to(self.freqs.device)
-        freqs2, offset = _axial_doubled_frequencies(self.freqs)
-        self.freqs2, self.offset = freqs2, offset
-        return self
+        self.register_float32("freqs", self._master)
+        with torch.device("cpu"):  # the masters, also under `with torch.device("meta")`
+            freqs2, offset = _axial_doubled_frequencies(self._master)  # for the fused kernel
+        self.register_float32("freqs2", freqs2)
+        self.register_float32("offset", offset)
 
     @property
     def frequencies(self) -> torch.Tensor:

@@ -50,12 +50,36 @@ from ..augment import Augmentation, check_augmentation
 from ..positions import as_positions, resolve_mask, timestamps, token_positions
 from .grids import GridLayout, check_grids, resolve_grid
 
-__all__ = ["PositionalEncoding", "float32_region", "check_encoding_content"]
+__all__ = ["PositionalEncoding", "Float32Buffers", "float32_region", "check_encoding_content"]
 
 
 def float32_region(device: torch.device) -> contextlib.AbstractContextManager:
     """Disable autocast so phases are computed in float32 whatever the caller's autocast."""
     return torch.autocast(device_type=device.type, enabled=False)
+
+
+class Float32Buffers(nn.Module):
+    """A module whose `register_float32` buffers stay float32 wherever it goes.
+
+    torch's `.to(dtype)`, `.half()` and `.bfloat16()` cast every floating-point buffer,
+    persistent or not; frequencies or slopes rounded to bfloat16 would shift every phase by
+    whole radians at large positions. These buffers follow the module's device only: after
+    each `_apply`, one whose dtype changed is restored from its float32 master (on the CPU)."""
+
+    def register_float32(self, name: str, tensor: torch.Tensor) -> None:
+        """A non-persistent float32 buffer `name` (nothing in the state_dict) from `tensor`, a
+        CPU tensor; the buffer is made on the default device (meta under `torch.device("meta")`)."""
+        master = tensor.detach().to("cpu", torch.float32).contiguous()
+        self.__dict__.setdefault("_float32_masters", {})[name] = master
+        self.register_buffer(name, master.to(torch.empty(0).device), persistent=False)
+
+    def _apply(self, fn, recurse=True):  # type: ignore[override]
+        super()._apply(fn, recurse)
+        for name, master in self.__dict__.get("_float32_masters", {}).items():
+            buffer = self._buffers.get(name)
+            if buffer is not None and buffer.dtype != torch.float32:
+                self._buffers[name] = master.to(buffer.device)
+        return self
 
 
 def check_encoding_content(x: object, dim: int, ndims: tuple[int, ...] = (3,)) -> None:
@@ -72,7 +96,7 @@ def check_encoding_content(x: object, dim: int, ndims: tuple[int, ...] = (3,)) -
         raise TypeError(f"x must be a floating-point tensor (the content), got {x.dtype}")
 
 
-class PositionalEncoding(GridLayout, nn.Module):
+class PositionalEncoding(GridLayout, Float32Buffers):
     """Base of the absolute encodings (module docstring: the protocol).
 
     dim: D, the embedding size. pos_dim: M, coordinates per position.

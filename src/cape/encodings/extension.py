@@ -1,68 +1,124 @@
-"""`Rotary`'s options beyond the training length, checked and set on the module: the length
-extension (`scaling`: PI, NTK, YaRN, with `train_length` / `factor`) and xPos. The formulas are
-in `cape.functional.rope_scaling`; this only validates and stores what `Rotary` reads."""
+"""`Rotary`'s options beyond the training length, checked once: the length extension (`scaling`,
+any name of the rope-scaling registry `cape.functional.rope_registry`, with `train_length`,
+`factor` and the scaling's own options) and xPos. The formulas live in `cape.functional`."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
-from .._checks import check_bool, check_choice, check_float, check_limit
+from .._checks import check_bool, check_float, check_limit
+from ..functional.rope_registry import RopeScaling, rope_scaling
 
-__all__ = ["init_extension"]
+__all__ = ["Extension", "check_extension"]
 
 
-def init_extension(
-    rot: Any,
+@dataclasses.dataclass(frozen=True)
+class Extension:
+    """A rotary's extension options, validated (`check_extension`).
+
+    scaling: the registry name (None: none); rule: its entry; options: every option the entry
+    reads (factor, train_length, base, head_dim and its own). fixed: the factor of every call
+    when the frequencies are one table (None: each call has its own value).
+    """
+
+    scaling: str | None
+    rule: RopeScaling | None
+    options: Mapping[str, Any]
+    fixed: float | None
+    xpos: bool
+    xpos_scale_base: float
+    xpos_center: float | None
+
+    @property
+    def per_call(self) -> bool:
+        """Whether each call computes its own frequencies (no fixed factor)."""
+        return self.rule is not None and self.fixed is None
+
+
+def _optional(name: str, value: object, minimum: float = 0.0) -> float | None:
+    if value is None:
+        return None
+    return check_limit(name, check_float(name, value, minimum=minimum, strict=minimum == 0.0))
+
+
+def _scaling_options(
+    scaling: str, rule: RopeScaling, given: Mapping[str, Any] | None, yarn: dict[str, float]
+) -> dict[str, Any]:
+    """The entry's own options: its defaults, then `yarn_alpha` / `yarn_beta` (the keywords of
+    the paper's YaRN), then `scaling_options`; unknown names refused."""
+    if given is not None and not isinstance(given, Mapping):
+        raise TypeError(f"scaling_options must be a mapping or None, got {type(given).__name__}")
+    out = dict(rule.options)
+    out.update({k: v for k, v in yarn.items() if k in out})
+    unknown = sorted(set(given or {}) - set(out))
+    if unknown:
+        raise ValueError(
+            f"scaling_options {unknown} are not options of scaling={scaling!r}; it takes "
+            f"{sorted(rule.options) or 'none'} (besides factor and train_length)"
+        )
+    return {**out, **(given or {})}
+
+
+def check_extension(
+    *,
+    head_dim: int,
+    pos_dim: int,
+    base: float,
     scaling: str | None,
     train_length: float | None,
     factor: float | None,
+    scaling_options: Mapping[str, Any] | None,
     yarn_alpha: float,
     yarn_beta: float,
     xpos: bool,
     xpos_scale_base: float,
     xpos_center: float | None,
-) -> None:
-    """Check the options (ValueError/TypeError naming the argument) and set them on `rot`, a
-    `Rotary` whose `pos_dim` and `head_dim` are already set."""
-    check_choice("scaling", scaling, (None, "pi", "ntk", "yarn"))
-    rot.scaling = scaling
-    rot.train_length = (
-        None
-        if train_length is None
-        else check_limit("train_length", check_float("train_length", train_length, strict=True))
-    )
-    rot.factor = (
-        None
-        if factor is None
-        else check_limit("factor", check_float("factor", factor, minimum=1.0))
-    )
-    rot.yarn_alpha = check_float("yarn_alpha", yarn_alpha)
-    rot.yarn_beta = check_limit("yarn_beta", check_float("yarn_beta", yarn_beta))
-    if not rot.yarn_alpha < rot.yarn_beta:
+) -> Extension:
+    """Check `Rotary`'s extension options (ValueError/TypeError naming the argument)."""
+    train_length = _optional("train_length", train_length)
+    factor = _optional("factor", factor, minimum=1.0)
+    yarn = {"yarn_alpha": check_float("yarn_alpha", yarn_alpha)}
+    yarn["yarn_beta"] = check_limit("yarn_beta", check_float("yarn_beta", yarn_beta))
+    if not yarn["yarn_alpha"] < yarn["yarn_beta"]:
         raise ValueError(f"yarn_alpha must be < yarn_beta, got {yarn_alpha} and {yarn_beta}")
-    rot.xpos = check_bool("xpos", xpos)
-    rot.xpos_scale_base = check_limit(
+    xpos = check_bool("xpos", xpos)
+    scale_base = check_limit(
         "xpos_scale_base", check_float("xpos_scale_base", xpos_scale_base, strict=True)
     )
-    rot.xpos_center = (
-        None
-        if xpos_center is None
-        else check_limit(
+    center = None
+    if xpos_center is not None:
+        center = check_limit(
             "xpos_center", check_float("xpos_center", xpos_center, minimum=-float("inf"))
         )
-    )
-    if xpos and rot.pos_dim != 1:
-        raise ValueError(f"xpos applies to pos_dim=1 (1-D positions), got pos_dim={rot.pos_dim}")
+    if xpos and pos_dim != 1:
+        raise ValueError(f"xpos applies to pos_dim=1 (1-D positions), got pos_dim={pos_dim}")
     if scaling is None:
         for name, value in (("train_length", train_length), ("factor", factor)):
             if value is not None:
-                raise ValueError(f"{name} applies with scaling ('pi', 'ntk', 'yarn'), got None")
-        return
-    if rot.pos_dim != 1:
+                raise ValueError(
+                    f"{name} applies with scaling (e.g. 'pi', 'ntk', 'yarn'), got None"
+                )
+        if scaling_options:
+            raise ValueError("scaling_options apply with scaling (e.g. 'yarn-hf'), got None")
+        return Extension(None, None, {}, None, xpos, scale_base, center)
+    if not isinstance(scaling, str):
+        raise TypeError(f"scaling must be None or a str, got {type(scaling).__name__}")
+    rule = rope_scaling(scaling)
+    if pos_dim != 1:
         raise ValueError("scaling applies to pos_dim=1 (1-D positions), got pos_dim=2")
-    if scaling == "ntk" and rot.head_dim < 4:
-        raise ValueError(f"scaling='ntk' needs head_dim >= 4 (hd - 2 > 0), got {rot.head_dim}")
-    if scaling == "yarn" and train_length is None:
-        raise ValueError("train_length is required for scaling='yarn' (its ramp reads it)")
-    if train_length is None and factor is None:
+    given = {"factor": factor, "train_length": train_length}
+    for name in rule.needs:
+        if given[name] is None:
+            raise ValueError(f"{name} is required for scaling={scaling!r}")
+    if rule.per_call == "span" and train_length is None and factor is None:
         raise ValueError(f"scaling={scaling!r} needs train_length (a factor per call) or factor")
+    options = {
+        **_scaling_options(scaling, rule, scaling_options, yarn),
+        **given,
+        "base": base,
+        "head_dim": head_dim,
+    }
+    options = rule.check(options, head_dim)
+    return Extension(scaling, rule, options, rule.fixed_value(options), xpos, scale_base, center)

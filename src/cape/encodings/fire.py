@@ -13,7 +13,7 @@ from torch import nn
 
 from .._checks import check_bool, check_float, check_int, check_tensor
 from ..augment import Augmentation
-from ..functional.fire import fire_bias
+from ..functional.fire import fire_distance, mlp_bias, normalised_distance
 from .in_attention import PositionBias
 
 __all__ = ["FIRE"]
@@ -64,15 +64,21 @@ class FIRE(PositionBias):
         return self.threshold_scale.float().abs() * self.threshold0
 
     def bias_from(self, q, k, k_mask, attn_mask, q_positions, k_positions):
-        """f(psi(d_ij) / psi(n_i)) (`fire_bias`); only visible keys (`k_mask`, `attn_mask`) set
-        the normaliser n_i."""
+        """f(psi(d_ij) / psi(n_i)) (`cape.functional.fire_bias`'s maths); only visible keys
+        (`k_mask`, `attn_mask`) set the normaliser n_i."""
         seen = None if k_mask is None else k_mask[:, None, :]
         if attn_mask is not None:  # its shape is checked against the given positions
             attn_mask = self._visible(attn_mask, q_positions, k_positions)
             seen = attn_mask if seen is None else seen & attn_mask
         lin1, lin2 = self.mlp[0], self.mlp[2]
         weights = (lin1.weight, lin1.bias, lin2.weight, lin2.bias)
-        return fire_bias(q, k, weights, self.c, self.threshold, self.causal, seen)
+        c, lim = self.c.float().abs(), self.threshold.abs()
+        r = normalised_distance(q[..., 0], k[..., 0], c, lim, self.causal, seen)
+        return mlp_bias(r, weights)
+
+    def check_values(self, q: torch.Tensor, k: torch.Tensor) -> None:
+        """A direct call's reach: |c| x |p_i - p_j| within float32 (`fire_distance`)."""
+        fire_distance(q, k, self.c.detach(), self.threshold.detach(), self.causal)
 
     @staticmethod
     def _visible(

@@ -8,21 +8,42 @@ CAPE's "26.8s to the left/right").
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from torch import nn
 
 from .._checks import check_float, check_int, check_tensor
 from ..functional.relative import (
+    bucket_index,
     num_buckets,
     relative_index,
     relative_logits,
     relative_values,
     relpos_attention,
 )
-from ..positions import as_positions
-from .in_attention import AttentionBias, BiasCall
+from ..positions import as_positions, column_positions
+from .in_attention import AttentionBias, PositionContext
 
-__all__ = ["RelPos"]
+__all__ = ["RelPos", "RelPosTable"]
+
+
+@dataclasses.dataclass(frozen=True)
+class RelPosTable:
+    """One call's bucket per pair [B or 1, Tq, Tk] and the rows of the tables it uses."""
+
+    index: torch.Tensor
+    rel_key: torch.Tensor
+    rel_value: torch.Tensor | None
+
+
+def _index_positions(
+    positions: torch.Tensor | None, length: int, device: torch.device, mask: torch.Tensor | None
+) -> torch.Tensor:
+    """Checked positions [B, T(, 1)] -> float32 [B, T], 0 at padding; None -> [1, T] indices."""
+    if positions is None:
+        return torch.arange(length, device=device, dtype=torch.float32)[None]
+    return column_positions(positions, mask)[..., 0]
 
 
 class RelPos(AttentionBias):
@@ -73,15 +94,11 @@ class RelPos(AttentionBias):
         length: int,
         device: torch.device,
         mask: torch.Tensor | None,
-        validate: bool = True,
     ) -> torch.Tensor:
         """[B, T] or [B, T, 1] -> float32 [B, T]; None -> token indices [1, T] (shared by the
-        batch). validate: False for positions the caller checked (`MultiheadAttention`)."""
+        batch)."""
         if positions is None:
             return torch.arange(length, device=device, dtype=torch.float32)[None]
-        if not validate:
-            fits = mask is not None and tuple(mask.shape) == tuple(positions.shape[:2])
-            return as_positions(positions, mask=mask if fits else None, validate=False)[..., 0]
         check_tensor(name, positions, ndims=(2, 3))
         if mask is not None:
             check_tensor("key_padding_mask", mask, ndims=(2,))
@@ -107,37 +124,40 @@ class RelPos(AttentionBias):
     def adds_values(self) -> bool:  # type: ignore[override]
         return self.rel_value is not None
 
-    def _table(self, call: BiasCall) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """(bucket index [B or 1, Tq, Tk], the key rows, the value rows) of one call: with
-        token indices, only the buckets a pair can use (known from the shape: no host sync)."""
-        tq, tk = call.q.shape[2], call.k.shape[2]
-        q_pos, k_pos, mask, k_mask = call.q_positions, call.k_positions, call.mask, call.k_mask
-        if call.self_attention:
+    def prepare(self, context: PositionContext) -> RelPosTable:
+        """The call's bucket index [B or 1, Tq, Tk] and the rows it uses of the key (and value)
+        tables: with token indices, only the buckets a pair can use (known from the shape: no
+        host sync)."""
+        c = context
+        q_pos, k_pos, mask, k_mask = c.q_positions, c.k_positions, c.mask, c.k_mask
+        if c.self_attention:
             k_pos, k_mask = q_pos, mask
-        qp = self._positions("q_positions", q_pos, tq, call.q.device, mask, validate=False)
-        kp = self._positions("k_positions", k_pos, tk, call.k.device, k_mask, validate=False)
-        index, rel_key, rel_value = self.index(qp, kp), self.rel_key, self.rel_value
+        qp = _index_positions(q_pos, c.q_len, c.device, mask)
+        kp = _index_positions(k_pos, c.k_len, c.device, k_mask)
+        index = bucket_index(qp, kp, self.k_max, self.step)
+        rel_key, rel_value = self.rel_key, self.rel_value
         # token indices 0..T-1; not when traced, where T may be symbolic (torch.export): the
         # slice would tie the graph to T's side of K
         if q_pos is None and k_pos is None and not torch.compiler.is_compiling():
-            used = min(self.k_max, round((max(tq, tk) - 1) / self.step))
+            used = min(self.k_max, round((max(c.q_len, c.k_len) - 1) / self.step))
             if used < self.k_max:
                 lo, hi = self.k_max - used, self.k_max + used + 1
                 index, rel_key = index - lo, rel_key[lo:hi]
                 rel_value = None if rel_value is None else rel_value[lo:hi]
-        return index, rel_key, rel_value
+        return RelPosTable(index, rel_key, rel_value)
 
-    def attention_bias(self, call: BiasCall) -> torch.Tensor:
+    def bias(self, state: RelPosTable, q: torch.Tensor, allowed: torch.Tensor | None):
         """Shaw's key term q_i . a_ij / sqrt(d) -> [B, H, Tq, Tk] in q's dtype (the bias
         protocol)."""
-        index, rel_key, _ = self._table(call)
-        return relative_logits(call.q, rel_key, index)
+        return relative_logits(q, state.rel_key, state.index)
 
-    def value_term(self, probs: torch.Tensor, call: BiasCall) -> torch.Tensor:
-        """Shaw's value term sum_j p_ij a^V_ij: probabilities [B, H, Tq, Tk] -> [B, H, Tq, d]."""
-        index, _, rel_value = self._table(call)
-        assert rel_value is not None
-        return relative_values(probs, rel_value, index, call.q.dtype)
+    def value_term(
+        self, probs: torch.Tensor, state: RelPosTable, dtype: torch.dtype
+    ) -> torch.Tensor:
+        """Shaw's value term sum_j p_ij a^V_ij: probabilities [B, H, Tq, Tk] -> [B, H, Tq, d]
+        in `dtype` (q's)."""
+        assert state.rel_value is not None
+        return relative_values(probs, state.rel_value, state.index, dtype)
 
     def forward(
         self,

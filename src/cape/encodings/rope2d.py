@@ -83,8 +83,9 @@ class RoPE2d(Rotary):
         self.fit_grid = fit_grid_pair(fit_grid, every_axis=True)
         spacing = (1.0,) * pos_dim if fit_grid is None else sampling_of(self, fit_grid)[0]
         if variant == "axial":
-            self._fitted = axial_frequencies(head_dim, theta=self.theta, spacing=spacing)
-            self.register_buffer("fitted_freqs", self._fitted.clone(), persistent=False)
+            with torch.device("cpu"):  # the float32 master, also under a meta device
+                freqs = axial_frequencies(head_dim, theta=self.theta, spacing=spacing)
+            self.register_float32("freqs", freqs)  # [M, hd/2]
         else:
             self.head_freqs = nn.Parameter(
                 mixed_frequencies(head_dim, self.heads, theta=self.theta, spacing=spacing)
@@ -101,7 +102,7 @@ class RoPE2d(Rotary):
     def _angles(self, pos: torch.Tensor) -> torch.Tensor:
         if self.variant == "mixed":
             return mixed_angles(pos, self.head_freqs)  # [B, H, T, hd/2]
-        return super()._angles(pos)  # rotary_angles over the fitted [M, hd/2] frequencies
+        return super()._angles(pos)  # over the axial [M, hd/2] frequencies
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, **kwargs: object) -> tuple:
         """q: [B, H, Tq, hd], k: [B, H, Tk, hd] -> rotated (q, k): `Rotary.forward`."""

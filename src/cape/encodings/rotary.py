@@ -4,9 +4,19 @@ Rotating queries and keys makes attention logits depend on relative positions on
 augmentation then perturbs those relative positions during training (local shift, global
 scaling). A global shift moves q and k together and leaves the logits unchanged, so for rotary
 it only matters through float32 precision.
+
+Prepare once, apply per layer (`cape.encodings.in_attention`): `prepare(context)` turns one
+call's positions into a `Rotation` (angles and magnitudes), `Rotation.apply(q, k)` rotates. The
+frequencies are float32 buffers made once, in the constructor, with a fixed length extension
+folded in; one that depends on the call (no fixed factor, transformers' dynamic types) scales
+them in `prepare`.
 """
 
 from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 
@@ -19,27 +29,43 @@ from .._checks import (
     check_int,
     check_phases,
     check_tensor,
+    max_abs,
 )
 from ..augment import Augmentation, mean_normalize
 from ..functional.frequencies import grid_frequencies_2d
 from ..functional.rope_scaling import (
-    extension_factor,
     position_midpoint,
+    position_range,
     position_span,
-    scaled_frequencies,
     xpos_scale,
-    yarn_temperature,
 )
-from ..functional.rotary import rotary_angles
 from ..functional.sinusoidal import cape2d_frequencies, sinusoid_frequencies
-from ..positions import as_positions, token_positions
+from ..positions import as_positions, column_positions, token_positions
 from .base import float32_region
-from .extension import init_extension
+from .extension import check_extension
 from .grids import GridLayout, fit_grid_pair, max_scaling_of, sampling_of
-from .in_attention import QKTransform
+from .in_attention import PositionContext, QKTransform
 from .rotation import rotate
 
-__all__ = ["Rotary"]
+__all__ = ["Rotary", "Rotation", "check_half_range"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Rotation:
+    """One call's rotation, prepared once and applied in every layer.
+
+    q_angles / k_angles: [B or 1, Tq / Tk, hd/2] float32 (per head: [B or 1, H, T, hd/2]).
+    q_scale / k_scale: [B or 1, 1, T or 1, hd] float32 magnitudes (xPos, an attention factor),
+    None = 1."""
+
+    q_angles: torch.Tensor
+    k_angles: torch.Tensor
+    q_scale: torch.Tensor | None = None
+    k_scale: torch.Tensor | None = None
+
+    def apply(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """q [B, H, Tq, hd], k [B, H, Tk, hd] -> rotated (and scaled), in their dtypes."""
+        return rotate(q, self.q_angles, self.q_scale), rotate(k, self.k_angles, self.k_scale)
 
 
 class Rotary(GridLayout, QKTransform):
@@ -52,23 +78,27 @@ class Rotary(GridLayout, QKTransform):
     fit_grid (pos_dim 2): (H, W) of the training grid: 2D frequencies fitted to it (as
     `CAPE2d(fit_grid=...)`, through the augmentation's max_global_scaling) instead of the paper's.
 
-    Longer than training (pos_dim 1; `cape.functional.rope_scaling` has the formulas):
-    scaling: None, "pi" (position interpolation), "ntk" (NTK-aware base) or "yarn" (NTK-by-parts
-    and q, k each multiplied by 0.1 ln s + 1, the attention temperature). The factor s: `factor`
-    (fixed, >= 1), else per call and per sample s = max(1, L / train_length) with L the length
-    the valid positions cover, n steps of their mean spacing, the larger of q's and k's
-    (augmented in training): L = T for token indices 0..T-1, T x hop for frames in seconds,
-    whatever the padding. train_length is in the positions' units (tokens,
-    seconds); YaRN needs it for its ramp (yarn_alpha < yarn_beta, in turns over train_length).
+    Longer than training (pos_dim 1): scaling, a name of the rope-scaling registry
+    (`cape.functional.rope_registry`: "pi", "ntk", "yarn" (the paper's), "yarn-hf",
+    "dynamic", "longrope", "llama3", or one registered by the user), with `factor`,
+    `train_length` (in the positions' units: tokens, seconds) and the scaling's own options in
+    `scaling_options` (yarn_alpha / yarn_beta are the paper's YaRN ramp, in turns over
+    train_length). "pi", "ntk" and "yarn" without a fixed `factor` take per call and per sample
+    s = max(1, L / train_length), L the length the valid positions cover (n steps of their
+    mean spacing, the larger of q's and k's, augmented in training): T for token indices
+    0..T-1, T x hop for frames in seconds, whatever the padding. The attention factor of YaRN
+    (0.1 ln s + 1) or LongRoPE multiplies q and k.
     xpos: xPos (causal / relative use: logits scale by zeta^((n - m) / xpos_scale_base), which
     decays for n > m and blows up for n < m): q * zeta^((n - n0)/B), k * zeta^(-(m - n0)/B),
     n0 = floor((min + max + 1)/2) of the valid positions, or `xpos_center` if given (a common
     offset, it cancels in logits). With "pi", xPos reads the interpolated positions (as
-    rotary-embedding-torch does). A key/value cache needs `factor` and `xpos_center` (`cacheable`).
+    rotary-embedding-torch does). A key/value cache needs a fixed scaling and `xpos_center`
+    (`cacheable`).
 
     It acts inside attention (the q/k protocol, `cape.encodings.in_attention`:
-    `MultiheadAttention(rotary=...)`): one module per layer, `dim` of `cape.build` is the head
-    size. `grid_positions(H, W)` are the continuous (x, y) a 2-D rotary reads.
+    `MultiheadAttention(rotary=...)`); having no parameters, one module serves every layer of
+    a stack. `dim` of `cape.build` is the head size. `grid_positions(H, W)` are the continuous
+    (x, y) a 2-D rotary reads.
     """
 
     def __init__(
@@ -85,6 +115,7 @@ class Rotary(GridLayout, QKTransform):
         factor: float | None = None,
         yarn_alpha: float = 1.0,
         yarn_beta: float = 32.0,
+        scaling_options: Mapping[str, Any] | None = None,
         xpos: bool = False,
         xpos_scale_base: float = 512.0,
         xpos_center: float | None = None,
@@ -96,53 +127,174 @@ class Rotary(GridLayout, QKTransform):
         self.pos_dim = pos_dim
         self.base = check_float("base", base, minimum=1.0, strict=True)
         self.freq_scale = check_float("freq_scale", freq_scale, strict=True)
-        if pos_dim == 1:  # made once here: base and freq_scale must give float32 frequencies
-            sinusoid_frequencies(head_dim, base=base, freq_scale=freq_scale)
-        else:
-            cape2d_frequencies(head_dim, freq_scale=freq_scale)
         self.fit_grid = fit_grid_pair(fit_grid)
-        self._fitted: torch.Tensor | None = None
         if fit_grid is not None:
             if pos_dim != 2:
                 raise ValueError(f"fit_grid applies to pos_dim=2 (a grid), got pos_dim={pos_dim}")
             if freq_scale != 1.0:
                 raise ValueError("give freq_scale or fit_grid, not both (fit_grid sets the range)")
-            spacing, span = sampling_of(self, fit_grid)
-            self._fitted = grid_frequencies_2d(
-                head_dim, spacing, span, max_scaling=max_scaling_of(augmentation)
-            )
-            self.register_buffer("fitted_freqs", self._fitted.clone(), persistent=False)
-        init_extension(
-            self, scaling, train_length, factor, yarn_alpha, yarn_beta,
-            xpos, xpos_scale_base, xpos_center,
+        with torch.device("cpu"):  # the float32 masters, also under `with torch.device("meta")`
+            freqs = self._base_frequencies(augmentation)
+        self.register_float32("freqs", freqs)  # [M, hd/2], radians per unit
+        ext = check_extension(
+            head_dim=self.head_dim, pos_dim=pos_dim, base=self.base, scaling=scaling,
+            train_length=train_length, factor=factor, scaling_options=scaling_options,
+            yarn_alpha=yarn_alpha, yarn_beta=yarn_beta, xpos=xpos,
+            xpos_scale_base=xpos_scale_base, xpos_center=xpos_center,
         )  # fmt: skip
+        self.extension = ext
+        self.scaling, self.xpos = ext.scaling, ext.xpos
+        self.train_length, self.factor = ext.options.get("train_length"), ext.fixed
+        self.yarn_alpha = ext.options.get("yarn_alpha", check_float("yarn_alpha", yarn_alpha))
+        self.yarn_beta = ext.options.get("yarn_beta", yarn_beta)
+        self.xpos_scale_base, self.xpos_center = ext.xpos_scale_base, ext.xpos_center
+        self._fixed_scale: float | None = None
+        if ext.rule is not None and ext.fixed is not None:  # one table for every call
+            with torch.device("cpu"):
+                s = torch.full((1, 1), ext.fixed)
+                scaled = ext.rule.frequencies(freqs[0], s, ext.options)
+                factor_of = ext.rule.attention_factor(s[:, 0], ext.options)
+            self.register_float32("scaled_freqs", scaled)
+            self._fixed_scale = None if factor_of is None else float(factor_of[0])
 
-    def _apply(self, fn, recurse=True):  # type: ignore[override]
-        super()._apply(fn, recurse)
-        if self._fitted is not None:  # float32 through .to(bf16): phases must not shift
-            self.fitted_freqs = self._fitted.to(self.fitted_freqs.device)
-        return self
-
-    @property
-    def frequencies(self) -> torch.Tensor:
-        """The angular frequencies [M, head_dim/2] (radians per unit), float32 on the CPU."""
-        if self._fitted is not None:
-            return self._fitted
+    def _base_frequencies(self, augmentation: Augmentation | None) -> torch.Tensor:
+        """[M, hd/2] radians per unit: fitted to `fit_grid`, CAPE's 2-D ones, or 1-D."""
+        if self.fit_grid is not None:
+            spacing, span = sampling_of(self, self.fit_grid)
+            return grid_frequencies_2d(
+                self.head_dim, spacing, span, max_scaling=max_scaling_of(augmentation)
+            )
         if self.pos_dim == 1:
             return sinusoid_frequencies(self.head_dim, base=self.base, freq_scale=self.freq_scale)[
                 None
             ]
         return cape2d_frequencies(self.head_dim, freq_scale=self.freq_scale)
 
+    @property
+    def frequencies(self) -> torch.Tensor:
+        """The angular frequencies [M, head_dim/2] (radians per unit) before any length
+        extension, float32 on the CPU."""
+        return self._float32_masters["freqs"]
+
+    # -- prepare ---------------------------------------------------------------------------
     def _angles(self, pos: torch.Tensor) -> torch.Tensor:
-        return rotary_angles(
-            pos,
-            self.head_dim,
-            base=self.base,
-            freq_scale=self.freq_scale,
-            mode="1d" if self.pos_dim == 1 else "2d",
-            freqs=None if self._fitted is None else self.fitted_freqs,
-        )
+        """Positions [B, T, M] float32 -> angles [B, T, hd/2]: sum_m p_m w_m."""
+        w = self.freqs
+        angles = pos[..., 0:1] * w[0]
+        for m in range(1, w.shape[0]):
+            angles = angles + pos[..., m : m + 1] * w[m]
+        return angles
+
+    def _positions(self, context: PositionContext) -> tuple:
+        """The call's float32 positions (q, k, q_mask, k_mask), augmented when this module
+        draws; token indices by default, one row shared by the batch unless padding or a
+        random draw (`drawing`) makes the rows differ."""
+        c = context
+        aug = None if c.augmented else self.augmentation
+        qp, mask = c.q_positions, c.mask
+        if qp is None:
+            draws = aug is not None and self.drawing
+            shared = mask is None and not draws and c.self_attention
+            qp = token_positions(1 if shared else c.batch, c.q_len, mask=mask, device=c.device)
+        q = column_positions(qp, mask)
+        if c.self_attention:
+            if aug is not None:
+                q = aug(q, mask, training=self.training, generator=c.generator)
+            return q, q, mask, mask
+        k_mask = c.k_mask
+        kp = c.k_positions
+        if kp is None:
+            kp = token_positions(c.batch, c.k_len, mask=k_mask, device=c.device)
+        k = column_positions(kp, k_mask)
+        if aug is not None:
+            if aug.normalize and k.shape[1]:  # the keys' mean, subtracted from both sides
+                offset = k - mean_normalize(k, k_mask)
+                q, k = q - offset[:, :1], k - offset[:, :1]
+            q, k = aug.pair(q, k, mask, k_mask, training=self.training, generator=c.generator)
+        return q, k, mask, k_mask
+
+    def prepare(self, context: PositionContext) -> Rotation:
+        """The `Rotation` of one call's positions: angles and magnitudes of q and k, with the
+        length extension and xPos (class docstring); the phases checked once here."""
+        with float32_region(context.device):
+            q, k, q_mask, k_mask = self._positions(context)
+            self._check_phases(q, k)
+            rotation = self._rotation(q, k, q_mask, k_mask)
+        if self.xpos:  # YaRN's temperature alone (0.1 ln s + 1) stays near 1: nothing to read
+            check_half_range(context.dtype, rotation.q_scale, rotation.k_scale)
+        return rotation
+
+    def _check_phases(self, q: torch.Tensor, k: torch.Tensor) -> None:
+        def bound() -> torch.Tensor:  # per axis, the largest |frequency|; read when checking
+            return max_abs(self.frequencies.t())
+
+        check_phases("positions", q, bound)
+        if k is not q:
+            check_phases("k_positions", k, bound)
+
+    def _rotation(self, q, k, q_mask, k_mask) -> Rotation:
+        """Positions [B, T, M] of q and k -> their `Rotation` (class docstring)."""
+        ext, self_attention = self.extension, k is q
+        s = None
+        if ext.rule is None:
+            q_ang = self._angles(q)
+            k_ang = q_ang if self_attention else self._angles(k)
+        elif ext.fixed is not None:
+            w = self.scaled_freqs[0]
+            q_ang, k_ang = q * w, (q * w if self_attention else k * w)
+            s = torch.full((1,), ext.fixed, device=q.device)
+        else:
+            s = ext.rule.call_value(_span(q, k, q_mask, k_mask), _longest(q, k, q_mask, k_mask),
+                                    ext.options)  # fmt: skip
+            w = ext.rule.frequencies(self.freqs[0], s[:, None], ext.options)[:, None]
+            q_ang, k_ang = q * w, (q * w if self_attention else k * w)
+        q_mag = k_mag = self._attention_factor(s)
+        if self.xpos:
+            q_mag, k_mag = self._xpos(q, k, q_mask, k_mask, s, q_mag, k_mag)
+        return Rotation(q_ang, k_ang, q_mag, k_mag)
+
+    def _attention_factor(self, s: torch.Tensor | None) -> torch.Tensor | None:
+        ext = self.extension
+        if s is None or ext.rule is None:
+            return None
+        if ext.fixed is not None:
+            value = self._fixed_scale
+            return None if value is None else torch.full((1, 1, 1, 1), value, device=s.device)
+        factor = ext.rule.attention_factor(s, ext.options)
+        return None if factor is None else factor[:, None, None, None]
+
+    def _xpos(self, q, k, q_mask, k_mask, s, q_mag, k_mag):
+        if self.scaling == "pi":  # xPos on the interpolated positions
+            q, k = q / s[:, None, None], (q / s[:, None, None] if k is q else k / s[:, None, None])
+        if self.xpos_center is not None:
+            n0: Any = self.xpos_center
+        elif k is q:
+            n0 = position_midpoint(q, q_mask)
+        else:
+            both_mask = _joint_mask(q, k, q_mask, k_mask)
+            n0 = position_midpoint(torch.cat([q, k], dim=1), both_mask)
+        qs = xpos_scale(q, self.head_dim, scale_base=self.xpos_scale_base, center=n0)
+        ks = 1 / xpos_scale(k, self.head_dim, scale_base=self.xpos_scale_base, center=n0)
+        q_mag = qs[:, None] if q_mag is None else q_mag * qs[:, None]
+        k_mag = ks[:, None] if k_mag is None else k_mag * ks[:, None]
+        return q_mag, k_mag
+
+    # -- public calls ----------------------------------------------------------------------
+    def _context(self, positions, k_positions, mask, k_mask, generator, batch, tq, tk, device,
+                 dtype=torch.float32) -> PositionContext:  # fmt: skip
+        """A context of one direct call, its positions checked here."""
+        check_generator("generator", generator)
+        q = None if positions is None else as_positions(positions, mask=mask, dims=self.pos_dim)
+        k = None
+        if k_positions is not None:
+            k = as_positions(
+                k_positions, mask=k_mask, dims=self.pos_dim, name="k_positions",
+                mask_name="k_mask",
+            )  # fmt: skip
+        return PositionContext(
+            batch, tq, tk, torch.device(device), q, k, self_attention=k_positions is None,
+            mask=mask, k_mask=k_mask, generator=generator, dtype=dtype,
+        )  # fmt: skip
 
     def angles(
         self,
@@ -155,71 +307,10 @@ class Rotary(GridLayout, QKTransform):
         Augments the positions in train mode (one draw: use the result for both q and k).
         With `scaling`, the extended angles (YaRN's and xPos's magnitudes are left to forward).
         """
-        return self._self_rotation(positions, mask, generator)[0]
-
-    def _self_rotation(self, positions, mask, generator, validate=True):
-        with float32_region(positions.device):
-            pos = as_positions(positions, mask=mask, dims=self.pos_dim, validate=validate)
-            if self.augmentation is not None:
-                pos = self.augmentation(pos, mask, training=self.training, generator=generator)
-            return self._extended(pos, pos, mask, mask, validate)
-
-    def _extended(self, q, k, q_mask, k_mask, validate=True):
-        """Positions [B, T, 1] of q and k -> (q angles, k angles, q's and k's magnitudes
-        [B, 1, T, hd] or [B, 1, 1, 1], None = 1): length extension and xPos (class docstring)."""
-        if self.scaling is None and not self.xpos:
-            return self._angles(q), self._angles(k), None, None
-        b, tq, tk = q.shape[0], q.shape[1], k.shape[1]
-        both = torch.cat([q, k], dim=1)
-        both_mask = None
-        if q_mask is not None or k_mask is not None:
-            ones = torch.ones(b, tq + tk, dtype=torch.bool, device=q.device)
-            both_mask = torch.cat(
-                [
-                    ones[:, :tq] if q_mask is None else q_mask,
-                    ones[:, tq:] if k_mask is None else k_mask,
-                ],
-                dim=1,
-            )
-        s = None
-        if self.scaling is None:
-            q_ang, k_ang = self._angles(q), self._angles(k)
-        else:
-            if self.factor is not None:
-                s = torch.full((b,), self.factor, device=q.device)
-            else:
-                assert self.train_length is not None
-                s = extension_factor(_span(q, k, q_mask, k_mask), self.train_length)
-            if validate:  # every method lowers frequencies: the plain ones bound the phases
-                check_phases("positions", q, self.freq_scale)
-                if k is not q:
-                    check_phases("k_positions", k, self.freq_scale)
-            omega = sinusoid_frequencies(
-                self.head_dim, base=self.base, freq_scale=self.freq_scale, device=q.device
-            )
-            w = scaled_frequencies(
-                omega,
-                s,
-                self.scaling,
-                train_length=self.train_length,
-                alpha=self.yarn_alpha,
-                beta=self.yarn_beta,
-            )[:, None]  # [B, 1, hd/2]
-            q_ang, k_ang = q * w, k * w
-        q_mag = k_mag = None
-        if self.scaling == "yarn":
-            q_mag = k_mag = yarn_temperature(s)[:, None, None, None]
-        if self.xpos:
-            if self.scaling == "pi":  # xPos on the interpolated positions
-                q, k, both = (p / s[:, None, None] for p in (q, k, both))
-            n0 = (
-                position_midpoint(both, both_mask) if self.xpos_center is None else self.xpos_center
-            )
-            qs = xpos_scale(q, self.head_dim, scale_base=self.xpos_scale_base, center=n0)
-            ks = 1 / xpos_scale(k, self.head_dim, scale_base=self.xpos_scale_base, center=n0)
-            q_mag = qs[:, None] if q_mag is None else q_mag * qs[:, None]
-            k_mag = ks[:, None] if k_mag is None else k_mag * ks[:, None]
-        return q_ang, k_ang, q_mag, k_mag
+        check_tensor("positions", positions, ndims=(2, 3))
+        b, t = positions.shape[:2]
+        ctx = self._context(positions, None, mask, None, generator, b, t, t, positions.device)
+        return self.prepare(ctx).q_angles
 
     def pair_angles(
         self,
@@ -235,22 +326,13 @@ class Rotary(GridLayout, QKTransform):
         scale per sample for both sides, independent local shifts. `normalize` subtracts the
         keys' mean from both sides (a common offset, so relative positions are kept).
         """
-        return self._pair_rotation(positions, k_positions, mask, k_mask, generator)[:2]
-
-    def _pair_rotation(self, positions, k_positions, mask, k_mask, generator, validate=True):
-        with float32_region(positions.device):
-            q = as_positions(positions, mask=mask, dims=self.pos_dim, validate=validate)
-            k = as_positions(
-                k_positions, mask=k_mask, dims=self.pos_dim, name="k_positions",
-                mask_name="k_mask", validate=validate,
-            )  # fmt: skip
-            aug = self.augmentation
-            if aug is not None:
-                if aug.normalize and k.shape[1]:  # no keys: no mean to take
-                    offset = k - mean_normalize(k, k_mask)  # [B, 1, M] mean broadcast
-                    q, k = q - offset[:, :1], k - offset[:, :1]
-                q, k = aug.pair(q, k, mask, k_mask, training=self.training, generator=generator)
-            return self._extended(q, k, mask, k_mask, validate)
+        check_tensor("positions", positions, ndims=(2, 3))
+        check_tensor("k_positions", k_positions, ndims=(2, 3))
+        b, tq, tk = positions.shape[0], positions.shape[1], k_positions.shape[1]
+        ctx = self._context(positions, k_positions, mask, k_mask, generator, b, tq, tk,
+                            positions.device)  # fmt: skip
+        rotation = self.prepare(ctx)
+        return rotation.q_angles, rotation.k_angles
 
     def forward(
         self,
@@ -262,56 +344,32 @@ class Rotary(GridLayout, QKTransform):
         mask: torch.Tensor | None = None,
         k_mask: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
-        validate: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """q: [B, H, Tq, hd], k: [B, H, Tk, hd] -> (q_rot, k_rot), same shapes and dtypes.
 
         positions: [B, Tq] or [B, Tq, M]; None = token indices (1D only, padding from `mask`).
         k_positions: [B, Tk(, M)]; None = self-attention: the same (augmented) angles rotate
         q and k, so Tq must equal Tk. mask / k_mask: [B, Tq] / [B, Tk] bool, True at real tokens.
-        validate: False when the caller checked these inputs (`MultiheadAttention`).
         """
-        if validate:
-            self._check_call(q, k, positions, k_positions, generator)
+        self._check_call(q, k, positions, k_positions)
         batch, tq, tk = q.shape[0], q.shape[2], k.shape[2]
         if positions is None:
             if self.pos_dim != 1:
                 raise ValueError("positions are required for pos_dim=2 (x, y per token)")
             if k_positions is not None:
                 raise ValueError("give positions too when giving k_positions")
-            # one row shared by the batch unless padding or a random draw (`drawing`) makes them
-            # differ: the angles (and their checks) are then [1, T, hd/2], broadcast over B
-            shared = mask is None and not self.drawing
-            positions = token_positions(1 if shared else batch, tq, mask=mask, device=q.device)
-        if k_positions is None:
-            if tq != tk:
-                raise ValueError(
-                    f"k_positions is required when Tq ({tq}) != Tk ({tk}); "
-                    "without it q and k share the same positions"
-                )
-            rotation = self._self_rotation(positions, mask, generator, validate)
-        else:
-            rotation = self._pair_rotation(
-                positions, k_positions, mask, k_mask, generator, validate
+            if mask is not None:
+                check_tensor("mask", mask, ndims=(2,))
+        if k_positions is None and tq != tk:
+            raise ValueError(
+                f"k_positions is required when Tq ({tq}) != Tk ({tk}); "
+                "without it q and k share the same positions"
             )
-        q_ang, k_ang, q_mag, k_mag = rotation
-        if self.xpos:  # YaRN's temperature alone (0.1 ln s + 1) stays near 1: nothing to read
-            check_half_range(q.dtype, q_mag, k_mag)
-        return rotate(q, q_ang, q_mag), rotate(k, k_ang, k_mag)
+        ctx = self._context(positions, k_positions, mask, k_mask, generator, batch, tq, tk,
+                            q.device, q.dtype)  # fmt: skip
+        return self.prepare(ctx).apply(q, k)
 
-    def check_dtype(self, dtype: torch.dtype, positions: torch.Tensor, mask=None) -> None:
-        """Refuse, naming `positions`, self-attention positions [B, T(, 1)] whose xPos factors
-        would overflow `dtype` (float16) once q and k are scaled (`check_half_range`); the
-        check of an attention's boundary, before its layers skip their own."""
-        if not (self.xpos and dtype == torch.float16) or not _may_inspect_values(positions):
-            return
-        with float32_region(positions.device):
-            pos = as_positions(positions, mask=mask, dims=1, validate=False)
-            *_, q_mag, k_mag = self._extended(pos, pos, mask, mask, validate=False)
-        check_half_range(dtype, q_mag, k_mag)
-
-    def _check_call(self, q, k, positions, k_positions, generator) -> None:
-        check_generator("generator", generator)
+    def _check_call(self, q, k, positions, k_positions) -> None:
         for name, t in (("q", q), ("k", k)):
             check_tensor(name, t, ndims=(4,), floating=True)
             if t.dim() != 4 or t.shape[-1] != self.head_dim:
@@ -319,13 +377,13 @@ class Rotary(GridLayout, QKTransform):
                     f"{name} must have shape [B, H, T, {self.head_dim}], got {tuple(t.shape)}"
                 )
         for name, p in (("positions", positions), ("k_positions", k_positions)):
-            if p is not None:  # values and M are checked with the angles
+            if p is not None:  # values and M are checked with the context
                 check_tensor(name, p, ndims=(2, 3))
 
     cacheable_rule = (
         "a rotary whose key rotation reads the key's own position only: no active augmentation, "
         "no xPos without xpos_center (else centred on each call's positions), no scaling "
-        "without a fixed factor (else each call's span)"
+        "without a fixed factor (else each call's span or length)"
     )
 
     @property
@@ -333,16 +391,14 @@ class Rotary(GridLayout, QKTransform):
         """Whether keys rotated in one call stay valid in later ones (a decoder's key/value
         cache): `cacheable_rule`."""
         per_call_xpos = self.xpos and self.xpos_center is None
-        fixed_scaling = self.scaling is None or self.factor is not None
-        return super().cacheable and not per_call_xpos and fixed_scaling
+        return super().cacheable and not per_call_xpos and not self.extension.per_call
 
     def extra_repr(self) -> str:
         aug = "" if self.augmentation is None else f", augmentation={self.augmentation}"
+        ext = self.extension
         if self.scaling is not None:
-            aug += f", scaling={self.scaling!r}, train_length={self.train_length}"
-            aug += f", factor={self.factor}" if self.factor is not None else ""
-            if self.scaling == "yarn":
-                aug += f", yarn_alpha={self.yarn_alpha}, yarn_beta={self.yarn_beta}"
+            shown = {k: v for k, v in ext.options.items() if k not in ("base", "head_dim")}
+            aug += f", scaling={self.scaling!r}, " + ", ".join(f"{k}={v}" for k, v in shown.items())
         if self.xpos:
             aug += f", xpos=True, xpos_scale_base={self.xpos_scale_base}"
             aug += "" if self.xpos_center is None else f", xpos_center={self.xpos_center}"
@@ -377,9 +433,30 @@ def check_half_range(dtype: torch.dtype, *magnitudes: torch.Tensor | None) -> No
             )
 
 
+def _joint_mask(q, k, q_mask, k_mask) -> torch.Tensor | None:
+    """[B, Tq + Tk] bool of q's and k's valid positions (None: all valid)."""
+    if q_mask is None and k_mask is None:
+        return None
+    b, tq, tk = max(q.shape[0], k.shape[0]), q.shape[1], k.shape[1]
+    ones = torch.ones(b, tq + tk, dtype=torch.bool, device=q.device)
+    return torch.cat(
+        [ones[:, :tq] if q_mask is None else q_mask, ones[:, tq:] if k_mask is None else k_mask],
+        dim=1,
+    )
+
+
 def _span(q: torch.Tensor, k: torch.Tensor, q_mask, k_mask) -> torch.Tensor:
     """The length q's and k's positions [B, T, 1] cover, per sample [B]: the larger of their
     spans (`position_span`: n steps of their spacing; one set in self-attention)."""
     if k is q:
         return position_span(q, q_mask)
     return torch.maximum(position_span(q, q_mask), position_span(k, k_mask))
+
+
+def _longest(q: torch.Tensor, k: torch.Tensor, q_mask, k_mask) -> torch.Tensor:
+    """The call's largest valid position + 1, over the batch and both sides -> [] float32
+    (transformers' dynamic rope types: max(position_ids) + 1)."""
+    hi = position_range(q, q_mask)[1].amax() if q.shape[1] else q.new_tensor(-1.0)
+    if k is not q and k.shape[1]:
+        hi = torch.maximum(hi, position_range(k, k_mask)[1].amax())
+    return hi + 1

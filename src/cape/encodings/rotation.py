@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import torch
 
-from .._checks import check_finite
 from .._fusion import can_fuse, fused
 from ..functional.rotary import _rotate_halves, apply_rotary
 
@@ -24,8 +23,8 @@ __all__ = ["rotate"]
 def rotate(x: torch.Tensor, angles: torch.Tensor, magnitude: torch.Tensor | None) -> torch.Tensor:
     """x [B, H, T, hd] rotated by angles [(B or 1,) (H,) T, hd/2] and scaled by magnitude
     [B or 1, 1, T or 1, hd] (equal on both halves; None = 1), in x's dtype, the maths in
-    float32. One compiled kernel where `cape.fusion` allows it. Angles are checked here once."""
-    check_finite("angles", angles.to(torch.float32), what=" in float32")
+    float32. One compiled kernel where `cape.fusion` allows it. No checks: the angles come from a
+    `Rotation` whose positions were checked when it was prepared."""
     fuse = can_fuse(x)
     constant = not (angles.requires_grad or (magnitude is not None and magnitude.requires_grad))
     if constant and x.requires_grad and torch.is_grad_enabled():

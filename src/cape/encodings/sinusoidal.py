@@ -39,30 +39,21 @@ def _check_even_dim(dim: int, what: str) -> None:
 
 
 class _Sinusoidal(PositionalEncoding):
-    """Holds a sinusoid's frequencies as float32 buffers that follow the module's device.
-
-    Non-persistent (a function of the configuration, not in the state_dict). `_apply` rebuilds
-    them in float32 after every `.to()`: `model.to(torch.bfloat16)` must not round them.
-    """
+    """Holds a sinusoid's frequencies as float32 buffers that follow the module's device only
+    (`register_float32`: `model.to(torch.bfloat16)` must not round them); non-persistent, a
+    function of the configuration, not in the state_dict."""
 
     def _set_frequencies(self, freqs: torch.Tensor) -> None:
         self._freqs = freqs.detach().to("cpu", torch.float32)
-        # the master copy is computed on the CPU even under `with torch.device("meta")`
-        device = torch.empty(0).device
-        freqs2, offset = doubled_frequencies(self._freqs.to(device))
-        self.register_buffer("freqs2", freqs2, persistent=False)
-        self.register_buffer("offset", offset, persistent=False)
+        with torch.device("cpu"):  # the masters, also under `with torch.device("meta")`
+            freqs2, offset = doubled_frequencies(self._freqs)
+        self.register_float32("freqs2", freqs2)
+        self.register_float32("offset", offset)
 
     @property
     def frequencies(self) -> torch.Tensor:
         """The angular frequencies [M, K] (radians per position unit), float32 on the CPU."""
         return self._freqs
-
-    def _apply(self, fn, recurse=True):  # type: ignore[override]
-        super()._apply(fn, recurse)
-        freqs2, offset = doubled_frequencies(self._freqs.to(self.freqs2.device))
-        self.freqs2, self.offset = freqs2, offset
-        return self
 
     def embed(self, positions: torch.Tensor) -> torch.Tensor:
         return shifted_sine(positions, self.freqs2, self.offset)

@@ -97,12 +97,32 @@ def fire_distance(
                 f"q_positions / k_positions: |c| x |p_i - p_j| reaches {reach:.3g} x "
                 f"{float(c_t.detach()):.3g}, beyond {LIMIT:.0e} (float32 maths)"
             )
+    return normalised_distance(q, k, c_t, lim, causal, k_mask)
+
+
+def normalised_distance(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    c: torch.Tensor,
+    threshold: torch.Tensor,
+    causal: bool,
+    k_mask: torch.Tensor | None,
+) -> torch.Tensor:
+    """`fire_distance`'s kernel: checked float32 positions q [B, Tq], k [B, Tk], |c| and |L| as
+    float32 0-dim tensors, k_mask None or [B or 1, Tq or 1, Tk] bool -> r [B, Tq, Tk]; no checks."""
     ahead = q[:, :, None] - k[:, None, :]  # p_i - p_j: [B, Tq, Tk]
     dist = ahead.clamp(min=0.0) if causal else ahead.abs()
     seen = dist if k_mask is None else dist * k_mask.to(dist.dtype)
     far = seen.amax(dim=-1, keepdim=True) if seen.shape[-1] else seen.new_zeros(seen.shape[:2])
-    norm = torch.maximum(far.reshape(seen.shape[0], seen.shape[1], 1), lim)
-    return torch.log1p(c_t * dist) / (torch.log1p(c_t * norm) + EPS)
+    norm = torch.maximum(far.reshape(seen.shape[0], seen.shape[1], 1), threshold)
+    return torch.log1p(c * dist) / (torch.log1p(c * norm) + EPS)
+
+
+def mlp_bias(r: torch.Tensor, weights: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """FIRE's MLP over r [B, Tq, Tk] with weights (w1, b1, w2, b2) -> [B, H, Tq, Tk] float32."""
+    w1, b1, w2, b2 = (w.to(device=r.device, dtype=torch.float32) for w in weights)
+    h = torch.relu(r[..., None] * w1[:, 0] + b1)  # [B, Tq, Tk, hidden]
+    return (h @ w2.t() + b2).permute(0, 3, 1, 2)  # [B, H, Tq, Tk]
 
 
 def fire_bias(
@@ -134,6 +154,4 @@ def fire_bias(
     if b2.shape != (heads,) or hidden == 0 or heads == 0:
         raise ValueError(f"weights.b2 must have shape [{heads}] (H >= 1), got {tuple(b2.shape)}")
     r = fire_distance(q_positions, k_positions, c, threshold, causal, k_mask)
-    h = torch.relu(r[..., None] * w1[:, 0].to(r.device) + b1.to(r.device))  # [B, Tq, Tk, hid]
-    out = h @ w2.t().to(r.device) + b2.to(r.device)  # [B, Tq, Tk, H]
-    return out.permute(0, 3, 1, 2)
+    return mlp_bias(r, (w1, b1, w2, b2))

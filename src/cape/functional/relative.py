@@ -91,6 +91,12 @@ def relative_index(
             f"q_positions and k_positions batch sizes must match or be 1, got "
             f"{tuple(q_positions.shape)} and {tuple(k_positions.shape)}"
         )
+    return bucket_index(q, k, k_max, step)
+
+
+def bucket_index(q: torch.Tensor, k: torch.Tensor, k_max: int, step: float) -> torch.Tensor:
+    """`relative_index`'s kernel: checked float32 positions q [B, Tq], k [B, Tk] -> [B, Tq, Tk]
+    buckets in [0, 2K]; no checks."""
     # float32 differences; clamp before round so huge offsets cannot overflow the int cast
     rel = (k[:, None, :] - q[:, :, None]) / step
     rel = rel.clamp(-k_max - 1.0, k_max + 1.0).round().clamp(-k_max, k_max)

@@ -35,8 +35,9 @@ from torch import nn
 
 from ..augment import Augmentation
 from ..build import build, encoding_options
+from ..encodings.in_attention import PositionContext
 from ..functional.rotary import apply_rotary
-from ..models.plan import moves_positions, take_augmentation
+from ..models.plan import moves_positions
 
 __all__ = ["replace_pos_embed", "add_rotary", "remove_pos_embed", "RotaryPositions"]
 
@@ -308,7 +309,9 @@ class _BlockRotation:
     def _angles(self, tokens: int) -> torch.Tensor:
         pos = self.state.current(tokens)
         if self._cache is None or self._cache[0] is not pos:
-            self._cache = (pos, self.rotary.angles(pos))
+            b, t = pos.shape[:2]
+            context = PositionContext(b, t, t, pos.device, pos, augmented=True)
+            self._cache = (pos, self.rotary.prepare(context).q_angles)
             return self._cache[1]
         angles, self._cache = self._cache[1], None
         return angles
@@ -366,8 +369,9 @@ def add_rotary(
     rotaries = [_block_rotary(i, b, position, opts) for i, b in enumerate(model.blocks)]
     if not rotaries:
         raise ValueError("model.blocks must hold at least one attention block")
-    # the model draws for every block at once (cape.models.plan: draw="shared")
-    augmentation = [take_augmentation(r) for r in rotaries][0]
+    # the model draws for every block at once (cape.models.plan: draw="shared"); the blocks'
+    # rotaries keep theirs (a grid fitted to its scaling reads it) but read drawn positions
+    augmentation = rotaries[0].augmentation
     state = RotaryPositions(augmentation, int(model.num_prefix_tokens))
     if drop_pos_embed:
         remove_pos_embed(model)

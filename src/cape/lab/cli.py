@@ -29,7 +29,7 @@ from cape.lab.errors import Preempted, UsageError
 __all__ = ["main"]
 
 
-_BENCHES = ("encodings", "slowdown", "throughput", "train", "gpu", "rotary", "deploy")
+_BENCHES = ("encodings", "slowdown", "throughput", "train", "gpu", "rotary", "deploy", "decode")
 
 # the data sets `cape data` makes, and one line on each (`cape data --help`)
 _DATA_SETS = {

@@ -1,5 +1,6 @@
-"""How `MultiheadAttention` attends: its checks at the boundary, the biases of its encodings
-added up, and the one dispatch to PyTorch's scaled dot-product attention.
+"""How `MultiheadAttention` attends: the checks of its encodings and positions, the biases of
+its encodings added up, and the one dispatch to PyTorch's scaled dot-product attention. Every
+function takes what it reads as arguments.
 
 Memory: a bias is [1, H, Tq, Tk] when the positions are shared by the batch (the default token
 indices without an active draw, or positions of batch 1) and no key mask is read; a key mask or
@@ -11,28 +12,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from .._checks import (
-    check_bool,
-    check_content,
-    check_finite,
-    check_mask,
-    check_phases,
-    check_tensor,
-    max_abs,
-)
-from ..encodings.in_attention import AttentionBias, BiasCall, QKTransform
-from ..positions import token_positions
+from .._checks import check_finite, check_tensor
+from ..encodings.in_attention import AttentionBias, InAttentionEncoding, QKTransform
 
-if TYPE_CHECKING:
-    from .attention import MultiheadAttention
-    from .decode_cache import AttentionCache
-
-__all__ = ["attend", "biased_attention", "check_call", "check_modules"]
+__all__ = ["attend", "biased_attention", "check_modules", "check_positions"]
 
 
 def check_modules(
@@ -70,14 +58,21 @@ def check_modules(
     return list(biases)
 
 
-def _check_positions(
-    attn: MultiheadAttention, positions: tuple, masks: tuple, names: tuple[str, str]
+def check_positions(
+    encodings: Sequence[InAttentionEncoding],
+    positions: tuple[object, object],
+    masks: tuple[torch.Tensor | None, torch.Tensor | None],
+    names: tuple[str, str],
 ) -> None:
-    dims = {enc.pos_dim for enc in (attn.rotary, *attn.biases) if enc is not None}
+    """Given positions [B, T(, M)] (None: token indices) must have the M the `encodings` read
+    and be finite at real tokens (`masks` where they describe them). Their phases are checked
+    where they are made, once per forward (`Rotary.prepare`)."""
+    dims = {enc.pos_dim for enc in encodings}
     for name, pos, pmask in zip(names, positions, masks, strict=True):
         if pos is None:  # named here: the encodings call them positions / k_positions
             continue
         check_tensor(name, pos, ndims=(2, 3))
+        assert isinstance(pos, torch.Tensor)
         given = pos.shape[-1] if pos.dim() == 3 else 1
         if dims and dims != {given}:
             want = " and ".join(f"{m}" for m in sorted(dims))
@@ -87,88 +82,6 @@ def _check_positions(
             )
         same = pmask is not None and tuple(pos.shape[:2]) == tuple(pmask.shape)
         check_finite(name, pos, pmask if same else None)
-        rot = attn.rotary
-        if rot is not None:  # angles |p| x frequency x the largest scaling
-            aug = rot.augmentation
-            scaling = 1.0 if aug is None else aug.max_global_scaling
-            check_phases(name, pos, lambda r=rot, s=scaling: max_abs(r.frequencies.t()) * s)
-
-
-def _check_cache(
-    attn: MultiheadAttention,
-    query: torch.Tensor,
-    key_value: torch.Tensor | None,
-    key_mask: torch.Tensor | None,
-    cache: AttentionCache,
-) -> None:
-    b, tq = query.shape[:2]
-    if cache.k is not None and cache.k.shape[0] != b:
-        raise ValueError(f"cached keys have {cache.k.shape[0]} rows, the query {b}")
-    if cache.static:
-        if attn.positional:
-            raise ValueError("a cached cross-attention must be content-only (no rotary or biases)")
-        if cache.k is None and key_value is None:
-            raise ValueError("an empty cross-attention cache needs key_value (the memory)")
-        return
-    if key_value is not None:
-        raise ValueError("a self-attention cache takes key_value=None (the keys are the queries)")
-    if key_mask is not None and (key_mask.dtype != torch.bool or tuple(key_mask.shape) != (b, tq)):
-        raise ValueError(
-            f"key_mask must be bool [{b}, {tq}] (the new tokens), got "
-            f"{key_mask.dtype} {tuple(key_mask.shape)}"
-        )
-    if attn.rotary is not None and not attn.rotary.cacheable:
-        rule = getattr(attn.rotary, "cacheable_rule", "a rotary without (active) augmentation")
-        raise ValueError(f"a self-attention cache needs {rule}")
-    if any(not bias.cacheable for bias in attn.biases):
-        raise ValueError("a self-attention cache needs biases without (active) augmentation")
-
-
-def check_call(
-    attn: MultiheadAttention,
-    query: object,
-    key_value: object,
-    key_mask: object,
-    causal: object,
-    positions: tuple[Any, Any],
-    query_mask: object,
-    cache: AttentionCache | None,
-    names: tuple[str, str] = ("q_positions", "k_positions"),
-) -> None:
-    """The checks of one `MultiheadAttention.forward` call (its docstring: the arguments);
-    names: what the caller calls the positions."""
-    weight = attn.q_proj.weight
-    check_content("query", query, attn.dim, weight.dtype)
-    if key_value is not None:
-        check_content("key_value", key_value, attn.dim, weight.dtype)
-    check_bool("causal", causal)
-    assert isinstance(query, torch.Tensor)
-    for bias in attn.biases:
-        bias.check_attention(attn.heads, attn.head_dim, causal)  # type: ignore[arg-type]
-    if cache is not None:
-        _check_cache(attn, query, key_value, key_mask, cache)  # type: ignore[arg-type]
-        if not cache.static:
-            _check_positions(attn, (positions[0], None), (key_mask, None), names)
-        return
-    self_attn = key_value is None
-    kv = query if self_attn else key_value
-    assert isinstance(kv, torch.Tensor)
-    b, tq, tk = query.shape[0], query.shape[1], kv.shape[1]
-    if kv.shape[0] != b:
-        raise ValueError(f"key_value must have shape [{b}, Tk, {attn.dim}], got {tuple(kv.shape)}")
-    if key_mask is not None:
-        check_mask("key_mask", key_mask, (b, tk))  # True at real keys
-    if self_attn and (positions[1] is not None or query_mask is not None):
-        raise ValueError("k_positions and query_mask are for cross-attention (key_value given)")
-    if query_mask is not None:
-        check_mask("query_mask", query_mask, (b, tq))
-    q_mask = key_mask if self_attn else query_mask
-    _check_positions(attn, positions, (q_mask, key_mask), names)
-    check_dtype = getattr(attn.rotary, "check_dtype", None)  # xPos in float16
-    if check_dtype is not None and self_attn:
-        pos = positions[0]
-        pos = token_positions(b, tq, mask=key_mask, device=query.device) if pos is None else pos
-        check_dtype(query.dtype, pos, key_mask if tuple(pos.shape[:2]) == (b, tq) else None)
 
 
 def biased_attention(
@@ -217,29 +130,25 @@ def _explicit_attention(
 
 
 def attend(
-    attn: MultiheadAttention,
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
+    biases: Sequence[tuple[AttentionBias, Any]],
     allowed: torch.Tensor | None,
-    positions: tuple[torch.Tensor | None, torch.Tensor | None],
-    ctx: dict[str, Any],
-    generator: torch.Generator | None,
     p_drop: float,
 ) -> torch.Tensor:
-    """Attention of q [B, H, Tq, d] over k, v [B, H, Tk, d] with the biases of `attn` added ->
-    [B, H, Tq, dv]. allowed: [B or 1, 1, Tq or 1, Tk] bool (None = all); rows with no visible
-    key give 0. positions: (q, k) of the biases; ctx: `self_attention`, `mask`, `k_mask`."""
-    call = BiasCall(q, k, *positions, allowed=allowed, generator=generator, **ctx)
+    """Attention of q [B, H, Tq, d] over k, v [B, H, Tk, d] with the biases added ->
+    [B, H, Tq, dv]. biases: (encoding, its prepared state) pairs; allowed: [B or 1, 1, Tq or 1,
+    Tk] bool (None = all); rows with no visible key give 0."""
     bias = None
-    for enc in attn.biases:
-        term = enc.attention_bias(call)
+    for enc, state in biases:
+        term = enc.bias(state, q, allowed)
         bias = term if bias is None else bias + term
-    if any(enc.adds_values for enc in attn.biases):
+    if any(enc.adds_values for enc, _ in biases):
         out, probs = _explicit_attention(q, k, v, bias, allowed, p_drop)
-        for enc in attn.biases:
+        for enc, state in biases:
             if enc.adds_values:
-                out = out + enc.value_term(probs, call).to(out.dtype)
+                out = out + enc.value_term(probs, state, q.dtype).to(out.dtype)
         return out
     if bias is not None:
         return biased_attention(q, k, v, bias, allowed, p_drop)

@@ -1,4 +1,4 @@
-"""A decoder-only Transformer language model with any 1-D `cape` encoding (issue 39, item 1).
+"""A decoder-only Transformer language model with any 1-D `cape` encoding.
 
 tokens -> Embedding * sqrt(D) -> dropout -> a causal pre-norm `TransformerEncoder` (GELU FFN,
 final LayerNorm; the position plan puts the encoding at its input or in every layer's
@@ -31,9 +31,7 @@ from torch import nn
 from .._checks import check_generator, check_int, check_rate
 from ..build import encoding_class, encoding_entry
 from ..encodings.in_attention import InAttentionEncoding
-from ..positions import token_positions
-from .decode_cache import AttentionCache, DecoderCache
-from .layers import TransformerEncoderLayer
+from .decode_cache import DecoderCache
 from .plan import position_plan, resolve_options
 from .sampling import check_sampling, next_token
 from .search import _eval_mode, centred_xpos
@@ -94,20 +92,6 @@ def _cache_refusal(enc: InAttentionEncoding) -> str:
             "xpos_center (e.g. 0.0), or generate(cache=False)"
         )
     return f"a key/value cache needs {getattr(enc, 'cacheable_rule', 'no active augmentation')}"
-
-
-def _cached_layer(
-    layer: TransformerEncoderLayer, x: torch.Tensor, positions: torch.Tensor, cache: AttentionCache
-) -> torch.Tensor:
-    """One causal layer over the new tokens x [B, t, D] (positions [B, t, 1]) with its
-    self-attention cache -> [B, t, D]. The encoder layer takes no cache: this is its forward
-    (`_residual` then `_ffn`) with a cached attention call."""
-
-    def attend(h: torch.Tensor) -> torch.Tensor:
-        return layer.self_attn(h, causal=True, q_positions=positions, cache=cache)
-
-    x = layer._residual(x, layer.self_norm, attend)
-    return layer._ffn(x, None)
 
 
 class CausalLM(nn.Module):
@@ -237,7 +221,7 @@ class CausalLM(nn.Module):
         for enc in self.stack.modules():
             if isinstance(enc, InAttentionEncoding) and not enc.cacheable:
                 raise ValueError(_cache_refusal(enc))
-        return DecoderCache(len(self.stack.layers))
+        return self.stack.start_cache()
 
     @property
     def can_cache(self) -> bool:
@@ -254,17 +238,8 @@ class CausalLM(nn.Module):
             raise TypeError(f"cache must come from this model's start_cache, got {cache!r}")
         if self.training:
             raise ValueError("step decodes in eval mode: call model.eval() first")
-        b, t = tokens.shape
-        pos = token_positions(b, t, device=tokens.device) + cache.length
         x = self.drop(self.embed(tokens) * self.embed_scale)
-        stack = self.stack
-        x = stack._add_position(x, None, pos, None, None)
-        layer_pos = stack._layer_positions(x, None, pos, None)  # eval: no draw
-        assert layer_pos is not None
-        for layer, layer_cache in zip(stack.layers, cache.self_attn, strict=True):
-            x = _cached_layer(layer, x, layer_pos, layer_cache)
-        cache.length += t
-        return self._logits(stack._finish(x))
+        return self._logits(self.stack(x, cache=cache))
 
     def generate(
         self,

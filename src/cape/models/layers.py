@@ -25,8 +25,7 @@ from .._checks import (
     check_rate,
     check_real,
 )
-from ..encodings.in_attention import AttentionBias, QKTransform
-from .attend import check_call
+from ..encodings.in_attention import AttentionBias, PositionContext, QKTransform
 from .attention import MultiheadAttention
 from .decode_cache import AttentionCache
 
@@ -64,8 +63,8 @@ class _Block(nn.Module):
     probabilities, the FFN hidden layer and both residual branches. layer_drop: probability of
     skipping the FFN branch in training (module docstring). activation: "gelu" or "relu".
     rotary / biases: the self-attention's in-attention encodings (`MultiheadAttention`; head_dim
-    = D / heads); relative / position_bias: their former slots, deprecated. causal: token i
-    attends to tokens j <= i only (None: False for an encoder layer; a decoder layer is causal).
+    = D / heads). causal: token i attends to tokens j <= i only (None: False for an encoder
+    layer; a decoder layer is causal).
     """
 
     decoder = False  # a decoder layer: causal, with cross-attention over a memory
@@ -83,8 +82,6 @@ class _Block(nn.Module):
         rotary: QKTransform | None = None,
         biases: Sequence[AttentionBias] = (),
         causal: bool | None = None,
-        relative: AttentionBias | None = None,
-        position_bias: AttentionBias | None = None,
     ) -> None:
         super().__init__()
         check_int("ffn_dim", ffn_dim)
@@ -96,9 +93,8 @@ class _Block(nn.Module):
         self.causal = _causal(causal, self.decoder)
         self.norm_first = norm_first
         self.self_attn = MultiheadAttention(
-            dim, heads, dropout=dropout, rotary=rotary, biases=biases, relative=relative,
-            position_bias=position_bias,
-        )  # fmt: skip
+            dim, heads, dropout=dropout, rotary=rotary, biases=biases
+        )
         self.self_norm = nn.LayerNorm(dim)
         self.ffn = nn.Sequential(
             nn.Linear(dim, ffn_dim),
@@ -123,7 +119,7 @@ class _Block(nn.Module):
             return x if branch is None else x + self.dropout(branch(norm(x)))
         return norm(x if branch is None else x + self.dropout(branch(x)))
 
-    def _check(
+    def check_inputs(
         self,
         x: object,
         mask: object,
@@ -132,7 +128,7 @@ class _Block(nn.Module):
         cache: AttentionCache | None = None,
     ) -> None:
         """x: [B, T, D] content in the parameters' dtype; mask: None or bool [B, T];
-        positions: None or [B, T(, M)]: what the self-attention checks (`check_call`)."""
+        positions: None or [B, T(, M)]: what the self-attention checks (its `check_inputs`)."""
         check_content("x", x, self.self_attn.dim, self.self_attn.q_proj.weight.dtype)
         assert isinstance(x, torch.Tensor)
         if mask is not None:
@@ -140,7 +136,7 @@ class _Block(nn.Module):
         if positions is not None:
             check_real("positions", positions, ndims=(2, 3))
         names = ("positions", "k_positions")
-        check_call(self.self_attn, x, None, mask, causal, (positions, None), None, cache, names)
+        self.self_attn.check_inputs(x, None, mask, causal, (positions, None), None, cache, names)
 
     def _ffn(self, x: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
         skip = _drop_layer(self.layer_drop, self.training, generator)
@@ -158,21 +154,22 @@ class TransformerEncoderLayer(_Block):
         mask: torch.Tensor | None = None,
         positions: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
-        validate: bool = True,
+        cache: AttentionCache | None = None,
+        context: PositionContext | None = None,
     ) -> torch.Tensor:
         """x: [B, T, D], mask: [B, T] bool (True = real), positions: [B, T(, M)] -> [B, T, D].
-        validate: False when the caller checked these inputs (the stack, once for all layers)."""
-        if validate:
-            self._check(x, mask, positions, self.causal)
+
+        cache: the self-attention's key/value cache (a causal layer decoding: x holds the new
+        tokens, `MultiheadAttention`). context: the positions a stack prepared for every layer
+        (instead of positions and generator); its inputs are then taken as checked."""
+        if context is None:
+            self.check_inputs(x, mask, positions, self.causal, cache)
+            context = self.self_attn.context(x, None, mask, positions, generator=generator,
+                                             cache=cache)  # fmt: skip
 
         def attend(h: torch.Tensor) -> torch.Tensor:
             return self.self_attn(
-                h,
-                key_mask=mask,
-                causal=self.causal,
-                q_positions=positions,
-                generator=generator,
-                validate=False,
+                h, key_mask=mask, causal=self.causal, cache=cache, context=context
             )
 
         x = self._residual(x, self.self_norm, attend)
@@ -188,7 +185,7 @@ class TransformerDecoderLayer(_Block):
 
     decoder = True
 
-    def _check_decoder(
+    def check_decoder_inputs(
         self,
         x: torch.Tensor,
         memory: torch.Tensor | None,
@@ -201,7 +198,7 @@ class TransformerDecoderLayer(_Block):
         """The decoder layer's inputs (`forward`), checked once."""
         if memory is None and (cross_cache is None or cross_cache.k is None):
             raise ValueError("memory is required unless a filled cross-attention cache is given")
-        self._check(x, mask, positions, True, self_cache)
+        self.check_inputs(x, mask, positions, True, self_cache)
         if memory is not None:
             check_content("memory", memory, self.self_attn.dim, self.self_attn.q_proj.weight.dtype)
             if memory_mask is not None:
@@ -210,8 +207,8 @@ class TransformerDecoderLayer(_Block):
                 raise ValueError(
                     f"memory must have shape [B={x.shape[0]}, S, D], got {tuple(memory.shape)}"
                 )
-            check_call(self.cross_attn, x, memory, memory_mask, False, (None, None), None,
-                       cross_cache)  # fmt: skip
+            self.cross_attn.check_inputs(x, memory, memory_mask, False, (None, None), None,
+                                         cross_cache)  # fmt: skip
 
     def forward(
         self,
@@ -223,33 +220,30 @@ class TransformerDecoderLayer(_Block):
         positions: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
         cache: tuple[AttentionCache, AttentionCache] | None = None,
-        validate: bool = True,
+        context: PositionContext | None = None,
     ) -> torch.Tensor:
         """x: [B, T, D] targets, memory: [B, S, D]; mask [B, T], memory_mask [B, S] -> [B, T, D].
 
         cache: (self-attention, cross-attention) caches for incremental decoding: x holds the
         new tokens only (mask and positions theirs); memory may be None once the
-        cross-attention cache is filled (see `TransformerDecoder.start_cache`). validate: False
-        when the caller checked these inputs.
+        cross-attention cache is filled (see `TransformerDecoder.start_cache`). context: the
+        positions a stack prepared for every layer; its inputs are then taken as checked.
         """
         self_cache, cross_cache = (None, None) if cache is None else cache
-        if validate:
-            self._check_decoder(x, memory, mask, memory_mask, positions, self_cache, cross_cache)
+        if context is None:
+            self.check_decoder_inputs(
+                x, memory, mask, memory_mask, positions, self_cache, cross_cache
+            )
+            context = self.self_attn.context(x, None, mask, positions, generator=generator,
+                                             cache=self_cache)  # fmt: skip
 
         def attend(h: torch.Tensor) -> torch.Tensor:
-            return self.self_attn(
-                h,
-                key_mask=mask,
-                causal=True,
-                q_positions=positions,
-                generator=generator,
-                cache=self_cache,
-                validate=False,
-            )
+            return self.self_attn(h, key_mask=mask, causal=True, cache=self_cache, context=context)
 
         def cross(h: torch.Tensor) -> torch.Tensor:
+            # content-only: no encoding reads the context, which marks the inputs as checked
             return self.cross_attn(
-                h, memory, key_mask=memory_mask, cache=cross_cache, validate=False
+                h, memory, key_mask=memory_mask, cache=cross_cache, context=context
             )
 
         x = self._residual(x, self.self_norm, attend)

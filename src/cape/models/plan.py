@@ -4,17 +4,20 @@ A model asks `position_plan(name, dim=D, heads=H, options=...)` once, in its con
 gets a `PositionPlan`:
 
 - `absolute`: the module added to the input (`kind = "absolute"`), or None;
-- `layer()`: a new in-attention module for one layer (`kind = "attention"`: rotary, RoPE-ViT,
-  relpos, ALiBi, FIRE), or None when the encoding adds at the input;
+- `layer()`: the in-attention module of one layer (`kind = "attention"`: rotary, RoPE-ViT,
+  relpos, ALiBi, FIRE), or None when the encoding adds at the input. An encoding without
+  parameters (rotary, ALiBi) is one module for the whole stack, as torchtune hands one rotary
+  to every layer; one with parameters (relpos, FIRE, RoPE-Mixed) gets one per layer;
 - `augmentation`: CAPE's augmentation of the positions that the in-attention layers read,
   drawn **once per forward** by the stack (`draw="shared"`, the default) and handed to every
-  layer, as x-transformers computes rotary once per stack. `draw="per_layer"` (an option of the
-  plan: `position_options={"draw": "per_layer"}`) leaves the augmentation inside each layer's
-  module instead, so that every layer draws its own: an ablation, not the method.
+  layer in its `PositionContext`. `draw="per_layer"` (an option of the plan:
+  `position_options={"draw": "per_layer"}`) gives every layer a module of its own that holds
+  the augmentation and draws it: an ablation, not the method.
 
 `owner="model"` (`sync=True`) hands the augmentation to the model itself, which synchronises it
 across inputs (the translation model: one global shift for source and target); the stacks then
-draw nothing. The names are those of `cape.build`; per-model defaults go in `defaults`.
+draw nothing. The plan reads what it needs (the positions an encoding reads, its augmentation)
+from the encoding's class and options (`cape.build`'s registry), before any module is made.
 """
 
 from __future__ import annotations
@@ -26,15 +29,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._checks import check_choice, check_int, check_mask
+from .._checks import check_choice, check_float, check_int, check_mask
 from ..augment import Augmentation
-from ..build import build, encoding_class
-from ..positions import as_positions, token_positions
+from ..build import encoding_entry
+from ..positions import as_positions, grid_indices, grid_positions, token_positions
 
 __all__ = ["DRAWS", "PositionPlan", "position_plan", "resolve_options", "add_position"]
 
 DRAWS = ("shared", "per_layer")  # who draws an in-attention augmentation: the stack, each layer
-PLAN_OPTIONS = ("draw",)  # options of the plan itself, taken out before `cape.build`
 
 
 def resolve_options(
@@ -56,24 +58,15 @@ def attention_size(name: str, dim: int, heads: int) -> int:
     """The `dim` that `cape.build(name, ...)` takes for an in-attention encoding of a model of
     width `dim` with `heads` heads: the head size dim / heads, or the number of heads for an
     encoding that holds one value per head (its class says `per_head = True`: ALiBi, FIRE)."""
-    if getattr(encoding_class(name, key="position"), "per_head", False):
+    if getattr(encoding_entry(name, key="position").cls, "per_head", False):
         return heads
     return dim // heads
 
 
-def take_augmentation(encoding: nn.Module) -> Augmentation | None:
-    """The encoding's augmentation, removed from it: the model or stack applies it instead."""
-    aug = getattr(encoding, "augmentation", None)
-    if aug is not None:
-        encoding.augmentation = None
-    return aug
-
-
-def _refuse_normalize(encoding: nn.Module) -> None:
-    """Refuse an encoding whose augmentation mean-normalises for a causal model: the mean over a
-    call's positions would make a token's position depend on later tokens."""
-    aug = getattr(encoding, "augmentation", None)
-    if aug is not None and aug.normalize:
+def _refuse_normalize(augmentation: object) -> None:
+    """Refuse, for a causal model, an augmentation that mean-normalises: the mean over a call's
+    positions would make a token's position depend on later tokens."""
+    if augmentation is not None and getattr(augmentation, "normalize", False):
         raise ValueError(
             "normalize=True (mean-normalisation) would make a token's position depend on later "
             "tokens; this model is causal: use normalize=False"
@@ -93,11 +86,12 @@ class PositionPlan:
     """Where a model's positions go (module docstring). Made by `position_plan`.
 
     name: the `cape.build` name (or the module's class name). kind: "absolute", "attention" or
-    "none". absolute: the module added at the input. factory: makes one in-attention module.
-    augmentation: drawn once per forward by `owner` ("stack" or "model"); None when there is
-    none or each layer draws its own (`draw="per_layer"`). probe: one module of the encoding,
-    not part of any model, that answers what positions it reads (`pos_dim`, `units`,
-    `grid_positions`).
+    "none". absolute: the module added at the input. factory: makes one in-attention module
+    (None: nothing in attention). augmentation: drawn once per forward by `owner` ("stack" or
+    "model"); None when there is none or each layer draws its own (`draw="per_layer"`).
+    pos_dim, units: the positions the encoding reads (M; "continuous" or "index").
+    augmented: the stack (or the model) draws for every layer: the layers' modules do not
+    draw (`augmented_by_stack`). One module serves every layer when it holds no parameters.
     """
 
     name: str
@@ -107,46 +101,41 @@ class PositionPlan:
     augmentation: Augmentation | None = None
     draw: str = "shared"
     owner: str = "stack"
-    probe: nn.Module | None = None
+    pos_dim: int = 1
+    units: str = "continuous"
+    augmented: bool = False
+    _made: nn.Module | None = dataclasses.field(default=None, repr=False)
+    _absolute_factory: Callable[[], nn.Module] | None = dataclasses.field(default=None, repr=False)
 
     @property
     def in_attention(self) -> bool:
         """Whether the layers carry the positions (rotary, relpos, ALiBi, FIRE...)."""
         return self.factory is not None
 
-    @property
-    def pos_dim(self) -> int:
-        """M, the coordinates per position the encoding reads (1 when it reads none)."""
-        return getattr(self.probe, "pos_dim", 1)
-
-    @property
-    def units(self) -> str:
-        """ "continuous" or "index" (a learned table's rows): how its positions are counted."""
-        return getattr(self.probe, "units", "continuous")
-
     def layer(self) -> nn.Module | None:
-        """A new in-attention module for one layer (None when the encoding adds at the input)."""
+        """The in-attention module of one layer (None when the encoding adds at the input): the
+        stack's one module when it holds no parameters and the stack draws, else a new one."""
         if self.factory is None:
             return None
-        made = self.factory()
-        if self.draw == "shared":  # the stack (or the model) draws for every layer at once
-            take_augmentation(made)
-        return made
+        return self._made if self._made is not None else self.factory()
 
     def another_absolute(self) -> nn.Module | None:
         """A second input encoding like `absolute` (a decoder's own table), or `absolute`
         itself when it holds no parameters (a sinusoid is shared)."""
         if self.absolute is None or not any(True for _ in self.absolute.parameters()):
             return self.absolute
-        assert self.probe is not None and self.factory is None
-        made = build(self.name, self.absolute.dim, **self._options)
-        if self.owner == "model":
-            take_augmentation(made)
-        return made
+        assert self._absolute_factory is not None
+        return self._absolute_factory()
 
     def without_absolute(self) -> PositionPlan:
         """The same plan for a stack whose model adds the input encoding itself."""
         return dataclasses.replace(self, absolute=None)
+
+    @property
+    def augmented_by_stack(self) -> bool:
+        """Whether the positions the layers read come augmented (by the stack or the model):
+        the modules then draw nothing of their own."""
+        return self.augmented
 
     @property
     def stack_augmentation(self) -> Augmentation | None:
@@ -154,6 +143,24 @@ class PositionPlan:
         if self.owner != "stack" or self.factory is None:
             return None
         return self.augmentation
+
+    def grid_positions(
+        self, height: int, width: int, *, extent: float | None = None, device=None
+    ) -> torch.Tensor:
+        """The positions the in-attention encoding reads on an H x W patch grid -> [1, H*W, 2]:
+        (x, y) in [-extent, extent] (continuous units; extent 1 by default) or integer (column,
+        row) indices."""
+        if self.pos_dim != 2:
+            raise ValueError(f"grid: {self.name} reads {self.pos_dim}-D positions, a grid needs 2")
+        if self.units == "index":
+            if extent is not None:
+                raise ValueError(
+                    f"extent applies to continuous coordinates; {self.name} reads integer "
+                    "(column, row) indices"
+                )
+            return grid_indices(height, width, batch=1, device=device)
+        ext = 1.0 if extent is None else check_float("extent", extent, strict=True)
+        return grid_positions(height, width, extent=ext, batch=1, device=device)
 
     def layer_positions(
         self,
@@ -177,8 +184,6 @@ class PositionPlan:
             pos = as_positions(positions, mask=mask, dims=self.pos_dim)
         return aug(pos, mask, training=training, generator=generator)
 
-    _options: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
-
 
 def plan_of_modules(
     absolute: nn.Module | None, factory: Callable[[], nn.Module] | None
@@ -196,7 +201,10 @@ def plan_of_modules(
         absolute = None
     kind = "attention" if factory is not None else "absolute" if absolute is not None else "none"
     name = type(absolute).__name__ if absolute is not None else kind
-    return PositionPlan(name, kind, absolute, factory, draw="per_layer", probe=absolute)
+    return PositionPlan(
+        name, kind, absolute, factory, draw="per_layer",
+        pos_dim=getattr(absolute, "pos_dim", 1), units=getattr(absolute, "units", "continuous"),
+    )  # fmt: skip
 
 
 def position_plan(
@@ -237,59 +245,82 @@ def position_plan(
         plan = plan_of_modules(position, None)
         _check_pos_dim(plan, pos_dim, what)
         return plan
-    cls = encoding_class(position, key="position")  # a `cape.build` name, or the list of them
+    entry = encoding_entry(position, key="position")  # a `cape.build` name, or the list of them
     name = position.lower()
     opts = resolve_options(name, dict(options) if options is not None else None, defaults)
     draw = opts.pop("draw", "shared")
     check_choice("position_options['draw']", draw, DRAWS)
-    kind = cls.kind
-    if kind == "none":
-        probe = build(name, dim, **opts)  # nopos: nothing to add, but its options are checked
-        return PositionPlan(name, "none", probe=probe)
-    if kind == "absolute":
+    if entry.cls.kind != "attention":
         if "draw" in (options or {}):
             raise ValueError(
                 f"position_options['draw'] applies to encodings inside attention; {name!r} is "
                 "added at the input (one draw per forward)"
             )
-        plan = _absolute_plan(name, build(name, dim, **opts), sync=sync, causal=causal)
-        plan._options = opts
-        _check_pos_dim(plan, pos_dim, what)
-        return plan
-    if sync and draw == "per_layer":
-        raise ValueError(
-            "position_options['draw']='per_layer' cannot be synchronised across inputs: this "
-            "model draws one augmentation for all of them"
-        )
-    size = attention_size(name, dim, heads)
-    probe = build(name, size, **opts)  # the options are checked once, here
-    if causal:  # a shared draw or each layer's own: either would read later tokens
-        _refuse_normalize(probe)
-    aug = getattr(probe, "augmentation", None) if draw == "shared" else None
-
-    def factory() -> nn.Module:
-        return build(name, size, **opts)
-
-    plan = PositionPlan(name, kind, None, factory, aug, draw, "model" if sync else "stack", probe)
-    plan._options = opts
+        plan = _input_plan(name, entry, dim, opts, sync=sync, causal=causal)
+    else:
+        if sync and draw == "per_layer":
+            raise ValueError(
+                "position_options['draw']='per_layer' cannot be synchronised across inputs: this "
+                "model draws one augmentation for all of them"
+            )
+        plan = _attention_plan(name, entry, attention_size(name, dim, heads), opts, draw, sync,
+                               causal)  # fmt: skip
     _check_pos_dim(plan, pos_dim, what)
     return plan
 
 
-def _absolute_plan(name: str, absolute: nn.Module, *, sync: bool, causal: bool) -> PositionPlan:
-    """The plan of an encoding added at the input: the stack draws its augmentation in the
-    module's forward, or the model once for all its inputs (`sync`, the augmentation taken out)."""
+def _input_plan(name, entry, dim, opts, *, sync: bool, causal: bool) -> PositionPlan:
+    """The plan of an encoding added at the input (or of nopos): the stack draws its
+    augmentation in the module's forward, or the model once for all its inputs (`sync`: the
+    modules are made without it)."""
+    kwargs = entry.kwargs(opts)  # every option checked once, here
+    aug = kwargs.get("augmentation")
     if causal:
-        _refuse_normalize(absolute)
-    aug = take_augmentation(absolute) if sync else None
-    owner = "model" if sync else "stack"
-    plan = PositionPlan(name, "absolute", absolute, None, aug, "shared", owner)
-    plan.probe = absolute
-    return plan
+        _refuse_normalize(aug)
+    if sync and "augmentation" in kwargs:
+        kwargs["augmentation"] = None
+
+    def make() -> nn.Module:
+        return entry.make(dim, dict(kwargs))
+
+    module = make()
+    if entry.cls.kind == "none":  # nopos: nothing to add, its options checked
+        return PositionPlan(name, "none")
+    return PositionPlan(
+        name, "absolute", module, None, aug if sync else None, "shared",
+        "model" if sync else "stack", module.pos_dim, module.units, _absolute_factory=make,
+    )  # fmt: skip
+
+
+def _attention_plan(name, entry, size, opts, draw, sync, causal) -> PositionPlan:
+    """The plan of an encoding inside attention: one module for the stack when it holds no
+    parameters, the augmentation drawn by the stack (or the
+    model: `sync`) unless each layer draws its own (`draw="per_layer"`). The modules keep
+    their augmentation (a grid fitted to its scaling reads it): the stack's `PositionContext`
+    says the positions are augmented already."""
+    kwargs = entry.kwargs(opts)  # every option checked once, here, without making a module
+    aug = kwargs.get("augmentation")
+    if causal:  # a shared draw or each layer's own: either would read later tokens
+        _refuse_normalize(aug)
+
+    def factory() -> nn.Module:
+        return entry.make(size, dict(kwargs))
+
+    # One module made here answers whether the encoding holds parameters: without any (rotary,
+    # ALiBi) it is the module of every layer; with some (relpos, FIRE, RoPE-Mixed) each layer
+    # gets its own, and this one's draws keep the models' random initialisation in the order
+    # the archived runs drew it.
+    first = factory()
+    shared = draw == "shared" and not any(True for _ in first.parameters())
+    return PositionPlan(
+        name, "attention", None, factory, aug if draw == "shared" else None, draw,
+        "model" if sync else "stack", entry.pos_dim(kwargs), entry.cls.units,
+        augmented=draw == "shared", _made=first if shared else None,
+    )  # fmt: skip
 
 
 def _check_pos_dim(plan: PositionPlan, want: int | None, what: str) -> None:
-    if want is not None and plan.probe is not None and plan.pos_dim != want:
+    if want is not None and plan.kind != "none" and plan.pos_dim != want:
         raise ValueError(f"position {plan.name!r} reads {plan.pos_dim}-D positions; {what}")
 
 

@@ -18,8 +18,8 @@ import torch
 from torch import nn
 
 from .._checks import check_choice, check_int
-from ..encodings.in_attention import AttentionBias, QKTransform
-from ..positions import token_positions
+from ..encodings.in_attention import AttentionBias, PositionContext, QKTransform
+from ..positions import column_positions, token_positions
 from .decode_cache import DecoderCache
 from .layers import TransformerDecoderLayer, TransformerEncoderLayer, _Block
 from .plan import PositionPlan, add_position, plan_of_modules, position_plan
@@ -111,16 +111,38 @@ class _Stack(nn.Module):
         final_norm = norm_first if final_norm is None else final_norm
         self.norm = nn.LayerNorm(dim) if final_norm else None
 
-    def _layer_positions(
+    def _context(
         self,
         x: torch.Tensor,
         mask: torch.Tensor | None,
         positions: torch.Tensor | None,
         generator: torch.Generator | None,
+    ) -> PositionContext:
+        """The positions every layer reads, made once per forward: the plan's shared draw (or
+        the positions as given), in the context the layers' encodings prepare from."""
+        (b, t), device = x.shape[:2], x.device
+        pos = self.plan.layer_positions(positions, mask, (b, t), device, self.training, generator)
+        q = None if pos is None else column_positions(pos, mask)
+        return PositionContext(
+            b, t, t, device, q, mask=mask, generator=generator, dtype=x.dtype,
+            augmented=self.plan.augmented_by_stack,
+        )  # fmt: skip
+
+    def _cache_positions(
+        self, x: torch.Tensor, mask: torch.Tensor | None, positions, cache: DecoderCache | None
     ) -> torch.Tensor | None:
-        """The positions every layer reads: the plan's shared draw, once per forward."""
-        shape = (x.shape[0], x.shape[1])
-        return self.plan.layer_positions(positions, mask, shape, x.device, self.training, generator)
+        """The positions of the new tokens when decoding with `cache` (None = token indices
+        from `cache.length`, 0 at padding), given to the input encoding and the layers."""
+        if cache is None:
+            return positions
+        if len(cache.self_attn) != len(self.layers):
+            raise ValueError(
+                f"cache has {len(cache.self_attn)} layers, the stack {len(self.layers)}"
+            )
+        if positions is not None:
+            return positions
+        b, t = x.shape[:2]
+        return token_positions(b, t, mask=mask, device=x.device, start=cache.length)
 
     def _add_position(
         self,
@@ -150,7 +172,7 @@ class TransformerEncoder(_Stack):
     """A stack of `TransformerEncoderLayer`s.
 
     layers: number of layers. position: where the positions go (`cape.models.plan`): a
-    `cape.build` name with `position_options` (e.g. "rotary": one module per layer, CAPE's
+    `cape.build` name with `position_options` (e.g. "rotary": one module for every layer, CAPE's
     augmentation drawn once per forward for all of them), a `PositionPlan`, or an absolute
     encoding module (e.g. `cape.build("cape1d", D)`) added to the input; NoPos/None = nothing.
     relative_factory: (modules made by the caller) one `RelPos`, `Rotary`, `ALiBi` or `FIRE`
@@ -169,6 +191,7 @@ class TransformerEncoder(_Stack):
         positions: torch.Tensor | None = None,
         position_kwargs: dict[str, Any] | None = None,
         generator: torch.Generator | None = None,
+        cache: DecoderCache | None = None,
     ) -> torch.Tensor:
         """x: [B, T, D], mask: [B, T] bool (True = real) -> [B, T, D].
 
@@ -176,13 +199,27 @@ class TransformerEncoder(_Stack):
         their defaults, token indices). position_kwargs: extra keywords for the absolute
         encoding (CAPE1d `hop`, CAPE2d `grid`, ...). Outputs at padded tokens are unspecified
         but never influence real ones.
+        cache: incremental decoding of a causal stack (eval mode, `start_cache`): x, mask and
+        positions are the next T tokens' (positions None = indices from `cache.length`),
+        appended to the cache; the outputs equal the full prefix's last T rows.
         """
-        self.layers[0]._check(x, mask, positions, self.layers[0].causal)  # once, for every layer
+        first = self.layers[0]
+        self_cache = None if cache is None else cache.self_attn[0]
+        first.check_inputs(x, mask, positions, first.causal, self_cache)  # once, for every layer
+        positions = self._cache_positions(x, mask, positions, cache)
         x = self._add_position(x, mask, positions, position_kwargs, generator)
-        positions = self._layer_positions(x, mask, positions, generator)
-        for layer in self.layers:
-            x = layer(x, mask=mask, positions=positions, generator=generator, validate=False)
+        context = self._context(x, mask, positions, generator)
+        caches = [None] * len(self.layers) if cache is None else cache.self_attn
+        for layer, layer_cache in zip(self.layers, caches, strict=True):
+            x = layer(x, mask=mask, generator=generator, cache=layer_cache, context=context)
+        if cache is not None:
+            cache.length += x.shape[1]
         return self._finish(x)
+
+    def start_cache(self) -> DecoderCache:
+        """An empty key/value cache of every layer, for causal decoding with `forward(cache=)`
+        (eval mode)."""
+        return DecoderCache(len(self.layers))
 
 
 class TransformerDecoder(_Stack):
@@ -223,34 +260,17 @@ class TransformerDecoder(_Stack):
         (positions None = indices from `cache.length`), appended to the cache; memory may be
         None with a cache from `start_cache`. Outputs equal the full prefix's last T rows.
         """
-        if cache is not None:
-            if len(cache.self_attn) != len(self.layers):
-                raise ValueError(
-                    f"cache has {len(cache.self_attn)} layers, the decoder {len(self.layers)}"
-                )
-            if positions is None:
-                b, t = x.shape[:2]
-                positions = token_positions(b, t, mask=mask, device=x.device) + cache.length
-                if mask is not None:
-                    positions = torch.where(mask[..., None], positions, 0.0)
+        positions = self._cache_positions(x, mask, positions, cache)
         caches: list = [None] * len(self.layers)
         if cache is not None:
             caches = list(zip(cache.self_attn, cache.cross_attn, strict=True))
         first = caches[0] or (None, None)
-        self.layers[0]._check_decoder(x, memory, mask, memory_mask, positions, *first)
+        self.layers[0].check_decoder_inputs(x, memory, mask, memory_mask, positions, *first)
         x = self._add_position(x, mask, positions, position_kwargs, generator)
-        positions = self._layer_positions(x, mask, positions, generator)
+        context = self._context(x, mask, positions, generator)
         for layer, layer_cache in zip(self.layers, caches, strict=True):
-            x = layer(
-                x,
-                memory,
-                mask=mask,
-                memory_mask=memory_mask,
-                positions=positions,
-                generator=generator,
-                cache=layer_cache,
-                validate=False,
-            )
+            x = layer(x, memory, mask=mask, memory_mask=memory_mask, generator=generator,
+                      cache=layer_cache, context=context)  # fmt: skip
         if cache is not None:
             cache.length += x.shape[1]
         return self._finish(x)

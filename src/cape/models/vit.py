@@ -41,7 +41,7 @@ from torch import nn
 
 from .._checks import check_content, check_float, check_int
 from ..build import encoding_class, encoding_options
-from .plan import add_position, position_plan
+from .plan import PositionPlan, add_position, position_plan
 from .transformer import TransformerEncoder
 from .vit_packed import check_packed, pack_patches, packed_positions
 
@@ -177,9 +177,10 @@ class ViT(nn.Module):
         return height // self.patch, width // self.patch
 
     @property
-    def layer_position(self) -> nn.Module | None:
-        """The in-attention encoding's probe (rotary2d: what grid positions it reads), or None."""
-        return self.plan.probe if self.plan.in_attention else None
+    def layer_position(self) -> PositionPlan | None:
+        """What grid positions the in-attention encoding reads (rotary2d: the plan's
+        `grid_positions`), or None."""
+        return self.plan if self.plan.in_attention else None
 
     @property
     def takes_extent(self) -> bool:

@@ -94,8 +94,8 @@ class BoxQA(nn.Module):
 def make_model(cfg: LffBoxesConfig, row: RowConfig) -> BoxQA:
     m = cfg.model
     options = position_options(row, m, cfg.data.canvas)
-    # the archived rows drew no probe of the in-attention encodings (RoPE-Mixed's frequencies
-    # are random): the plan's probe must not move their seeds
+    # the archived rows drew nothing when the plan was made: the module the plan makes of an
+    # in-attention encoding (RoPE-Mixed's frequencies are random) must not move their seeds
     fork = torch.random.fork_rng(devices=[]) if row.position in ROTARY else nullcontext()
     with fork:
         plan = position_plan(row.position, dim=m.dim, heads=m.heads, options=options)
