@@ -208,6 +208,12 @@ def test_a_bad_user_folder_is_named(
         (["--split", "0.9,0.2,0.1"], "--split"),
         (["--vocab", "1000"], "--vocab"),
         (["--tokenizer", "bpe", "--vocab", "50"], "--vocab"),
+        (["--tokenizer", "bpe", "--vocab", "1180591620717411303424"], "--vocab"),
+        (["--tokenizer", "bpe", "--vocab", str(2**31)], "--vocab"),
+        (["--split", "nan,0,0"], "--split"),
+        (["--split", "0.9,nan,0.1"], "--split"),
+        (["--split", "inf,0,0"], "--split"),
+        (["--split", "1e400,0,0"], "--split"),
     ],
 )
 def test_bad_arguments_exit_2_naming_them(tmp_path: Path, capsys, argv, named) -> None:
@@ -216,6 +222,55 @@ def test_bad_arguments_exit_2_naming_them(tmp_path: Path, capsys, argv, named) -
     assert main(base + argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and named in err
+
+
+def test_what_a_folder_holds_besides_documents_is_listed(tmp_path: Path, capsys) -> None:
+    # links in a loop or to nothing, a folder named x.txt, a pipe, a link to a folder: not
+    # documents, each listed in stats.json's "skipped" with its reason and said on stdout
+    docs = tmp_path / "docs"
+    _folder(docs, 8)
+    os.symlink("loop2.txt", docs / "loop1.txt")
+    os.symlink("loop1.txt", docs / "loop2.txt")
+    os.symlink("nowhere.txt", docs / "dangling.txt")
+    (docs / "folder.txt").mkdir()
+    (docs / "folder.txt" / "inner.txt").write_text("read: a file inside a folder named .txt\n")
+    os.mkfifo(docs / "pipe.txt")
+    os.symlink(".", docs / "again")  # a link to a folder: not followed (no document twice)
+    (docs / "blank.txt").write_text(" \n")
+    assert main(["data", "text", "--corpus", str(docs), "--out", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert "skipped 7 files (stats.json lists each)" in out, out
+    (entry,) = (tmp_path / "o").iterdir()
+    stats = json.loads((entry / "stats.json").read_text())
+    assert stats["skipped"] == {
+        "again": "a link to a folder (not followed)",
+        "dangling.txt": "a dangling symlink",
+        "folder.txt": "a folder, not a file",
+        "loop1.txt": "a symlink loop",
+        "loop2.txt": "a symlink loop",
+        "pipe.txt": "not a regular file (a pipe, socket or device)",
+        "blank.txt": "empty",
+    }
+    ids = [
+        i for split in json.loads((entry / "documents.json").read_text()).values() for i in split
+    ]
+    assert sorted(ids) == sorted([*_folder(tmp_path / "ref", 8), "folder.txt/inner.txt"])
+    (docs / "dangling.txt").unlink()  # what is skipped is part of the cache key: a new entry
+    assert build_text_corpus(docs, tmp_path / "o") != entry
+
+
+@pytest.mark.parametrize("where", ["file", "folder"])
+def test_names_that_are_not_utf8_are_named(tmp_path: Path, capsys, where: str) -> None:
+    bad = os.fsdecode(b"caf\xe9")  # bytes a Latin-1 system writes: not UTF-8
+    docs = tmp_path / (bad if where == "folder" else "docs")
+    _folder(docs, 5)
+    if where == "file":
+        (docs / f"{bad}.txt").write_text("a document\n")
+    assert main(["data", "text", "--corpus", str(docs), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "not UTF-8" in err and "caf\\xe9" in err, err
+    assert f"error: {'--corpus folder' if where == 'folder' else 'file'} b'" in err, err
+    assert "surrogates" not in err
 
 
 def test_two_processes_build_one_corpus_once(tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -61,13 +62,21 @@ SPLITS = ("train", "val", "test")
 TOKENIZERS = ("bytes", "bpe")
 DEFAULT_FRACTIONS = (0.9, 0.05, 0.05)
 DEFAULT_BPE_VOCAB = 2048
+MAX_BPE_VOCAB = 2**31 - 1  # SentencePiece's vocab_size is an int32
 
 
 def check_fractions(fractions: Sequence[float]) -> tuple[float, float, float]:
     """The train/val/test fractions as a tuple; UsageError naming --split unless they are
     three numbers >= 0 summing to 1, train > 0."""
     values = tuple(float(f) for f in fractions)
-    if len(values) != 3 or min(values) < 0 or values[0] <= 0 or abs(sum(values) - 1) > 1e-6:
+    finite = all(math.isfinite(v) for v in values)  # NaN passes every comparison below
+    if (
+        len(values) != 3
+        or not finite
+        or min(values) < 0
+        or values[0] <= 0
+        or abs(sum(values) - 1) > 1e-6
+    ):
         raise UsageError(
             f"--split must be three fractions train,val,test >= 0 summing to 1 (train > 0), "
             f"got {','.join(map(str, fractions))}"
@@ -239,8 +248,10 @@ def build_text_corpus(
     if tokenizer == "bytes" and vocab not in (None, ByteTokenizer.vocab_size):
         raise UsageError(f"--vocab is for --tokenizer bpe (bytes has 257 ids), got {vocab}")
     size = ByteTokenizer.vocab_size if tokenizer == "bytes" else vocab or DEFAULT_BPE_VOCAB
-    if size < MIN_BPE_VOCAB and tokenizer == "bpe":
-        raise UsageError(f"--vocab must be at least {MIN_BPE_VOCAB} for bpe, got {size}")
+    if tokenizer == "bpe" and not MIN_BPE_VOCAB <= size <= MAX_BPE_VOCAB:
+        raise UsageError(
+            f"--vocab must be an int in [{MIN_BPE_VOCAB}, {MAX_BPE_VOCAB}] for bpe, got {size}"
+        )
     fractions = check_fractions(fractions)
     start = time.perf_counter()
     source = read_documents(corpus)

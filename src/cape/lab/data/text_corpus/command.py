@@ -60,6 +60,11 @@ def text_main(argv: list[str]) -> int:
             f"{split:5s} {s['documents']:6d} documents {s['bytes']:10d} bytes "
             f"{s['tokens']:10d} tokens"
         )
+    skipped = corpus.stats.get("skipped") or {}
+    if skipped:  # what the folder holds that is not a document, said on every build
+        some = ", ".join(f"{name} ({why})" for name, why in list(skipped.items())[:3])
+        more = f" and {len(skipped) - 3} more" if len(skipped) > 3 else ""
+        print(f"skipped {len(skipped)} files (stats.json lists each): {some}{more}")
     vocab = corpus.stats["vocabulary"]
     print(f"{vocab['tokenizer']} vocabulary of {vocab['size']} ids ({vocab['dtype']}) -> {entry}")
     return 0

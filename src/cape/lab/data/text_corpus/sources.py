@@ -26,9 +26,11 @@ input, part of the cache key: a changed package or folder gives a new cache entr
 
 from __future__ import annotations
 
+import errno
 import gzip
 import hashlib
 import logging
+import os
 import re
 import shutil
 import subprocess
@@ -206,21 +208,72 @@ def stdlib_documents() -> Source:
     return Source("stdlib", docs, info, key, skipped)
 
 
+def _utf8_path(path: Path, what: str) -> str:
+    """`path` as text, or a UsageError naming it when its name is not UTF-8: names are
+    document ids and are recorded in the statistics (JSON, UTF-8)."""
+    text = str(path)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UsageError(
+            f"{what} {text.encode('utf-8', 'surrogateescape')!r} has a name that is not UTF-8; "
+            "rename it (--corpus folders must hold UTF-8 names and text)"
+        ) from None
+    return text
+
+
+def _not_a_file(path: Path) -> str:
+    """Why a `.txt` entry that is not a regular file (to a resolved link) is not read."""
+    if path.is_symlink():
+        try:
+            path.stat()
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                return "a symlink loop"
+            return "a dangling symlink"
+    if path.is_dir():
+        return "a folder, not a file"
+    return "not a regular file (a pipe, socket or device)"
+
+
+def _left_out(root: Path) -> dict[str, str]:
+    """What a folder corpus does not read, with the reason: `.txt` entries that are not files
+    (links in a loop or to nothing, folders, pipes) and links to folders (not followed, as
+    `rglob` does not), by their path under `root`."""
+    skipped = {}
+    for top, dirs, names in os.walk(root, followlinks=False):
+        for name in (*dirs, *names):
+            path = Path(top) / name
+            rel = path.relative_to(root).as_posix()
+            if name.endswith(".txt") and not path.is_file():
+                skipped[rel] = _not_a_file(path)
+            elif path.is_symlink() and path.is_dir():
+                skipped[rel] = "a link to a folder (not followed)"
+    return skipped
+
+
 def folder_documents(folder: str | Path) -> Source:
     """The .txt files under `folder`, one document each; UsageError naming the folder when it
-    is missing, empty or holds no .txt file, or naming a file that is not UTF-8."""
+    is missing, empty or holds no .txt file, or naming a file that is not UTF-8 (its text or
+    its name). What is not read (empty files, `.txt` entries that are not files, links to
+    folders) is listed in `skipped` with the reason."""
     root = Path(folder)
     if not root.is_dir():
         raise UsageError(
             f"--corpus {str(root)!r} is neither a folder nor one of {', '.join(CORPORA)}"
         )
+    _utf8_path(root.resolve(), "--corpus folder")
     if not any(root.iterdir()):
         raise UsageError(f"--corpus folder {str(root)!r} is empty; it must hold .txt files")
     files = sorted(p for p in root.rglob("*.txt") if p.is_file())
     if not files:
         raise UsageError(f"--corpus folder {str(root)!r} holds no .txt file")
-    docs, skipped, stamp = [], {}, hashlib.sha256()
+    docs, skipped, stamp = [], dict(sorted(_left_out(root).items())), hashlib.sha256()
+    for rel, why in skipped.items():  # part of the key: stats.json lists them
+        _utf8_path(root / rel, "file")
+        stamp.update(f"{rel}\0skipped\0{why}\0".encode())
     for path in files:
+        _utf8_path(path, "file")
         rel = path.relative_to(root).as_posix()
         raw = path.read_bytes()
         stamp.update(f"{rel}\0{len(raw)}\0".encode() + hashlib.sha256(raw).digest())
