@@ -20,6 +20,8 @@ CAPE = str(Path(sys.executable).parent / "cape")  # the console script of this e
 TRAIN = ["train", "vision", "--row", "CAPE"]
 EVAL = ["eval", "vision", "--row", "CAPE"]
 EXPERIMENT = ["experiment", "vision"]
+# a regression would train: its data and runs go to the test folder, not the working one
+TRAIN_LM = ["train", "lm", "--row", "rotary", "--out", "{tmp}/runs", "--set", "data.root={tmp}/d"]
 
 
 def _riff(tag: int, data: bytes) -> bytes:
@@ -111,6 +113,15 @@ MISTAKES = [
         ]
     ],
     ([*TRAIN[:2], "--row", "nobody"], "--row must be one of", "'CAPE'"),
+    # `cape train lm`: seeds past what torch and numpy take, a vocabulary past SentencePiece's,
+    # an --out that the run's JSON records could not hold (all before any data or training)
+    ([*TRAIN_LM, "--seed", str(2**70)], "--seed must be an int in [0, 2**63 - 1]", "1180591"),
+    ([*TRAIN_LM, "--seed", "-1"], "--seed must be an int in [0, 2**63 - 1], got -1"),
+    ([*TRAIN_LM, "--set", "seeds=[-1]"], "seeds[0] must be an int in [0, 2**63 - 1], got -1"),
+    ([*TRAIN_LM, "--set", f"seeds=[0, {2**64}]"], "seeds[1] must be an int in [0, 2**63 - 1]"),
+    ([*TRAIN_LM, "--set", "seeds=[true]"], "seeds[0] must be"),
+    ([*TRAIN_LM, "--set", f"data.vocab={2**70}"], "data.vocab must be at most 2147483647"),
+    ([*TRAIN_LM, "--out", "{tmp}/\udcff"], "--out b'", "\\xff' is not a UTF-8 path"),
     ([*EXPERIMENT, "--rows", "CAPE,nobody"], "--rows must name rows", "'nobody'"),
     # a file where a folder is needed, a folder where a file is needed
     ([*TRAIN, "--out", "{file}"], "--out", "a_file' is a file, not a folder"),

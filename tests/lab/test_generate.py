@@ -55,7 +55,8 @@ def runs(tmp_path_factory):
     ]  # fmt: skip
     cfg, mapping = resolve_config(LMConfig, PRESETS, "quick", [], sets)
     exp.run(cfg, mapping, tmp / "run")
-    return {r.name: exp.run_dir(tmp / "run", r, 0) for r in cfg.rows} | {"tmp": tmp}
+    runs = {r.name: exp.run_dir(tmp / "run", r, 0) for r in cfg.rows}
+    return runs | {"tmp": tmp, "sets": sets}
 
 
 def _cli(argv, capsys):
@@ -273,3 +274,23 @@ def test_damaged_run_folders_are_named(runs, capsys, damage):
     code, out, err = _cli([str(run), "--max-new", "2"], capsys)
     assert code == want and not out and err.count("\n") == 1, err
     assert all(w in err for w in words) and "unexpected" not in err, err
+
+
+@pytest.mark.parametrize("record", [True, False])
+def test_training_again_with_another_model_is_named(runs, capsys, record):
+    # `cape train lm` into a folder trained with model.dim 16, now 32: the study's
+    # settings.json names the changed key; without it, resuming names the checkpoint
+    out = runs["tmp"] / f"again-{record}"
+    shutil.copytree(runs["tmp"] / "run", out)
+    if not record:
+        (out / "rotary" / "seed0" / "settings.json").unlink()
+    sets = [a for s in [*runs["sets"], "model.dim=32"] for a in ("--set", s)]
+    argv = ["train", "lm", "--preset", "quick", *sets, "--row", "rotary", "--out", str(out)]
+    try:
+        code = main(argv)
+    except SystemExit as e:
+        code = e.code
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "unexpected" not in err, err
+    words = ["model.dim: 16 -> 32"] if record else ["holds the weights of another model"]
+    assert all(w in err for w in [*words, "another --out folder"]), err

@@ -16,7 +16,14 @@ from cape.lab.arguments import ArgumentParser, check_out_folder
 from cape.lab.config import from_mapping
 from cape.lab.errors import UsageError
 from cape.lab.experiments import EXPERIMENTS, Experiment, resolve_config
-from cape.lab.experiments.run_folders import archive_runs, finished_rows, read_results
+from cape.lab.experiments.run_folders import (
+    archive_runs,
+    check_run_settings,
+    finished_rows,
+    read_results,
+    run_settings,
+)
+from cape.lab.experiments.study_config import MAX_SEED
 
 __all__ = ["experiment_main", "train_main", "eval_main", "plot_main"]
 
@@ -129,7 +136,15 @@ def _resolve(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Path]:
         if unknown or not names:
             raise UsageError(f"--rows must name rows of the config {known}, got {unknown or names}")
         cfg, mapping = _keep_rows(exp, mapping, names)
-    return cfg, mapping, args.out or Path("runs") / cfg.name
+    out = args.out or Path("runs") / cfg.name
+    try:  # the run folders' paths are written into their JSON records (UTF-8)
+        str(out).encode("utf-8")
+    except UnicodeEncodeError:
+        raw = str(out).encode("utf-8", "surrogateescape")
+        raise UsageError(
+            f"--out {raw!r} is not a UTF-8 path; give a folder name in UTF-8"
+        ) from None
+    return cfg, mapping, out
 
 
 def _keep_rows(
@@ -148,6 +163,8 @@ def _row(cfg: Any, args: argparse.Namespace) -> tuple[Any, int]:
     rows = {r.name: r for r in cfg.rows}
     if args.row not in rows:
         raise UsageError(f"--row must be one of {sorted(rows)}, got {args.row!r}")
+    if args.seed is not None and not 0 <= args.seed <= MAX_SEED:
+        raise UsageError(f"--seed must be an int in [0, 2**63 - 1], got {args.seed}")
     seed = cfg.seeds[0] if args.seed is None else args.seed
     return rows[args.row], seed
 
@@ -182,6 +199,8 @@ def train_main(argv: list[str]) -> int:
     check_out_folder(out, "--out")  # before the data are made and training starts
     exp = EXPERIMENTS[args.name]
     row, seed = _row(cfg, args)
+    # a folder a study trained (its settings.json) with other settings: named before any work
+    check_run_settings(exp.run_dir(out, exp.trained_row(cfg, row), seed), run_settings(cfg, row))
     data = exp.make_data(cfg)
     _, summary = exp.train_run(cfg, row, seed, out, data)
     for key in sorted(summary):

@@ -24,7 +24,10 @@ __all__ = [
     "check_best_metric",
     "check_transformer",
     "train_preset",
+    "MAX_SEED",
 ]
+
+MAX_SEED = 2**63 - 1  # seeds + a rank stay within torch's and numpy's 64-bit seeds
 
 
 def merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
@@ -97,6 +100,9 @@ def check_runs(rows: Sequence[Any], seeds: Sequence[int]) -> None:
         raise ValueError("rows must list at least one model (name, position)")
     if not seeds:
         raise ValueError("seeds must list at least one seed")
+    for i, seed in enumerate(seeds):  # torch, numpy and the samplers take seed + rank
+        if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= MAX_SEED:
+            raise ValueError(f"seeds[{i}] must be an int in [0, 2**63 - 1], got {seed!r}")
     names = [r.name for r in rows]
     if len(set(names)) != len(names):
         raise ValueError(f"rows[].name must be unique, got {names}")

@@ -18,7 +18,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset
 
-from cape.lab.errors import DamagedFile, Preempted
+from cape.lab.errors import DamagedFile, Preempted, UsageError
 from cape.lab.io import set_aside
 from cape.lab.progress import StepLines
 from cape.lab.train import distributed as D
@@ -205,9 +205,17 @@ class Trainer:
         if name is None:
             return False
         read = found[1:] if found is not None else None
-        state = load_checkpoint(
-            self.ckpt_dir / name, self.model, self.optimizer, self.scheduler, read=read
-        )
+        try:
+            state = load_checkpoint(
+                self.ckpt_dir / name, self.model, self.optimizer, self.scheduler, read=read
+            )
+        except RuntimeError as e:  # load_state_dict: names or shapes of another model
+            lines = [ln.strip() for ln in str(e).splitlines()[1:] if ln.strip()] or [str(e)]
+            raise UsageError(
+                f"{self.ckpt_dir / name} holds the weights of another model "
+                f"({lines[0].split(';')[0]}): the run was trained with other settings; use "
+                f"another --out folder, or delete {self.ckpt_dir.parent} to train it again"
+            ) from e
         self.step = state["step"]
         self.sampler.load_state_dict(state["extra"]["sampler"])
         self.best = None if best_lost else state["extra"]["best"]

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from cape._checks import check_float, check_int
 from cape.lab.data.text_corpus import TOKENIZERS
+from cape.lab.data.text_corpus.build import MAX_BPE_VOCAB
 from cape.lab.experiments.recipes import length_recipe
 from cape.lab.experiments.study_config import (
     check_best_metric,
@@ -72,6 +73,8 @@ class DataConfig:
             )
         if self.vocab is not None:
             check_int("data.vocab", self.vocab, minimum=2)
+            if self.vocab > MAX_BPE_VOCAB:
+                raise ValueError(f"data.vocab must be at most {MAX_BPE_VOCAB}, got {self.vocab}")
         check_int("data.context", self.context, minimum=2)
         check_int("data.train_windows", self.train_windows)
         check_int("data.val_tokens", self.val_tokens, minimum=2)
