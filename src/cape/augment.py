@@ -257,12 +257,23 @@ class Augmentation(PositionAugmentation):
 AUGMENTATION_FIELDS = ("max_global_shift", "max_local_shift", "max_global_scaling", "normalize")
 
 
-def check_augmentation(value: object, name: str = "augmentation") -> PositionAugmentation | None:
+def check_augmentation(
+    value: object, name: str = "augmentation", pos_dim: int | None = None
+) -> PositionAugmentation | None:
     """The one check of an encoding's `augmentation=` argument: an augmentation (a
     `cape.PositionAugmentation`: `cape.Augmentation`, `cape.RandomizedPositions`, `cape.PoSE`,
     `cape.RandomFloatPositions`) or None, returned as it is. Anything else (a mapping included:
-    that is the form of `cape.build` and config files) raises TypeError naming `name`."""
-    if value is None or isinstance(value, PositionAugmentation):
+    that is the form of `cape.build` and config files) raises TypeError naming `name`; one that
+    takes another number of coordinates (`axes`) than the encoding's `pos_dim` ValueError."""
+    if isinstance(value, PositionAugmentation):
+        axes = value.axes
+        if pos_dim is not None and axes is not None and axes != pos_dim:
+            raise ValueError(
+                f"{name}: {type(value).__name__} takes {axes}-D positions; this encoding reads "
+                f"{pos_dim}-D ones"
+            )
+        return value
+    if value is None:
         return value
     raise TypeError(
         f"{name} must be a cape.Augmentation or None, or another cape augmentation "

@@ -82,7 +82,10 @@ class Encoding:
         return names + (["preset"] if self.presets else [])
 
     def __call__(self, dim: int, **options: Any) -> nn.Module:
-        return self.cls(dim, **self.fixed, **self.kwargs(options))
+        module = self.cls(dim, **self.fixed, **self.kwargs(options))
+        # what made it, so that an integration can save it and make it again on load
+        module.build_spec = {"name": self.name, "dim": dim, "options": dict(options)}
+        return module
 
     def make(self, dim: int, kwargs: dict[str, Any]) -> nn.Module:
         """The module of constructor keywords made by `kwargs` (no further parsing)."""

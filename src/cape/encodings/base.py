@@ -110,7 +110,7 @@ class PositionalEncoding(GridLayout, Float32Buffers):
         super().__init__()
         self.dim = check_int("dim", dim)
         self.pos_dim = check_int("pos_dim", pos_dim)
-        self.augmentation = check_augmentation(augmentation)
+        self.augmentation = check_augmentation(augmentation, pos_dim=self.pos_dim)
 
     # -- to implement ----------------------------------------------------------------------
     def embed(self, positions: torch.Tensor) -> torch.Tensor:

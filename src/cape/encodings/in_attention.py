@@ -103,7 +103,7 @@ class InAttentionEncoding(Float32Buffers):
 
     def __init__(self, augmentation: Augmentation | None = None) -> None:
         super().__init__()
-        self.augmentation = check_augmentation(augmentation)
+        self.augmentation = check_augmentation(augmentation, pos_dim=type(self).pos_dim)
 
     @property
     def drawing(self) -> bool:

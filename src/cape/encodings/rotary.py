@@ -31,7 +31,7 @@ from .._checks import (
     check_tensor,
     max_abs,
 )
-from ..augment import Augmentation, mean_normalize
+from ..augment import Augmentation, check_augmentation, mean_normalize
 from ..functional.frequencies import grid_frequencies_2d
 from ..functional.rope_scaling import (
     position_midpoint,
@@ -125,6 +125,7 @@ class Rotary(GridLayout, QKTransform):
         check_int("pos_dim", pos_dim)
         check_choice("pos_dim", pos_dim, (1, 2))
         self.pos_dim = pos_dim
+        check_augmentation(augmentation, pos_dim=pos_dim)
         self.base = check_float("base", base, minimum=1.0, strict=True)
         self.freq_scale = check_float("freq_scale", freq_scale, strict=True)
         self.fit_grid = fit_grid_pair(fit_grid)

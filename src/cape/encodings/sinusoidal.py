@@ -192,6 +192,11 @@ class CAPE2d(_Sinusoidal):
         aug = legacy_augmentation("CAPE2d", augmentation, legacy, extra)
         if auto:
             aug = Augmentation() if aug is None else aug
+            if not isinstance(aug, Augmentation):
+                raise ValueError(
+                    "auto_local_shift=True draws CAPE's local shift (emax = extent/N): "
+                    f"augmentation must be a cape.Augmentation, got {type(aug).__name__}"
+                )
             if aug.max_local_shift != 0.0:
                 raise ValueError(
                     "auto_local_shift=True sets max_local_shift = extent/N per axis: the "
