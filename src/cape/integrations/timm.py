@@ -79,7 +79,7 @@ def _patch_grid(patch_embed: nn.Module, images: torch.Tensor, out: torch.Tensor)
     """The (H', W') patch grid of patch_embed's output: [B, H', W', D] (timm's
     `dynamic_img_size`) or [B, H'W', D] on the grid of the images' size."""
     if out.dim() == 4:  # NHWC
-        return int(out.shape[1]), int(out.shape[2])
+        return out.shape[1], out.shape[2]
     if hasattr(patch_embed, "dynamic_feat_size") and images.dim() == 4:
         height, width = patch_embed.dynamic_feat_size(tuple(images.shape[-2:]))
     else:
