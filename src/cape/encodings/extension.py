@@ -5,13 +5,17 @@ any name of the rope-scaling registry `cape.functional.rope_registry`, with `tra
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any
 
-from .._checks import check_bool, check_float, check_limit
-from ..functional.rope_registry import RopeScaling, rope_scaling
+import torch
 
-__all__ = ["Extension", "check_extension"]
+from .._checks import _may_inspect_values, check_bool, check_float, check_limit
+from ..functional.rope_registry import RopeScaling, rope_scaling
+from ..functional.rope_scaling import joint_mask, position_midpoint, xpos_scale
+
+__all__ = ["Extension", "check_extension", "check_half_range", "xpos_scales", "HALF_HEADROOM"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +65,19 @@ def _scaling_options(
     return {**out, **(given or {})}
 
 
+def _check_xpos(
+    xpos: object, scale_base: object, center: object, pos_dim: int
+) -> tuple[bool, float, float | None]:
+    """xPos's options, checked -> (xpos, scale base, centre or None)."""
+    xpos = check_bool("xpos", xpos)
+    base = check_limit("xpos_scale_base", check_float("xpos_scale_base", scale_base, strict=True))
+    if center is not None:
+        center = check_limit("xpos_center", check_float("xpos_center", center, minimum=-math.inf))
+    if xpos and pos_dim != 1:
+        raise ValueError(f"xpos applies to pos_dim=1 (1-D positions), got pos_dim={pos_dim}")
+    return xpos, base, center  # type: ignore[return-value]
+
+
 def check_extension(
     *,
     head_dim: int,
@@ -83,17 +100,7 @@ def check_extension(
     yarn["yarn_beta"] = check_limit("yarn_beta", check_float("yarn_beta", yarn_beta))
     if not yarn["yarn_alpha"] < yarn["yarn_beta"]:
         raise ValueError(f"yarn_alpha must be < yarn_beta, got {yarn_alpha} and {yarn_beta}")
-    xpos = check_bool("xpos", xpos)
-    scale_base = check_limit(
-        "xpos_scale_base", check_float("xpos_scale_base", xpos_scale_base, strict=True)
-    )
-    center = None
-    if xpos_center is not None:
-        center = check_limit(
-            "xpos_center", check_float("xpos_center", xpos_center, minimum=-float("inf"))
-        )
-    if xpos and pos_dim != 1:
-        raise ValueError(f"xpos applies to pos_dim=1 (1-D positions), got pos_dim={pos_dim}")
+    xpos, scale_base, center = _check_xpos(xpos, xpos_scale_base, xpos_center, pos_dim)
     if scaling is None:
         for name, value in (("train_length", train_length), ("factor", factor)):
             if value is not None:
@@ -122,3 +129,55 @@ def check_extension(
     }
     options = rule.check(options, head_dim)
     return Extension(scaling, rule, options, rule.fixed_value(options), xpos, scale_base, center)
+
+
+# float16 holds up to 65504: a factor on q and k must leave room for their entries, taken to
+# reach this magnitude (activations after a projection rarely do)
+HALF_HEADROOM = 256.0
+
+
+def check_half_range(dtype: torch.dtype, *magnitudes: torch.Tensor | None) -> None:
+    """xPos's scales (times YaRN's temperature, with both) multiply q and k in float32 before
+    the cast back to their dtype: in float16, the largest factor x `HALF_HEADROOM` must stay
+    within 65504, or the cast gives inf. Refused by name (when values may be read)."""
+    if dtype != torch.float16:
+        return
+    for mag in magnitudes:
+        if mag is None or not mag.numel() or not _may_inspect_values(mag):
+            continue
+        top = float(mag.max())
+        if top * HALF_HEADROOM > torch.finfo(torch.float16).max:
+            raise ValueError(
+                f"positions: xPos scales q and k by up to {top:.3g} over these positions; float16 "
+                f"holds up to 65504, which leaves entries up to {65504 / top:.3g} (at least "
+                f"{HALF_HEADROOM:g} needed): use bfloat16 or float32, a larger xpos_scale_base, "
+                "or a shorter span"
+            )
+
+
+def xpos_scales(
+    ext: Extension,
+    head_dim: int,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    q_mask: torch.Tensor | None,
+    k_mask: torch.Tensor | None,
+    s: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """xPos's magnitudes of q and k (`Rotary`'s docstring) at positions q [B, Tq, 1], k [B, Tk,
+    1] (k is q in self-attention) -> [B, 1, Tq, hd], [B, 1, Tk, hd]; s [B]: the extension
+    factor, whose interpolated positions xPos reads with "pi"."""
+    if ext.scaling == "pi":  # xPos on the interpolated positions
+        assert s is not None
+        same = k is q
+        q = q / s[:, None, None]
+        k = q if same else k / s[:, None, None]
+    if ext.xpos_center is not None:
+        n0: Any = ext.xpos_center
+    elif k is q:
+        n0 = position_midpoint(q, q_mask)
+    else:
+        n0 = position_midpoint(torch.cat([q, k], dim=1), joint_mask(q, k, q_mask, k_mask))
+    qs = xpos_scale(q, head_dim, scale_base=ext.xpos_scale_base, center=n0)
+    ks = 1 / xpos_scale(k, head_dim, scale_base=ext.xpos_scale_base, center=n0)
+    return qs[:, None], ks[:, None]

@@ -21,7 +21,6 @@ from typing import Any
 import torch
 
 from .._checks import (
-    _may_inspect_values,
     check_choice,
     check_even,
     check_float,
@@ -33,21 +32,16 @@ from .._checks import (
 )
 from ..augment import Augmentation, check_augmentation, mean_normalize
 from ..functional.frequencies import grid_frequencies_2d
-from ..functional.rope_scaling import (
-    position_midpoint,
-    position_range,
-    position_span,
-    xpos_scale,
-)
+from ..functional.rope_scaling import longest_position, pair_span
 from ..functional.sinusoidal import cape2d_frequencies, sinusoid_frequencies
 from ..positions import as_positions, column_positions, token_positions
 from .base import float32_region
-from .extension import check_extension
+from .extension import check_extension, check_half_range, xpos_scales
 from .grids import GridLayout, fit_grid_pair, max_scaling_of, sampling_of
 from .in_attention import PositionContext, QKTransform
 from .rotation import rotate
 
-__all__ = ["Rotary", "Rotation", "check_half_range"]
+__all__ = ["Rotary", "Rotation"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -245,13 +239,15 @@ class Rotary(GridLayout, QKTransform):
             q_ang, k_ang = q * w, (q * w if self_attention else k * w)
             s = torch.full((1,), ext.fixed, device=q.device)
         else:
-            s = ext.rule.call_value(_span(q, k, q_mask, k_mask), _longest(q, k, q_mask, k_mask),
-                                    ext.options)  # fmt: skip
+            span = pair_span(q, k, q_mask, k_mask)
+            s = ext.rule.call_value(span, longest_position(q, k, q_mask, k_mask), ext.options)
             w = ext.rule.frequencies(self.freqs[0], s[:, None], ext.options)[:, None]
             q_ang, k_ang = q * w, (q * w if self_attention else k * w)
         q_mag = k_mag = self._attention_factor(s)
         if self.xpos:
-            q_mag, k_mag = self._xpos(q, k, q_mask, k_mask, s, q_mag, k_mag)
+            qs, ks = xpos_scales(self.extension, self.head_dim, q, k, q_mask, k_mask, s)
+            q_mag = qs if q_mag is None else q_mag * qs
+            k_mag = ks if k_mag is None else k_mag * ks
         return Rotation(q_ang, k_ang, q_mag, k_mag)
 
     def _attention_factor(self, s: torch.Tensor | None) -> torch.Tensor | None:
@@ -263,22 +259,6 @@ class Rotary(GridLayout, QKTransform):
             return None if value is None else torch.full((1, 1, 1, 1), value, device=s.device)
         factor = ext.rule.attention_factor(s, ext.options)
         return None if factor is None else factor[:, None, None, None]
-
-    def _xpos(self, q, k, q_mask, k_mask, s, q_mag, k_mag):
-        if self.scaling == "pi":  # xPos on the interpolated positions
-            q, k = q / s[:, None, None], (q / s[:, None, None] if k is q else k / s[:, None, None])
-        if self.xpos_center is not None:
-            n0: Any = self.xpos_center
-        elif k is q:
-            n0 = position_midpoint(q, q_mask)
-        else:
-            both_mask = _joint_mask(q, k, q_mask, k_mask)
-            n0 = position_midpoint(torch.cat([q, k], dim=1), both_mask)
-        qs = xpos_scale(q, self.head_dim, scale_base=self.xpos_scale_base, center=n0)
-        ks = 1 / xpos_scale(k, self.head_dim, scale_base=self.xpos_scale_base, center=n0)
-        q_mag = qs[:, None] if q_mag is None else q_mag * qs[:, None]
-        k_mag = ks[:, None] if k_mag is None else k_mag * ks[:, None]
-        return q_mag, k_mag
 
     # -- public calls ----------------------------------------------------------------------
     def _context(self, positions, k_positions, mask, k_mask, generator, batch, tq, tk, device,
@@ -408,56 +388,3 @@ class Rotary(GridLayout, QKTransform):
             f"head_dim={self.head_dim}, pos_dim={self.pos_dim}, base={self.base}, "
             f"freq_scale={self.freq_scale}{fit}{aug}"
         )
-
-
-# float16 holds up to 65504: a factor on q and k must leave room for their entries, taken to
-# reach this magnitude (activations after a projection rarely do)
-HALF_HEADROOM = 256.0
-
-
-def check_half_range(dtype: torch.dtype, *magnitudes: torch.Tensor | None) -> None:
-    """xPos's scales (times YaRN's temperature, with both) multiply q and k in float32 before
-    the cast back to their dtype: in float16, the largest factor x `HALF_HEADROOM` must stay
-    within 65504, or the cast gives inf. Refused by name (when values may be read)."""
-    if dtype != torch.float16:
-        return
-    for mag in magnitudes:
-        if mag is None or not mag.numel() or not _may_inspect_values(mag):
-            continue
-        top = float(mag.max())
-        if top * HALF_HEADROOM > torch.finfo(torch.float16).max:
-            raise ValueError(
-                f"positions: xPos scales q and k by up to {top:.3g} over these positions; float16 "
-                f"holds up to 65504, which leaves entries up to {65504 / top:.3g} (at least "
-                f"{HALF_HEADROOM:g} needed): use bfloat16 or float32, a larger xpos_scale_base, "
-                "or a shorter span"
-            )
-
-
-def _joint_mask(q, k, q_mask, k_mask) -> torch.Tensor | None:
-    """[B, Tq + Tk] bool of q's and k's valid positions (None: all valid)."""
-    if q_mask is None and k_mask is None:
-        return None
-    b, tq, tk = max(q.shape[0], k.shape[0]), q.shape[1], k.shape[1]
-    ones = torch.ones(b, tq + tk, dtype=torch.bool, device=q.device)
-    return torch.cat(
-        [ones[:, :tq] if q_mask is None else q_mask, ones[:, tq:] if k_mask is None else k_mask],
-        dim=1,
-    )
-
-
-def _span(q: torch.Tensor, k: torch.Tensor, q_mask, k_mask) -> torch.Tensor:
-    """The length q's and k's positions [B, T, 1] cover, per sample [B]: the larger of their
-    spans (`position_span`: n steps of their spacing; one set in self-attention)."""
-    if k is q:
-        return position_span(q, q_mask)
-    return torch.maximum(position_span(q, q_mask), position_span(k, k_mask))
-
-
-def _longest(q: torch.Tensor, k: torch.Tensor, q_mask, k_mask) -> torch.Tensor:
-    """The call's largest valid position + 1, over the batch and both sides -> [] float32
-    (transformers' dynamic rope types: max(position_ids) + 1)."""
-    hi = position_range(q, q_mask)[1].amax() if q.shape[1] else q.new_tensor(-1.0)
-    if k is not q and k.shape[1]:
-        hi = torch.maximum(hi, position_range(k, k_mask)[1].amax())
-    return hi + 1

@@ -46,6 +46,9 @@ __all__ = [
     "yarn_temperature",
     "xpos_zeta",
     "xpos_scale",
+    "joint_mask",
+    "pair_span",
+    "longest_position",
 ]
 
 METHODS = ("pi", "ntk", "yarn")
@@ -230,3 +233,32 @@ def xpos_scale(
             )
     scale = torch.exp(x * log_zeta)  # [B, T, hd/2]
     return torch.cat([scale, scale], dim=-1)
+
+
+def joint_mask(q, k, q_mask, k_mask) -> torch.Tensor | None:
+    """[B, Tq + Tk] bool of q's and k's valid positions (None: all valid)."""
+    if q_mask is None and k_mask is None:
+        return None
+    b, tq, tk = max(q.shape[0], k.shape[0]), q.shape[1], k.shape[1]
+    ones = torch.ones(b, tq + tk, dtype=torch.bool, device=q.device)
+    return torch.cat(
+        [ones[:, :tq] if q_mask is None else q_mask, ones[:, tq:] if k_mask is None else k_mask],
+        dim=1,
+    )
+
+
+def pair_span(q: torch.Tensor, k: torch.Tensor, q_mask, k_mask) -> torch.Tensor:
+    """The length q's and k's positions [B, T, 1] cover, per sample [B]: the larger of their
+    spans (`position_span`: n steps of their spacing; one set in self-attention)."""
+    if k is q:
+        return position_span(q, q_mask)
+    return torch.maximum(position_span(q, q_mask), position_span(k, k_mask))
+
+
+def longest_position(q: torch.Tensor, k: torch.Tensor, q_mask, k_mask) -> torch.Tensor:
+    """The call's largest valid position + 1, over the batch and both sides -> [] float32
+    (transformers' dynamic rope types: max(position_ids) + 1)."""
+    hi = position_range(q, q_mask)[1].amax() if q.shape[1] else q.new_tensor(-1.0)
+    if k is not q and k.shape[1]:
+        hi = torch.maximum(hi, position_range(k, k_mask)[1].amax())
+    return hi + 1

@@ -37,6 +37,9 @@ _EXTRA_OF_MODULE = {
     "rotary_embedding_torch": "test",  # `cape bench rotary`: the references
     "x_transformers": "test",
     "onnxruntime": "test",  # `cape bench deploy`: the ONNX check (a cell says when it is missing)
+    "transformers": "test",  # `cape bench decode`: the reference model
+    "torchvision": "test",  # imported by transformers and timm (`cape.lab.torchvision_ops`)
+    "pycocotools": "lab",  # the detection study's COCO metrics
 }
 
 _debug = False  # set by `debugging` for the duration of one command (report_error reads it)

@@ -1,8 +1,7 @@
 """Decoding for `Seq2Seq`: greedy search, beam search and teacher-forced per-token NLL.
 
-All three run under `torch.inference_mode()` with the model in eval mode (its previous mode is
-restored afterwards), so positions are the deterministic eval-mode ones. The source is encoded
-once. By default the decoder runs incrementally (`Seq2Seq.start_decoding` / `decode_step`: a
+All three run under `torch.inference_mode()` in eval mode (each module's mode restored after),
+so positions are the deterministic eval-mode ones. The source is encoded once. By default the decoder runs incrementally (`Seq2Seq.start_decoding` / `decode_step`: a
 key/value cache per self-attention layer, the memory's cross-attention keys/values projected
 once), equal to a teacher-forced forward pass up to float rounding; `cache=False` re-runs the
 decoder over the whole prefix at every step (O(T^2) decoder cost per sentence: the reference).
@@ -33,8 +32,7 @@ __all__ = ["can_cache", "centred_xpos", "greedy_decode", "beam_search", "sequenc
 
 @contextlib.contextmanager
 def _eval_mode(model: torch.nn.Module) -> Iterator[None]:
-    # each module's own mode comes back, not the top's for all: a model in training with a
-    # frozen part in eval mode (or the reverse) is left as it was found
+    # each module's own mode comes back: a frozen part in eval mode stays so
     modes = [(m, m.training) for m in model.modules()]
     model.eval()
     try:

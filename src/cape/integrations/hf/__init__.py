@@ -17,15 +17,8 @@ what transformers can express and refuses the rest by name; `from_pretrained(mod
 path)` here makes everything cape installed again (`saving`).
 """
 
-from .install import (
-    CAPE_ROPE_TYPE,
-    AugmentationHook,
-    augment_position_ids,
-    augmented_position_ids,
-    install_positions,
-    install_rotary,
-    rotary_spec,
-)
+from .hook import AugmentationHook, augment_position_ids, augmented_position_ids
+from .install import CAPE_ROPE_TYPE, install_positions, install_rotary, rotary_spec
 from .rope import RotaryEmbedding, rope_parameters, rotary_from_config
 from .saving import cape_record, from_pretrained
 from .tables import OPTPositionEmbedding, PositionEmbedding

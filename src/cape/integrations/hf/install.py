@@ -1,24 +1,22 @@
-"""Putting cape into a transformers model: the rotary, the position tables, the position hook,
-and what each writes into the model's config so that saving and loading keep it.
+"""Putting cape into a transformers model: the rotary and the position tables, and what each
+writes into the model's config so that saving and loading keep it.
 
 `install_rotary` rewrites `config.rope_parameters` to transformers' own form of the installed
 rotary where transformers can express it (then a stock `from_pretrained` reproduces it);
 otherwise it records the rotary under `config.cape` and sets the rope type to one that a stock
-load refuses by name. `install_positions` and `augment_position_ids` record theirs under
-`config.cape` too; `cape.integrations.hf.from_pretrained` reads that record and installs them
-again. Every install checks everything before it changes the model: a refused call leaves the
-model as it was.
+load refuses by name. `install_positions` records its encoding under `config.cape` too, and
+so does the position hook (`cape.integrations.hf.hook`); `cape.integrations.hf.from_pretrained`
+reads that record and installs them again. Every install checks everything before it changes
+the model: a refused call leaves the model as it was.
 """
 
 from __future__ import annotations
 
 import copy
-import warnings
 from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.hooks import RemovableHandle
 
 from ...augment import PositionAugmentation
 from ...encodings.rotary import Rotary
@@ -28,11 +26,9 @@ from .tables import TABLES, OPTPositionEmbedding, PositionEmbedding, check_encod
 __all__ = [
     "install_rotary",
     "install_positions",
-    "augmented_position_ids",
-    "augment_position_ids",
     "CAPE_ROPE_TYPE",
-    "AugmentationHook",
     "check_model",
+    "record",
     "rotary_spec",
 ]
 
@@ -56,7 +52,7 @@ def check_model(model: object, what: str) -> nn.Module:
     raise TypeError(f"model must be {what} (an nn.Module), got {type(model).__name__}{hint}")
 
 
-def _record(model: nn.Module, key: str, value: Any) -> None:
+def record(model: nn.Module, key: str, value: Any) -> None:
     """Write `value` under `config.cape[key]` (None: remove it), where a model has a config."""
     config = getattr(model, "config", None)
     if config is None:
@@ -146,13 +142,13 @@ def _describe_rotary(model: nn.Module, adapter: RotaryEmbedding) -> None:
         }  # fmt: skip
     except ValueError:
         stock = copy.deepcopy(getattr(config, "rope_parameters", None))
-        _record(model, "rotary", {k: rotary_spec(r) for k, r in rotaries.items()})
-        _record(model, "stock_rope_parameters", stock)
+        record(model, "rotary", {k: rotary_spec(r) for k, r in rotaries.items()})
+        record(model, "stock_rope_parameters", stock)
         config.rope_parameters = _marked(stock)
         return
     config.rope_parameters = params[ALL] if ALL in params else params
-    _record(model, "rotary", None)
-    _record(model, "stock_rope_parameters", None)
+    record(model, "rotary", None)
+    record(model, "stock_rope_parameters", None)
 
 
 def _expressed(config: Any, rotary: Rotary, head: int) -> dict[str, Any]:
@@ -249,7 +245,7 @@ def install_positions(
     config = getattr(model, "config", None)
     if max_length is not None and config is not None:
         config.max_position_embeddings = max(config.max_position_embeddings, max_length)
-    _record(model, "positions", _encoding_spec(encoding, layout))
+    record(model, "positions", _encoding_spec(encoding, layout))
     return model
 
 
@@ -295,166 +291,3 @@ def _extend_buffers(module: nn.Module, max_length: int) -> None:
     if isinstance(types, torch.Tensor) and types.shape[-1] < max_length:
         zeros = types.new_zeros(1, max_length)
         module.register_buffer("token_type_ids", zeros, persistent=False)
-
-
-# -- the position hook -----------------------------------------------------------------------
-def augmented_position_ids(
-    augmentation: PositionAugmentation,
-    attention_mask: torch.Tensor | None = None,
-    *,
-    position_ids: torch.Tensor | None = None,
-    generator: torch.Generator | None = None,
-) -> torch.Tensor:
-    """Augmented `position_ids` [B, T] float32 for one training batch.
-
-    attention_mask: [B, T] (1 at real tokens, 0 at padding, transformers' form). position_ids:
-    [B, T] given positions; default: real tokens counted from 0 (cumsum(mask) - 1, as
-    transformers' generate counts left-padded prompts), so padding, left or right, moves no
-    real token. The draws ignore padding; padded tokens get 0. Give at least one of
-    attention_mask and position_ids. normalize=True is refused: the mean over a sequence
-    reads a causal LM's future tokens, and a common shift changes nothing for rotary.
-    """
-    if not isinstance(augmentation, PositionAugmentation):
-        kinds = "cape.Augmentation, RandomizedPositions, PoSE or RandomFloatPositions"
-        raise TypeError(f"augmentation must be a {kinds}, got {augmentation!r}")
-    if augmentation.normalize:
-        raise ValueError(
-            "augmentation: normalize=True subtracts the mean over the whole sequence, which reads "
-            "a causal LM's future tokens (and rotary ignores a common shift): use normalize=False"
-        )
-    mask = _bool_mask(attention_mask, position_ids)
-    if position_ids is None:
-        position_ids = (mask.long().cumsum(dim=1) - 1).clamp(min=0)
-    elif not isinstance(position_ids, torch.Tensor) or tuple(position_ids.shape) != tuple(
-        mask.shape
-    ):
-        shape = getattr(position_ids, "shape", type(position_ids).__name__)
-        raise ValueError(
-            f"position_ids must be a tensor [B, T] = {tuple(mask.shape)} like attention_mask, "
-            f"got {shape}"
-        )
-    pos = torch.where(mask, position_ids.to(torch.float32), 0.0)[..., None]  # [B, T, 1]
-    return augmentation(pos, mask, training=True, generator=generator)[..., 0]
-
-
-def _bool_mask(attention_mask: object, position_ids: object) -> torch.Tensor:
-    """[B, T] bool, True at real tokens, from transformers' 0/1 attention_mask (all True
-    without one)."""
-    if attention_mask is None:
-        if position_ids is None:
-            raise ValueError("give attention_mask [B, T] or position_ids [B, T] (or both)")
-        if not isinstance(position_ids, torch.Tensor) or position_ids.dim() != 2:
-            shape = getattr(position_ids, "shape", type(position_ids).__name__)
-            raise ValueError(f"position_ids must be a tensor [B, T], got {shape}")
-        return torch.ones(position_ids.shape, dtype=torch.bool, device=position_ids.device)
-    if not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() != 2:
-        shape = getattr(attention_mask, "shape", type(attention_mask).__name__)
-        raise ValueError(
-            f"attention_mask must be [B, T] with 1 at real tokens and 0 at padding, got {shape} "
-            "(a 4-D or packed mask is not supported)"
-        )
-    return attention_mask != 0
-
-
-def _cache_length(kwargs: dict) -> int:
-    for name in ("cache", "past_key_values"):
-        cache = kwargs.get(name)
-        if cache is not None and hasattr(cache, "get_seq_length"):
-            return int(cache.get_seq_length())
-    return 0
-
-
-def _stock_table(model: nn.Module) -> str | None:
-    """The path of a stock learned table that `position_ids` index (None: none)."""
-    for name, module in model.named_modules():
-        if name.rsplit(".", 1)[-1] in TABLES and isinstance(module, nn.Embedding):
-            return name
-    return None
-
-
-def augment_position_ids(
-    model: nn.Module,
-    augmentation: PositionAugmentation,
-    *,
-    generator: torch.Generator | None = None,
-) -> AugmentationHook:
-    """Install an augmentation of `position_ids` on a transformers model (a forward pre-hook):
-    in train mode each call's `position_ids` (given, or real tokens counted from 0) become
-    `augmented_position_ids(augmentation, attention_mask, ...)`; in eval mode it does nothing,
-    so evaluation and `generate()` (and a Trainer's evaluation loop) see the model's own
-    positions. Returns the hook's handle (`.remove()`). Call the model with keywords
-    (input_ids, attention_mask, position_ids); train mode with a non-empty KV cache is refused
-    (one draw must cover the whole sequence). Refused at install: a model whose positions index
-    a learned table (non-integer ids cannot index it: install_positions first)."""
-    check_model(model, "a transformers model")
-    augmented_position_ids(augmentation, torch.ones(1, 1))  # the checks, once, here
-    table = _stock_table(model)
-    if table is not None:
-        raise ValueError(
-            f"model: {type(model).__name__} indexes a learned table with position_ids "
-            f"({table}, an nn.Embedding): augmented positions are not integers; put a cape "
-            "encoding in its place first (install_positions), whose augmentation then acts"
-        )
-
-    def hook(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
-        if not module.training:
-            return None
-        if len(args) > 1:
-            raise ValueError(
-                "augment_position_ids: pass attention_mask and position_ids by keyword "
-                f"(got {len(args)} positional arguments)"
-            )
-        if _cache_length(kwargs):
-            raise ValueError(
-                "augment_position_ids: train mode with a non-empty KV cache; call model.eval() "
-                "to decode (the augmentation is a training-time one)"
-            )
-        mask, ids = kwargs.get("attention_mask"), kwargs.get("position_ids")
-        if mask is None and ids is None:
-            tokens = args[0] if args else kwargs.get("input_ids")
-            if tokens is None:
-                tokens = kwargs["inputs_embeds"][..., 0]
-            mask = torch.ones(tokens.shape[:2], dtype=torch.long, device=tokens.device)
-        kwargs["position_ids"] = augmented_position_ids(
-            augmentation, mask, position_ids=ids, generator=generator
-        )
-        return args, kwargs
-
-    handle = model.register_forward_pre_hook(hook, with_kwargs=True)
-    _record(model, "augment_position_ids", augmentation.as_mapping())
-    warn = model._register_state_dict_hook(_warn_hook_lost)
-    return AugmentationHook(handle, warn, model)
-
-
-def _warn_hook_lost(module: nn.Module, state: dict, prefix: str, local: Any) -> None:
-    if prefix:  # the model's own state_dict, not a parent's
-        return
-    spec = (getattr(getattr(module, "config", None), "cape", None) or {}).get(
-        "augment_position_ids"
-    )
-    if spec is not None:
-        warnings.warn(
-            f"cape: the training-time augmentation of position_ids {spec} is a hook, not a "
-            "weight: a stock transformers from_pretrained does not install it; "
-            "cape.integrations.hf.from_pretrained does",
-            stacklevel=2,
-        )
-
-
-class AugmentationHook:
-    """The handle `augment_position_ids` returns: `.remove()` takes the hook, its save warning
-    and its record in the config away (also as a `with` block)."""
-
-    def __init__(self, hook: RemovableHandle, warn: RemovableHandle, model: nn.Module) -> None:
-        self._hook, self._warn, self._model = hook, warn, model
-
-    def remove(self) -> None:
-        self._hook.remove()
-        self._warn.remove()
-        _record(self._model, "augment_position_ids", None)
-
-    def __enter__(self) -> AugmentationHook:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.remove()

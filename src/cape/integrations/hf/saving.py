@@ -21,7 +21,8 @@ from torch import nn
 from ...build import build
 from ...encodings.rotary import Rotary
 from ...position_sampling import augmentation_from_mapping
-from .install import augment_position_ids, install_positions, install_rotary
+from .hook import augment_position_ids
+from .install import install_positions, install_rotary
 from .rope import ALL
 
 __all__ = ["from_pretrained", "cape_record"]
@@ -30,6 +31,14 @@ __all__ = ["from_pretrained", "cape_record"]
 def cape_record(config: Any) -> dict[str, Any]:
     """What cape installed in a model of this config ({} when nothing)."""
     return dict(getattr(config, "cape", None) or {})
+
+
+def _saved_record(folder: Path) -> dict[str, Any]:
+    """The `cape` record of the config.json a save_pretrained wrote in `folder` ({} when none)."""
+    config = folder / "config.json"
+    if not config.is_file():
+        raise FileNotFoundError(f"{folder}: no config.json (a save_pretrained folder holds one)")
+    return dict(json.loads(config.read_text(encoding="utf-8")).get("cape") or {})
 
 
 def _checkpoint_state(path: Path) -> dict[str, torch.Tensor]:
@@ -65,15 +74,14 @@ def from_pretrained(model_class: Any, path: str | Path, **kwargs: Any) -> nn.Mod
             f"{model_class!r}"
         )
     folder = Path(path)
-    config = kwargs.pop("config", None)
-    if config is None:
-        from transformers import AutoConfig
-
-        config = AutoConfig.from_pretrained(str(folder))
-    record = cape_record(config)
+    config = kwargs.get("config")
+    record = cape_record(config) if config is not None else _saved_record(folder)
     if "rotary" in record:  # built with the stock rope parameters, the rotary installed after
-        config.rope_parameters = record["stock_rope_parameters"]
-    model = model_class.from_pretrained(str(folder), config=config, **kwargs)
+        if config is not None:
+            config.rope_parameters = record["stock_rope_parameters"]
+        else:  # a keyword of from_pretrained that names a config field overrides it
+            kwargs["rope_parameters"] = record["stock_rope_parameters"]
+    model = model_class.from_pretrained(str(folder), **kwargs)
     if "rotary" in record:
         rotaries = {k: Rotary(**spec) for k, spec in record["rotary"].items()}
         install_rotary(model, rotaries[ALL] if ALL in rotaries else rotaries)
