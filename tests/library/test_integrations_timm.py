@@ -72,9 +72,13 @@ def test_eval_equals_a_stock_vit_with_the_sinusoids_in_pos_embed(name: str, layo
         stock.pos_embed[:, : _prefix(stock)] = torch.randn(1, _prefix(stock), 64)
     model = copy.deepcopy(stock)
     replace_pos_embed(model, name, **ABSOLUTE[name])
-    assert model.pos_embed is None and "pos_embed" not in model.state_dict()
+    assert model.pos_embed is None
     with torch.no_grad():
         assert _err(model.eval()(_images()), stock(_images())) < 1e-5
+    # what its state gives stock timm: the prefix rows folded (zero), the encoding's table
+    saved = model.state_dict()["pos_embed"]
+    assert saved.shape == stock.pos_embed.shape and _err(saved[:, _prefix(stock) :], table) == 0.0
+    assert not saved[:, : _prefix(stock)].any()
 
 
 @pytest.mark.parametrize("size", [(48, 40), (16, 24), (32, 32)])
@@ -139,7 +143,7 @@ def test_a_stock_checkpoint_loads_strictly_after_the_conversion(layout: str) -> 
     assert _err(model.cls_token, stock.cls_token + rows) == 0.0
     again = _vit(seed=5, **PREFIXES[layout])
     replace_pos_embed(again, "sinpos2d")
-    again.load_state_dict(model.state_dict())  # a converted checkpoint has no pos_embed
+    again.load_state_dict(model.state_dict())  # the same record; its pos_embed folds zeros
     assert _err(again.cls_token, model.cls_token) == 0.0
 
 
