@@ -122,11 +122,32 @@ def from_mapping(cls: type, mapping: Mapping[str, Any], prefix: str = "") -> Any
             f"unknown config key(s) {[prefix + k for k in unknown]}; allowed under "
             f"{prefix.rstrip('.') or 'the top level'}: {sorted(fields)}"
         )
-    hints = typing.get_type_hints(cls)
-    kwargs = {}
-    for name, value in mapping.items():
-        kwargs[name] = _convert(hints[name], value, prefix + name)
+    hints = _field_types(cls)
+    kwargs = {name: _convert(hints[name], v, prefix + name) for name, v in mapping.items()}
+    for name, f in fields.items():  # a section left out that has no default: its defaults
+        missing = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if missing and name not in kwargs and dataclasses.is_dataclass(hints[name]):
+            kwargs[name] = from_mapping(hints[name], {}, f"{prefix}{name}.")
     return cls(**kwargs)
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    """The annotations of dataclass `cls`, each type parameter of a generic base replaced by
+    the class `cls` gives it (`class C(Base[DataConfig])`: Base's `data: DataT` reads
+    `DataConfig`, its `rows: list[RowT]` a list of the row class)."""
+    given: dict[Any, Any] = {}
+    for klass in reversed(cls.__mro__):
+        for base in getattr(klass, "__orig_bases__", ()):
+            params = getattr(typing.get_origin(base), "__parameters__", ())
+            given.update(zip(params, typing.get_args(base), strict=False))
+
+    def resolved(hint: Any) -> Any:
+        if isinstance(hint, typing.TypeVar):
+            return given.get(hint, Any)
+        params = getattr(hint, "__parameters__", ())
+        return hint[tuple(given.get(p, Any) for p in params)] if params else hint
+
+    return {name: resolved(hint) for name, hint in typing.get_type_hints(cls).items()}
 
 
 def _convert(hint: Any, value: Any, key: str) -> Any:

@@ -22,13 +22,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
+import torch
 from torch import nn
+from torch.utils.data import Dataset
 
 from cape.lab.experiments.run_folders import cached_runs, fit_best, read_results, run_dir
-from cape.lab.experiments.study_config import save_config
+from cape.lab.experiments.study_config import StudyConfig, save_config
 from cape.lab.experiments.train_as import trained_row
 from cape.lab.io import disk_full_named, write_json
-from cape.lab.train import Trainer, seed_everything
+from cape.lab.train import TrainConfig, Trainer, seed_everything
 from cape.lab.train import distributed as D
 from cape.lab.train.checkpoint import latest_checkpoint, load_checkpoint, pick_checkpoint
 from cape.lab.train.lock import holds_out
@@ -36,9 +38,10 @@ from cape.models import without_positions
 
 __all__ = ["Experiment", "Run", "Study", "Collected", "parameter_counts", "rank_share"]
 
-ConfigT = TypeVar("ConfigT")
+ConfigT = TypeVar("ConfigT", bound=StudyConfig)
 DataT = TypeVar("DataT")
 Records = Any  # a list of records, or a mapping holding them (translation's eval_records)
+Row = Any  # an entry of the config's `rows`: the study's row dataclass (its `name` is unique)
 
 
 @dataclass(frozen=True)
@@ -46,7 +49,7 @@ class Run(Generic[ConfigT]):
     """One (row, seed) of config `cfg`, trained in the engine run folder `folder`."""
 
     cfg: ConfigT
-    row: Any
+    row: Row
     seed: int
     folder: Path
 
@@ -60,7 +63,7 @@ class Study(Generic[ConfigT, DataT]):
     mapping: dict[str, Any]
     out: Path
     data: DataT
-    dist: Any
+    dist: D.DistInfo
 
 
 @dataclass
@@ -101,7 +104,7 @@ class Experiment(ABC, Generic[ConfigT, DataT]):
     `eval_options`) rather than its trained row's model."""
 
     name: ClassVar[str]
-    config_cls: ClassVar[type]
+    config_cls: ClassVar[type[StudyConfig]]
     presets: ClassVar[dict[str, dict[str, Any]]]
     default_preset: ClassVar[str] = "quick"
     preset_notes: ClassVar[dict[str, str]] = {}
@@ -126,7 +129,7 @@ class Experiment(ABC, Generic[ConfigT, DataT]):
 
     @abstractmethod
     def make_model(
-        self, cfg: ConfigT, row: Any, data: DataT | None, *, evaluation: bool = False
+        self, cfg: ConfigT, row: Row, data: DataT | None, *, evaluation: bool = False
     ) -> nn.Module:
         """The row's untrained model; with `evaluation`, its encoding takes the row's
         `eval_options` too (rows that have them)."""
@@ -138,7 +141,13 @@ class Experiment(ABC, Generic[ConfigT, DataT]):
 
     @abstractmethod
     def eval_records(
-        self, cfg: ConfigT, row: Any, seed: int, model: nn.Module, data: DataT, device: Any
+        self,
+        cfg: ConfigT,
+        row: Row,
+        seed: int,
+        model: nn.Module,
+        data: DataT,
+        device: torch.device,
     ) -> Records:
         """Every measurement the config asks for, of one trained model (on `device`)."""
 
@@ -155,12 +164,12 @@ class Experiment(ABC, Generic[ConfigT, DataT]):
     run_dir = staticmethod(run_dir)
 
     @staticmethod
-    def trained_row(cfg: Any, row: Any) -> Any:
+    def trained_row(cfg: StudyConfig, row: Row) -> Row:
         """The row whose weights `row` evaluates: the one its `train_as` names, else itself."""
         return trained_row(cfg.rows, row) if getattr(row, "train_as", None) else row
 
     def train_run(
-        self, cfg: ConfigT, row: Any, seed: int, out: str | Path, data: DataT
+        self, cfg: ConfigT, row: Row, seed: int, out: str | Path, data: DataT
     ) -> tuple[nn.Module, dict[str, Any]]:
         """Train one (row, seed) into `run_dir(out, row, seed)`, resuming from its checkpoints
         -> (model, summary); a `train_as` row trains (or resumes) the row it names."""
@@ -169,12 +178,12 @@ class Experiment(ABC, Generic[ConfigT, DataT]):
         model = self.make_model(cfg, row, data)
         return self.fit(Run(cfg, row, seed, run_dir(out, row, seed)), data, model)
 
-    def weights_folder(self, cfg: ConfigT, row: Any, seed: int, out: str | Path) -> Path:
+    def weights_folder(self, cfg: ConfigT, row: Row, seed: int, out: str | Path) -> Path:
         """The engine run folder holding the final weights of (row, seed)."""
         return run_dir(out, self.trained_row(cfg, row), seed)
 
     def load_run(
-        self, cfg: ConfigT, row: Any, seed: int, out: str | Path, data: DataT | None = None
+        self, cfg: ConfigT, row: Row, seed: int, out: str | Path, data: DataT | None = None
     ) -> nn.Module:
         """The weights of a trained run (those of the row its `train_as` names): the best
         checkpoint with `best_weights` (else the latest), in the row's model."""
@@ -201,11 +210,11 @@ class Experiment(ABC, Generic[ConfigT, DataT]):
         run: Run[ConfigT],
         model: nn.Module,
         loss_fn: Callable[..., Any],
-        train_set: Any,
+        train_set: Dataset,
         eval_fn: Callable[[nn.Module], dict[str, float]],
         collate: Callable[..., Any] | None = None,
         *,
-        train: Any = None,
+        train: TrainConfig | None = None,
         batches: Any = None,
         **record: Any,
     ) -> Trainer:
@@ -213,8 +222,8 @@ class Experiment(ABC, Generic[ConfigT, DataT]):
         experiment record {"experiment", "row", "seed", **record, "config"}."""
         cfg, seed = run.cfg, run.seed
         experiment = {"experiment": self.name, "row": run.row.name, "seed": seed, **record}
-        experiment["config"] = dataclasses.asdict(cfg)  # type: ignore[call-overload]
-        tcfg = dataclasses.replace(train or cfg.train, seed=seed)  # type: ignore[attr-defined]
+        experiment["config"] = dataclasses.asdict(cfg)
+        tcfg = dataclasses.replace(train or cfg.train, seed=seed)
         return Trainer(
             model,
             loss_fn,
@@ -258,26 +267,28 @@ class Experiment(ABC, Generic[ConfigT, DataT]):
         self, cfg: ConfigT, mapping: dict[str, Any], out: str | Path, *, train: bool = True
     ) -> dict[str, Any]:
         out = Path(out)
-        dist = D.init_distributed(cfg.train.device)  # type: ignore[attr-defined]
+        dist = D.init_distributed(cfg.train.device)
         if dist.rank == 0:
             save_config(out / "config.yaml", mapping)
         study = Study(cfg, mapping, out, self.make_data(cfg), dist)
         got = Collected()
 
-        def compute(row: Any, seed: int, folder: Path) -> dict[str, Any]:
+        def compute(row: Row, seed: int, folder: Path) -> dict[str, Any]:
             return self.compute(study, row, seed, folder)
 
-        runs = cached_runs(cfg.rows, cfg.seeds, out, compute, cfg, train=train)  # type: ignore[attr-defined]
+        runs = cached_runs(cfg.rows, cfg.seeds, out, compute, cfg, train=train)
         for row, seed, done in runs:
             self.gather(study, got, row, seed, done)
-        results = {"experiment": self.name, "name": cfg.name, "config": mapping}  # type: ignore[attr-defined]
+        results = {"experiment": self.name, "name": cfg.name, "config": mapping}
         results.update(self.results(study, got))
         if dist.rank == 0:
             self.write(study, results, got)
         D.barrier()
         return results
 
-    def evaluated_model(self, study: Study, row: Any, seed: int) -> tuple[nn.Module, dict]:
+    def evaluated_model(
+        self, study: Study[ConfigT, DataT], row: Row, seed: int
+    ) -> tuple[nn.Module, dict]:
         """The model a run is evaluated with, and its training summary: a `train_as` row's
         weights are those of an earlier row (loaded), the others are trained here and take
         their `eval_options` (`for_evaluation`)."""
@@ -288,11 +299,13 @@ class Experiment(ABC, Generic[ConfigT, DataT]):
         model, summary = self.train_run(cfg, row, seed, out, data)
         return self.for_evaluation(cfg, row, model), summary
 
-    def for_evaluation(self, cfg: ConfigT, row: Any, model: nn.Module) -> nn.Module:
+    def for_evaluation(self, cfg: ConfigT, row: Row, model: nn.Module) -> nn.Module:
         """A trained model as the row evaluates it (default: itself)."""
         return model
 
-    def compute(self, study: Study, row: Any, seed: int, folder: Path) -> dict[str, Any]:
+    def compute(
+        self, study: Study[ConfigT, DataT], row: Row, seed: int, folder: Path
+    ) -> dict[str, Any]:
         """What one (row, seed) leaves in its eval.json: trained (resumable), then evaluated."""
         model, summary = self.evaluated_model(study, row, seed)
         model.to(study.dist.device).eval()
@@ -307,14 +320,16 @@ class Experiment(ABC, Generic[ConfigT, DataT]):
     counts_parameters: ClassVar[bool] = False
     """`compute` keeps the run's `parameter_counts` (results' "params" by row)."""
 
-    def removed_metric(self, study: Study, row: Any, seed: int, model: nn.Module) -> float | None:
+    def removed_metric(
+        self, study: Study[ConfigT, DataT], row: Row, seed: int, model: nn.Module
+    ) -> float | None:
         """The study's main metric at the training size, measured on `model` (None: this
         experiment has no such measurement). `measure_removed` calls it with the model's
         positions taken out."""
         return None
 
     def measure_removed(
-        self, study: Study, row: Any, seed: int, model: nn.Module
+        self, study: Study[ConfigT, DataT], row: Row, seed: int, model: nn.Module
     ) -> dict[str, Any] | None:
         """The positions-removed check of a run (`cape.models.without_positions`): the main
         metric with every position the model holds taken out at test time, {"row", "seed",
@@ -324,14 +339,16 @@ class Experiment(ABC, Generic[ConfigT, DataT]):
         return None if value is None else {"row": row.name, "seed": seed, "value": value}
 
     def evaluate(
-        self, study: Study, row: Any, seed: int, model: nn.Module, folder: Path
+        self, study: Study[ConfigT, DataT], row: Row, seed: int, model: nn.Module, folder: Path
     ) -> dict[str, Any]:
         """The evaluation part of a run's eval.json (default: {"records": eval_records})."""
         return {
             "records": self.eval_records(study.cfg, row, seed, model, study.data, study.dist.device)
         }
 
-    def gather(self, study: Study, got: Collected, row: Any, seed: int, done: dict) -> None:
+    def gather(
+        self, study: Study[ConfigT, DataT], got: Collected, row: Row, seed: int, done: dict
+    ) -> None:
         """Add what one (row, seed) left (`done`, its eval.json) to `got`."""
         got.records += done["records"]
         got.train[f"{row.name}/seed{seed}"] = done["summary"]
@@ -340,13 +357,13 @@ class Experiment(ABC, Generic[ConfigT, DataT]):
         if "params" in done:
             got.params[row.name] = done["params"]
 
-    def results(self, study: Study, got: Collected) -> dict[str, Any]:
+    def results(self, study: Study[ConfigT, DataT], got: Collected) -> dict[str, Any]:
         """results.json after "experiment", "name" and "config" (default: the records, any
         `extra`, the training summaries and, where counted, the parameters)."""
         out = {"records": got.records, **got.extra, "train": got.train}
         return {**out, "params": got.params} if self.counts_parameters else out
 
-    def write(self, study: Study, results: dict[str, Any], got: Collected) -> Path:
+    def write(self, study: Study[ConfigT, DataT], results: dict[str, Any], got: Collected) -> Path:
         """Rank 0's end of a study: results.json and the report."""
         return self.write_report(study.out, results)
 

@@ -1,19 +1,22 @@
-"""What every experiment's config shares: resolution (preset -> files -> `--set`), the saved
-config.yaml, the checks of rows, seeds, the kept checkpoint and a Transformer's sizes, and the
-training presets."""
+"""What every experiment's config shares: the study-config base (`StudyConfig`), resolution
+(preset -> files -> `--set`), the saved config.yaml, the checks of rows, seeds, the kept
+checkpoint and a Transformer's sizes, and the training presets."""
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from cape._checks import check_float, check_int
 from cape.lab.config import apply_overrides, from_mapping, load_file, to_mapping
 from cape.lab.io import atomic_write
+from cape.lab.train.config import TrainConfig
 
 __all__ = [
+    "StudyConfig",
     "merge",
     "resolve_config",
     "save_config",
@@ -106,6 +109,42 @@ def check_runs(rows: Sequence[Any], seeds: Sequence[int]) -> None:
     names = [r.name for r in rows]
     if len(set(names)) != len(names):
         raise ValueError(f"rows[].name must be unique, got {names}")
+
+
+DataT = TypeVar("DataT")
+ModelT = TypeVar("ModelT")
+EvalT = TypeVar("EvalT")
+RowT = TypeVar("RowT")
+
+
+@dataclass(kw_only=True)
+class StudyConfig(Generic[DataT, ModelT, EvalT, RowT]):
+    """The top-level config of a study: its `name` (the run folder's, runs/<name>), the `seeds`
+    every row is trained with, its `data`, `model`, `train` and `eval` sections and its `rows`
+    (the models compared, by unique `name`). A study's config names its section classes and its
+    default name; its own checks follow `check_runs` in `__post_init__`:
+
+        @dataclass
+        class VisionConfig(StudyConfig[DataConfig, ModelConfig, EvalConfig, RowConfig]):
+            name: str = "vision"
+
+            def __post_init__(self) -> None:
+                super().__post_init__()
+                ...
+
+    `cape.lab.config.from_mapping` reads each section as the class the study gives it, and
+    builds a section the mapping leaves out from that class's defaults."""
+
+    name: str
+    seeds: list[int] = field(default_factory=lambda: [0])
+    data: DataT
+    model: ModelT
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalT
+    rows: list[RowT] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        check_runs(self.rows, self.seeds)
 
 
 def check_best_metric(train: Any, metric: str, mode: str, what: str) -> None:

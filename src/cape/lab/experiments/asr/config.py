@@ -19,16 +19,15 @@ from cape.lab.data.speech.synth import MAX_TRAIN_SECONDS
 from cape.lab.data.text.sentences import TEXT_SOURCES
 from cape.lab.experiments.pairs import preset_augmentation
 from cape.lab.experiments.study_config import (
+    StudyConfig,
     check_best_metric,
     check_folder,
     check_position,
-    check_runs,
     check_transformer,
     row_key,
     train_preset,
 )
 from cape.lab.experiments.train_as import check_reuse_fields, check_train_as
-from cape.lab.train.config import TrainConfig
 
 __all__ = [
     "DataConfig",
@@ -164,18 +163,15 @@ class EvalConfig:
 
 
 @dataclass
-class AsrConfig:
+class AsrConfig(StudyConfig[DataConfig, ModelConfig, EvalConfig, RowConfig]):
+    """The whole experiment: every row is trained once per seed (or evaluates the weights of
+    the row its `train_as` names) and tested on every split, with `features` the front end."""
+
     name: str = "asr"
-    data: DataConfig = field(default_factory=DataConfig)
     features: FeatureConfig = field(default_factory=FeatureConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
-    rows: list[RowConfig] = field(default_factory=list)
-    seeds: list[int] = field(default_factory=lambda: [0])
 
     def __post_init__(self) -> None:
-        check_runs(self.rows, self.seeds)
+        super().__post_init__()
         check_best_metric(self.train, "wer", "min", "the validation WER")
         check_train_as(self.rows, same=("relative_layers", "specaugment", "batching"))
         names = {r.name for r in self.rows}

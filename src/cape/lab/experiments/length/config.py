@@ -16,17 +16,12 @@ from cape._checks import check_int, check_rate
 from cape.build import build, encoding_class
 from cape.lab.experiments.pairs import preset_augmentation
 from cape.lab.experiments.recipes import length_recipe
-from cape.lab.experiments.study_config import (
-    check_best_metric,
-    check_runs,
-    train_preset,
-)
+from cape.lab.experiments.study_config import StudyConfig, check_best_metric, train_preset
 from cape.lab.experiments.train_as import (
     ReusableRow,
     check_train_as,
     trained_row,
 )
-from cape.lab.train.config import TrainConfig
 from cape.models.plan import attention_size, resolve_options
 
 __all__ = [
@@ -152,24 +147,18 @@ def encoding_size(position: str, dim: int, heads: int) -> int:
 
 
 @dataclass
-class LengthConfig:
+class LengthConfig(StudyConfig[DataConfig, ModelConfig, EvalConfig, RowConfig]):
     """The whole experiment: every row is trained once per seed (or reuses the weights of the
     row named by its `train_as`) and evaluated at every test length."""
 
     name: str = "length"
-    seeds: list[int] = field(default_factory=lambda: [0])
-    data: DataConfig = field(default_factory=DataConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
-    rows: list[RowConfig] = field(default_factory=list)
 
     def row(self, name: str) -> RowConfig:
         """The row called `name`."""
         return next(r for r in self.rows if r.name == name)
 
     def __post_init__(self) -> None:
-        check_runs(self.rows, self.seeds)
+        super().__post_init__()
         check_best_metric(self.train, "acc", "max", "the validation accuracy")
         for i, length in enumerate(self.eval.lengths):
             if length <= self.data.offset:

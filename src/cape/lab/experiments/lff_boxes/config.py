@@ -18,8 +18,7 @@ from typing import Any
 from cape._checks import check_choice, check_float, check_int
 from cape.augment import Augmentation
 from cape.lab.data.boxes import ScreenSettings
-from cape.lab.experiments.study_config import check_best_metric, check_runs, row_key, train_preset
-from cape.lab.train.config import TrainConfig
+from cape.lab.experiments.study_config import StudyConfig, check_best_metric, row_key, train_preset
 
 __all__ = [
     "DataConfig",
@@ -193,21 +192,15 @@ def encoding_size(row: RowConfig, model: ModelConfig) -> int:
 
 
 @dataclass
-class LffBoxesConfig:
+class LffBoxesConfig(StudyConfig[DataConfig, ModelConfig, EvalConfig, RowConfig]):
     """The whole experiment: every row is trained once per seed and evaluated the same way."""
 
     name: str = "lff-boxes"
-    seeds: list[int] = field(default_factory=lambda: [0])
-    data: DataConfig = field(default_factory=DataConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
-    rows: list[RowConfig] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         from cape.build import build
 
-        check_runs(self.rows, self.seeds)
+        super().__post_init__()
         check_best_metric(self.train, "acc", "max", "the validation accuracy")
         for row in self.rows:  # build every encoding once: bad options fail here, named
             if row.position == "nopos":

@@ -16,8 +16,7 @@ from typing import Any
 from cape._checks import check_choice, check_float, check_int
 from cape.lab.data.images.render import CANVAS
 from cape.lab.experiments.lff_generation.model import POSITIONS, PixelPositions
-from cape.lab.experiments.study_config import check_best_metric, check_runs, row_key, train_preset
-from cape.lab.train.config import TrainConfig
+from cape.lab.experiments.study_config import StudyConfig, check_best_metric, row_key, train_preset
 
 __all__ = [
     "DataConfig",
@@ -108,22 +107,14 @@ class EvalConfig:
 
 
 @dataclass
-class GenerationConfig:
+class GenerationConfig(StudyConfig[DataConfig, ModelConfig, EvalConfig, RowConfig]):
     """The whole study: every row trained once per seed; held-out bits per dim measured every
     `train.eval_every` steps (the Trainer's eval_fn, `train.best_metric` = "bpd")."""
 
     name: str = "lff-generation"
-    seeds: list[int] = field(default_factory=lambda: [0])
-    data: DataConfig = field(default_factory=DataConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
-    rows: list[RowConfig] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        check_runs(self.rows, self.seeds)
-        for s in self.seeds:
-            check_int("seeds[]", s, minimum=0)
+        super().__post_init__()
         if self.train.eval_every < 1:
             raise ValueError(
                 "train.eval_every must be >= 1: the bits-per-dim curve is measured "

@@ -20,17 +20,12 @@ from cape._checks import check_float, check_int
 from cape.lab.data.text_corpus import TOKENIZERS
 from cape.lab.data.text_corpus.build import MAX_BPE_VOCAB
 from cape.lab.experiments.recipes import length_recipe
-from cape.lab.experiments.study_config import (
-    check_best_metric,
-    check_runs,
-    check_transformer,
-)
+from cape.lab.experiments.study_config import StudyConfig, check_best_metric, check_transformer
 from cape.lab.experiments.train_as import (
     ReusableRow,
     check_train_as,
     trained_row,
 )
-from cape.lab.train.config import TrainConfig
 
 __all__ = [
     "DataConfig",
@@ -210,19 +205,13 @@ def position_options(row: RowConfig, cfg: LMConfig, *, evaluation: bool = False)
 
 
 @dataclass
-class LMConfig:
+class LMConfig(StudyConfig[DataConfig, ModelConfig, EvalConfig, RowConfig]):
     """The whole experiment: every row is trained once per seed (or reuses the weights of the
     row its `train_as` names, or fine-tunes those of its `finetune_from`) and evaluated at every
     length."""
 
     name: str = "lm"
-    seeds: list[int] = field(default_factory=lambda: [0])
-    data: DataConfig = field(default_factory=DataConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
-    rows: list[RowConfig] = field(default_factory=list)
 
     @property
     def lengths(self) -> list[int]:
@@ -234,7 +223,7 @@ class LMConfig:
         return next(r for r in self.rows if r.name == name)
 
     def __post_init__(self) -> None:
-        check_runs(self.rows, self.seeds)
+        super().__post_init__()
         check_best_metric(self.train, "loss", "min", "the validation loss at L")
         if self.eval.max_tokens and self.eval.max_tokens <= self.lengths[-1]:
             raise ValueError(

@@ -11,22 +11,21 @@ of the training set, measured when the experiment starts (`alpha: auto`).
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from cape._checks import check_float, check_int
 from cape.lab.experiments.pairs import preset_augmentation
 from cape.lab.experiments.study_config import (
+    StudyConfig,
     check_best_metric,
     check_folder,
     check_position,
-    check_runs,
     check_transformer,
     row_key,
     train_preset,
 )
 from cape.lab.experiments.train_as import ReusableRow, check_reuse_fields, check_train_as
-from cape.lab.train.config import TrainConfig
 
 __all__ = [
     "DataConfig",
@@ -127,17 +126,14 @@ class EvalConfig:
 
 
 @dataclass
-class TranslationConfig:
+class TranslationConfig(StudyConfig[DataConfig, ModelConfig, EvalConfig, RowConfig]):
+    """The whole experiment: every row is trained once per seed (or evaluates the weights of
+    the row its `train_as` names) and tested on every length bin."""
+
     name: str = "translation"
-    data: DataConfig = field(default_factory=DataConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
-    rows: list[RowConfig] = field(default_factory=list)
-    seeds: list[int] = field(default_factory=lambda: [0])
 
     def __post_init__(self) -> None:
-        check_runs(self.rows, self.seeds)
+        super().__post_init__()
         check_best_metric(self.train, "bleu", "max", "the validation BLEU")
         check_train_as(self.rows)
 

@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cape._checks import check_choice, check_int
-from cape.lab.experiments.study_config import check_position, check_runs, row_key, train_preset
-from cape.lab.train.config import TrainConfig
+from cape.lab.experiments.study_config import StudyConfig, check_position, row_key, train_preset
 
 __all__ = [
     "DataConfig",
@@ -156,19 +155,13 @@ class EvalConfig:
 
 
 @dataclass
-class VisionConfig:
+class VisionConfig(StudyConfig[DataConfig, ModelConfig, EvalConfig, RowConfig]):
     """The whole experiment: every row is trained once per seed and evaluated the same way."""
 
     name: str = "vision"
-    seeds: list[int] = field(default_factory=lambda: [0])
-    data: DataConfig = field(default_factory=DataConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
-    rows: list[RowConfig] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        check_runs(self.rows, self.seeds)
+        super().__post_init__()
         p = self.model.patch
         sizes = list(self.eval.sizes) + [
             s for r in self.rows for s in (r.train_size, *r.univit_sizes)
