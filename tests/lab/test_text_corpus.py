@@ -214,12 +214,13 @@ def test_a_bad_user_folder_is_named(
         (["--split", "0.9,nan,0.1"], "--split"),
         (["--split", "inf,0,0"], "--split"),
         (["--split", "1e400,0,0"], "--split"),
+        (["--out", os.fsdecode(b"{tmp}/o\xff")], "o\\xff' is not a UTF-8 path"),
     ],
 )
 def test_bad_arguments_exit_2_naming_them(tmp_path: Path, capsys, argv, named) -> None:
     _folder(tmp_path / "docs", 5)
     base = ["data", "text", "--corpus", str(tmp_path / "docs"), "--out", str(tmp_path / "o")]
-    assert main(base + argv) == 2
+    assert main(base + [a.replace("{tmp}", str(tmp_path)) for a in argv]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and named in err
 

@@ -47,6 +47,13 @@ def text_main(argv: list[str]) -> int:
     parser.add_argument("--out", default="data/text", help="cache folder (default data/text)")
     args = parser.parse_args(argv)
     check_out_folder(args.out, "--out")
+    try:  # SentencePiece opens its model by a UTF-8 path, the statistics record paths as text
+        args.out.encode("utf-8")
+    except UnicodeEncodeError:
+        raw = args.out.encode("utf-8", "surrogateescape")
+        raise UsageError(
+            f"--out {raw!r} is not a UTF-8 path; give a folder name in UTF-8"
+        ) from None
     entry = build_text_corpus(
         args.corpus,
         args.out,
