@@ -170,6 +170,12 @@ def _generate(args: argparse.Namespace, rest: list[str]) -> int:
     return generate_main(rest)
 
 
+def _extend(args: argparse.Namespace, rest: list[str]) -> int:
+    from cape.lab.apps.extend import main as extend  # a RoPE model's context, extended
+
+    return extend(rest)
+
+
 def _transcribe(args: argparse.Namespace, rest: list[str]) -> int:
     from cape.lab.apps.transcribe_cli import main as transcribe  # WAVs -> text, or WER
 
@@ -249,6 +255,13 @@ def _parser() -> ArgumentParser:
         add_help=False,
     )
     p.set_defaults(run=_generate)
+    p = sub.add_parser(
+        "extend",
+        help="extend a transformers RoPE model's context through cape (PI, YaRN, CAPE) and "
+        "score it from 1x to 16x its training length",
+        add_help=False,
+    )
+    p.set_defaults(run=_extend)
     p = sub.add_parser(
         "demo", help="build every encoding, check its properties, plot similarities", add_help=False
     )
