@@ -158,6 +158,10 @@ def test_bin_records_match_independent_wer() -> None:
 
 
 def test_removed_records_take_every_position_out_and_put_them_back(monkeypatch) -> None:
+    """The study's positions-removed check (`Experiment.measure_removed`): decoding sees no
+    encoding of any kind, the model gets its own back, the records join the run's."""
+    from types import SimpleNamespace
+
     cfg = _cfg(*(f"model.{k}={v}" for k, v in TINY_MODEL.items()), preset="digits-k3-small")
     seen = []
 
@@ -168,18 +172,24 @@ def test_removed_records_take_every_position_out_and_put_them_back(monkeypatch) 
 
     monkeypatch.setattr(E, "decode", spy)
     data = type("D", (), {"test": lambda self, split: [_utt(2.0, "a", 0)]})()
+    study = SimpleNamespace(cfg=cfg, data=data)
     for name in ("sinpos", "rotary", "ALiBi"):
         row = next(r for r in cfg.rows if r.name == name)
         model = A.make_model(cfg, row).eval()
         before = repr(model), model.encoder.position
         seen.clear()
-        recs = E.removed_records(cfg, row, 0, model, data)
+        done = {"records": [{"split": "test"}]}
+        A.measure_removed(study, row, 0, model, done)
         position, attn = seen[0]
         assert position is None and all(r is None and n == 0 for r, n in attn), name
         assert (repr(model), model.encoder.position) == before  # put back
+        recs = done["records"][1:]
+        assert done["records"][0] == {"split": "test"} and "removed" not in done
         assert {r["split"] for r in recs} == {"test, positions removed"} and recs[-1]["wer"] == 0.0
     nopos = next(r for r in cfg.rows if r.name == "nopos")
-    assert E.removed_records(cfg, nopos, 0, A.make_model(cfg, nopos), data) == []
+    done = {"records": []}
+    A.measure_removed(study, nopos, 0, A.make_model(cfg, nopos), done)
+    assert done == {"records": []} and not seen[1:]
 
 
 def test_flatness_is_longest_over_shortest_mean() -> None:

@@ -642,13 +642,17 @@ def test_an_image_folder_reports_its_own_counts_and_test_images(tmp_path) -> Non
     assert "on the folder's test images" in report and "train fonts" not in report
 
 
-def test_extent_one_is_the_plain_accuracy_when_positions_are_also_measured_removed(monkeypatch):
-    """Table 6's gamma = 1 record is the plain accuracy, not the one measured just before with
-    the positions taken out (a model that needs its positions: 100% with them, 0% without)."""
+def test_positions_removed_are_measured_apart_from_the_plain_records(monkeypatch):
+    """The positions-removed accuracy comes from the base's check (`measure_removed`: the
+    positions taken out around `removed_records`), at every test size, after the plain
+    records: Table 6's gamma = 1 record stays the plain accuracy (a model that needs its
+    positions: 100% with them, 0% without)."""
     import contextlib
     from types import SimpleNamespace
 
+    import cape.lab.experiments.base as base
     import cape.lab.experiments.vision.evaluate as ev
+    from cape.lab.experiments.vision.experiment import VISION
 
     removed = {"now": False}
 
@@ -663,17 +667,23 @@ def test_extent_one_is_the_plain_accuracy_when_positions_are_also_measured_remov
         probs[:, 0 if removed["now"] else 1] = 1.0  # labels are 1: right only with positions
         return probs, 1.0
 
-    monkeypatch.setattr(ev, "without_positions", without_positions)
+    monkeypatch.setattr(base, "without_positions", without_positions)
     monkeypatch.setattr(ev, "predict", predict)
     cfg = SimpleNamespace(
-        eval=SimpleNamespace(sizes=[8], batch_size=4, extents=["1"], tta=False),
+        eval=SimpleNamespace(sizes=[8, 12], batch_size=4, extents=["1"], tta=False),
         data=SimpleNamespace(test_fonts=0, native=0),
     )
     data = SimpleNamespace(
         counts={"test": 4},
-        tensors=lambda split, size: (torch.zeros(4, 3, 8, 8), torch.ones(4).long()),
+        tensors=lambda split, size: (torch.zeros(4, 3, size, size), torch.ones(4).long()),
     )
     row, model = SimpleNamespace(name="r", train_size=8), SimpleNamespace(takes_extent=True)
-    recs = {r["method"]: r["acc"] for r in ev.eval_records(cfg, row, 0, model, data, "cpu")}
-    assert recs["plain"] == 100.0 and recs[ev.NO_POSITIONS] == 0.0
-    assert recs["extent 1"] == 100.0
+    done = {"records": ev.eval_records(cfg, row, 0, model, data, "cpu")}
+    plain = {(r["method"], r["size"]): r["acc"] for r in done["records"]}
+    assert plain == {("plain", 8): 100.0, ("extent 1", 8): 100.0, ("plain", 12): 100.0,
+                     ("extent 1", 12): 100.0}  # fmt: skip
+    study = SimpleNamespace(cfg=cfg, data=data, dist=SimpleNamespace(device="cpu"))
+    VISION.measure_removed(study, row, 0, model, done)
+    gone = [(r["method"], r["size"], r["acc"]) for r in done["records"][4:]]
+    assert gone == [(ev.NO_POSITIONS, 8, 0.0), (ev.NO_POSITIONS, 12, 0.0)]
+    assert "removed" not in done and not removed["now"]

@@ -36,7 +36,7 @@ from cape.lab.train.checkpoint import latest_checkpoint, load_checkpoint, pick_c
 from cape.lab.train.lock import holds_out
 from cape.models import without_positions
 
-__all__ = ["Experiment", "Run", "Study", "Collected", "parameter_counts", "rank_share"]
+__all__ = ["Experiment", "Run", "Study", "Collected", "parameter_counts", "rank_slice"]
 
 ConfigT = TypeVar("ConfigT", bound=StudyConfig)
 DataT = TypeVar("DataT")
@@ -77,9 +77,10 @@ class Collected:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def rank_share(n: int) -> range:
-    """The indices of `n` items that this rank handles (every world-size-th from its rank)."""
-    return range(D.get_rank(), n, D.get_world_size())
+def rank_slice() -> slice:
+    """This rank's share of a sequence, every world-size-th item from its rank: `x[rank_slice()]`
+    of a tensor or list, `range(n)[rank_slice()]` for the indices of n items."""
+    return slice(D.get_rank(), None, D.get_world_size())
 
 
 def parameter_counts(model: nn.Module) -> dict[str, int]:
@@ -310,9 +311,7 @@ class Experiment(ABC, Generic[ConfigT, DataT]):
         model, summary = self.evaluated_model(study, row, seed)
         model.to(study.dist.device).eval()
         done = {**self.evaluate(study, row, seed, model, folder), "summary": summary}
-        removed = self.measure_removed(study, row, seed, model)
-        if removed is not None:
-            done["removed"] = removed
+        self.measure_removed(study, row, seed, model, done)
         if self.counts_parameters:
             done["params"] = parameter_counts(model)
         return done
@@ -328,15 +327,31 @@ class Experiment(ABC, Generic[ConfigT, DataT]):
         positions taken out."""
         return None
 
-    def measure_removed(
+    def removed_records(
         self, study: Study[ConfigT, DataT], row: Row, seed: int, model: nn.Module
-    ) -> dict[str, Any] | None:
-        """The positions-removed check of a run (`cape.models.without_positions`): the main
-        metric with every position the model holds taken out at test time, {"row", "seed",
-        "value"}; None for a model without positions or an experiment without the metric."""
+    ) -> list[dict[str, Any]]:
+        """Evaluation records measured on `model`, for a study whose report tabulates the
+        positions-removed check beyond its main metric (vision: accuracy at every test size;
+        speech: WER and CER per duration bin). `measure_removed` calls it with the model's
+        positions taken out; default: none."""
+        return []
+
+    def measure_removed(
+        self, study: Study[ConfigT, DataT], row: Row, seed: int, model: nn.Module, done: dict
+    ) -> None:
+        """The positions-removed check of a run (`cape.models.without_positions`): with every
+        position the model holds taken out at test time, `removed_metric` becomes `done`'s
+        "removed" ({"row", "seed", "value"}) and `removed_records` join `done["records"]`;
+        nothing for a model without positions."""
         with without_positions(model) as had:
-            value = self.removed_metric(study, row, seed, model) if had else None
-        return None if value is None else {"row": row.name, "seed": seed, "value": value}
+            if not had:
+                return
+            value = self.removed_metric(study, row, seed, model)
+            records = self.removed_records(study, row, seed, model)
+        if value is not None:
+            done["removed"] = {"row": row.name, "seed": seed, "value": value}
+        if records:
+            done["records"] = [*done["records"], *records]
 
     def evaluate(
         self, study: Study[ConfigT, DataT], row: Row, seed: int, model: nn.Module, folder: Path

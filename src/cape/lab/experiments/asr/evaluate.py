@@ -19,7 +19,6 @@ from cape.lab.experiments.asr.data import AsrData, Utterance
 from cape.lab.experiments.asr.report import NO_POSITIONS
 from cape.lab.metrics import error_counts, wer_by_bin
 from cape.lab.train import distributed as D
-from cape.models import without_positions
 from cape.models.asr import CTCModel
 
 __all__ = [
@@ -160,21 +159,18 @@ def eval_records(
             recs = _bin_records(utts, hyps, {**base, "split": "test@hop", "hop_ms": float(hop)})
             recs[-1]["audio_s_per_s"] = audio / seconds
             records += recs
-    return records + removed_records(cfg, row, seed, model, data)
+    return records
 
 
 def removed_records(
     cfg: AsrConfig, row: RowConfig, seed: int, model: CTCModel, data: AsrData
 ) -> list[dict[str, Any]]:
-    """WER/CER per bin on `test` with every position the model holds taken out at test time
-    (`cape.models.without_positions`: the input encoding and each attention's rotation and
-    biases; split `NO_POSITIONS`): if they barely change, the model does not use its
-    positions, and no duration effect of the encoding can show. Rows without any: none."""
+    """WER/CER per bin on `test` of `model` as given (the caller, `Experiment.measure_removed`,
+    has taken every position it holds out: the input encoding and each attention's rotation and
+    biases), split `NO_POSITIONS`: if they barely change, the model does not use its positions,
+    and no duration effect of the encoding can show."""
     utts = data.test("test")
-    with without_positions(model) as had:
-        if not had:
-            return []
-        hyps, _ = decode(model, utts, cfg.features, beam=cfg.eval.beam)
+    hyps, _ = decode(model, utts, cfg.features, beam=cfg.eval.beam)
     return _bin_records(
         utts,
         hyps,

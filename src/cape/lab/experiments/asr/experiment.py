@@ -19,8 +19,6 @@ from cape.lab.experiments.asr.data import AsrData, collate_fn
 from cape.lab.experiments.asr.model import ctc_loss_fn, make_model
 from cape.lab.experiments.base import Collected, Experiment, Run, Study, parameter_counts
 from cape.lab.experiments.train_as import evaluation_model
-from cape.lab.io import write_json
-from cape.models import has_positions
 from cape.models.asr import CTCModel
 
 __all__ = ["AsrExperiment", "ASR"]
@@ -54,34 +52,21 @@ class AsrExperiment(Experiment[AsrConfig, AsrData], evaluate=evaluate, report=re
     def for_evaluation(self, cfg: AsrConfig, row: RowConfig, model: nn.Module) -> nn.Module:
         return evaluation_model(row, model, lambda: make_model(cfg, row, evaluation=True))
 
-    def gather(self, study: Study, got: Collected, row: Any, seed: int, done: dict) -> None:
-        """Records and summaries; an evaluation cached before the positions-removed measurement
-        existed gets it added (and its eval.json rewritten) where its weights are kept, the rest
-        kept as they are (an archived run: its report leaves that check out)."""
-        cfg, out, device = study.cfg, study.out, study.dist.device
-        shapes = got.extra.setdefault("shapes", {})  # untrained, one per row: has positions?
-        if row.name not in shapes:
-            shapes[row.name] = make_model(cfg, row)
-        weights = self.weights_folder(cfg, row, seed, out) / "checkpoints"
-        if (
-            has_positions(shapes[row.name])
-            and weights.is_dir()
-            and not any(r["split"] == report.NO_POSITIONS for r in done["records"])
-        ):
-            model = self.load_run(cfg, row, seed, out).to(device)
-            extra = evaluate.removed_records(cfg, row, seed, model, study.data)
-            if extra:
-                done["records"] += extra
-                if study.dist.rank == 0:
-                    write_json(self.run_dir(out, row, seed) / "eval.json", done)
-        super().gather(study, got, row, seed, done)
+    def removed_records(
+        self, study: Study, row: RowConfig, seed: int, model: nn.Module
+    ) -> list[dict[str, Any]]:
+        """WER and CER per duration bin with the positions taken out (`evaluate`)."""
+        return evaluate.removed_records(study.cfg, row, seed, model, study.data)
 
     def results(self, study: Study, got: Collected) -> dict[str, Any]:
-        shapes = got.extra.get("shapes", {})
+        """Records, summaries, the data summary and each row's parameter count (of its
+        untrained model: the count does not depend on the weights)."""
+        ran = {key.rsplit("/seed", 1)[0] for key in got.train}
+        rows = [r for r in study.cfg.rows if r.name in ran]
         return {
             "records": got.records,
             "train": got.train,
-            "params": {name: parameter_counts(m)["total"] for name, m in shapes.items()},
+            "params": {r.name: parameter_counts(make_model(study.cfg, r))["total"] for r in rows},
             "data": study.data.summary(),
         }
 

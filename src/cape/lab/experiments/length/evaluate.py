@@ -15,7 +15,7 @@ from cape.lab.data.text.lookup import (
     chance_level,
     position_blind_accuracy,
 )
-from cape.lab.experiments.base import rank_share
+from cape.lab.experiments.base import rank_slice
 from cape.lab.experiments.length.config import LengthConfig, RowConfig
 from cape.lab.experiments.length.model import make_model
 from cape.lab.experiments.run_folders import summed_accuracy
@@ -31,7 +31,7 @@ def accuracy(
     """(% of the scored positions right, their number) of `data`, over all ranks (each rank
     predicts its shard of the sequences)."""
     model.eval()
-    ds, shard = LookupDataset(data), rank_share(len(data))
+    ds, shard = LookupDataset(data), range(len(data))[rank_slice()]
     correct, count = 0, 0
     for i in range(0, len(shard), batch_size):
         batch = {k: v.to(device) for k, v in ds.collate(shard[i : i + batch_size]).items()}

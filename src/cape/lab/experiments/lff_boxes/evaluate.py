@@ -15,7 +15,7 @@ from cape.lab.data.boxes import (
     content_only_accuracy,
     majority_accuracy,
 )
-from cape.lab.experiments.base import rank_share
+from cape.lab.experiments.base import rank_slice
 from cape.lab.experiments.lff_boxes.config import LffBoxesConfig, RowConfig
 from cape.lab.experiments.run_folders import summed_accuracy
 
@@ -47,7 +47,7 @@ def answered(
 ) -> tuple[torch.Tensor, range]:
     """Whether each screen of this rank's share of `ds` is answered right (bool [len(share)]),
     and that share's indices."""
-    shard = rank_share(len(ds))
+    shard = range(len(ds))[rank_slice()]
     return predict(model, ds, batch_size, device, shard) == ds.tensors["answer"][list(shard)], shard
 
 

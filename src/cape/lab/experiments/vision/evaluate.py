@@ -15,22 +15,21 @@ from typing import Any
 import numpy as np
 import torch
 
+from cape.lab.experiments.base import rank_slice
 from cape.lab.experiments.run_folders import summed_accuracy
 from cape.lab.experiments.vision.config import RowConfig, VisionConfig
 from cape.lab.experiments.vision.data import VisionData, resize_images, to_tensors
 from cape.lab.experiments.vision.verdict import NO_POSITIONS
 from cape.lab.progress import progress
 from cape.lab.timing import time_interleaved
-from cape.lab.train import distributed as D
-from cape.models import without_positions
 from cape.models.vit import ViT
 
 __all__ = [
     "predict",
-    "rank_slice",
     "throughput",
     "accuracy",
     "eval_records",
+    "removed_records",
     "format_records",
     "extent_for",
     "round_to_patch",
@@ -69,11 +68,6 @@ def native_targets(native: list[int], low: int, high: int, strategy: str, patch:
     if strategy == "original":
         return [round_to_patch(s, patch) for s in native]
     raise ValueError(f"strategy must be 'fixed S', 'min', 'max' or 'original', got {strategy!r}")
-
-
-def rank_slice(n: int | None = None) -> slice:
-    """This rank's share of a sequence (every world-size-th item from its rank)."""
-    return slice(D.get_rank(), n, D.get_world_size())
 
 
 @torch.no_grad()
@@ -161,16 +155,12 @@ def eval_records(
     for split in sets:
         for size in progress(sizes, desc=f"eval {row.name} {split}"):
             x, y = data.tensors(split, size)
-            sh = rank_slice(len(y))
+            sh = rank_slice()
             probs, ips = predict(model, x[sh], bs, device=device)
             acc = accuracy(probs, y[sh])
             record(split, size, "plain", acc, ips)
             if split == "test":
                 probs_at[size] = probs
-                with without_positions(model) as had:
-                    if had:  # does the model use its positions? (`acc` stays the plain one)
-                        gone = accuracy(predict(model, x[sh], bs, device=device)[0], y[sh])
-                        record(split, size, NO_POSITIONS, gone)
             if not cont:
                 continue
             for e in ev.extents:
@@ -183,6 +173,26 @@ def eval_records(
             record("test", size, "tta", _tta_accuracy(cfg, model, data, device, size, probs_at))
     if cfg.data.native and data.cfg.source == "chars":
         out += _native_records(cfg, model, data, device, base)
+    return out
+
+
+def removed_records(
+    cfg: VisionConfig, row: RowConfig, seed: int, model: ViT, data: VisionData, device: torch.device
+) -> list[dict[str, Any]]:
+    """Test accuracy at every evaluation size of `model` as given (the caller,
+    `Experiment.measure_removed`, has taken its positions out): method `NO_POSITIONS`, so a row
+    that keeps its accuracy does not use its positions."""
+    if data.counts["test"] == 0:
+        return []
+    out = []
+    for size in sorted(set(cfg.eval.sizes) | {row.train_size}):
+        x, y = data.tensors("test", size)
+        sh = rank_slice()
+        acc = accuracy(predict(model, x[sh], cfg.eval.batch_size, device=device)[0], y[sh])
+        out.append(
+            {"row": row.name, "seed": seed, "bin": None, "set": "test", "size": size,
+             "method": NO_POSITIONS, "acc": acc, "images_per_s": None}
+        )  # fmt: skip
     return out
 
 
@@ -200,12 +210,10 @@ def _tta_accuracy(
     for s in tta_sizes(size, cfg.model.patch):
         if s not in probs_at:
             x, y = data.tensors("test", s)
-            probs_at[s] = predict(model, x[rank_slice(len(y))], cfg.eval.batch_size, device=device)[
-                0
-            ]
+            probs_at[s] = predict(model, x[rank_slice()], cfg.eval.batch_size, device=device)[0]
         total = probs_at[s] if total is None else total + probs_at[s]
     y = data.tensors("test", size)[1]
-    return accuracy(total, y[rank_slice(len(y))])
+    return accuracy(total, y[rank_slice()])
 
 
 def _native_records(
@@ -213,7 +221,7 @@ def _native_records(
 ) -> list[dict[str, Any]]:
     """Accuracy per native-size bin for each resize strategy (CAPE Table 5)."""
     images, labels = data.native()
-    sh = rank_slice(len(labels))
+    sh = rank_slice()
     images, labels = images[sh], labels[sh]
     native = [int(im.shape[0]) for im in images]
     edges = cfg.eval.native_bins

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from torch import nn
 
-from cape.lab.experiments.base import Collected, Experiment, Run, Study
+from cape.lab.experiments.base import Collected, Experiment, Run, Study, rank_slice
 from cape.lab.experiments.vision import evaluate, report
 from cape.lab.experiments.vision.config import PRESET_NOTES, PRESETS, RowConfig, VisionConfig
 from cape.lab.experiments.vision.data import VisionData
@@ -81,7 +81,7 @@ class VisionExperiment(Experiment[VisionConfig, VisionData], evaluate=evaluate, 
         val_x, val_y = data.tensors("val", size)
 
         def eval_fn(m: nn.Module) -> dict[str, float]:
-            shard = evaluate.rank_slice()
+            shard = rank_slice()
             probs, _ = evaluate.predict(m, val_x[shard], cfg.eval.batch_size)  # type: ignore[arg-type]
             return {"acc": evaluate.accuracy(probs, val_y[shard])}
 
@@ -92,6 +92,12 @@ class VisionExperiment(Experiment[VisionConfig, VisionData], evaluate=evaluate, 
         return self.trainer(
             run, model, loss_fn, train_set, eval_fn, collate, train=tcfg, finetune=finetune
         )
+
+    def removed_records(
+        self, study: Study, row: RowConfig, seed: int, model: nn.Module
+    ) -> list[dict[str, Any]]:
+        """The accuracy at every test size with the positions taken out (`evaluate`)."""
+        return evaluate.removed_records(study.cfg, row, seed, model, study.data, study.dist.device)
 
     def gather(self, study: Study, got: Collected, row: Any, seed: int, done: dict) -> None:
         """Records and summaries, and the position maps of each row's first seed (rank 0)."""
