@@ -16,7 +16,7 @@ arrangement of them meets it on this machine.
 import torch
 
 from cape.lab.bench.allocator import set_allocator
-from cape.lab.bench.timing import time_interleaved
+from cape.lab.timing import time_interleaved
 
 
 def measure(shape: tuple[int, ...]) -> str:

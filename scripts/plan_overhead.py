@@ -26,7 +26,7 @@ import torch
 
 from cape.lab.bench.results import machine, write_results
 from cape.lab.bench.slowdown import ROWS, row_position
-from cape.lab.bench.timing import time_interleaved
+from cape.lab.timing import time_interleaved
 
 LABELS = ("nopos", "sinpos", "rotary", "alibi", "relpos-100")
 MODELS = {"layer": 1, "encoder": 6}

@@ -18,7 +18,7 @@ import torch
 from cape import fusion
 from cape.build import build
 from cape.lab.bench.allocator import set_allocator
-from cape.lab.bench.timing import time_interleaved
+from cape.lab.timing import time_interleaved
 from cape.positions import grid_positions
 
 HEAD_DIM = 64  # as `cape bench encodings`

@@ -1,5 +1,6 @@
 """Timing helpers shared by the benchmarks and the experiments' throughput measurements:
-warm-up, then interleaved repeated runs.
+warm-up, then interleaved repeated runs (`time_interleaved`), and models timed on each input
+(`time_models`).
 
 Candidates are timed round-robin (a, b, c, a, b, c, ...) so that load from elsewhere on a noisy
 machine hits all of them alike; ratios of their medians are then comparable within one run.
@@ -9,12 +10,13 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-__all__ = ["Timing", "time_interleaved"]
+__all__ = ["Timing", "time_interleaved", "time_models"]
 
 
 @dataclass(frozen=True)
@@ -57,3 +59,30 @@ def time_interleaved(
             _sync(device)
             acc.append((time.perf_counter() - start) * 1e3)
     return [_summary(s) for s in samples]
+
+
+def time_models(
+    models: Mapping[str, Callable[[Any], object]],
+    inputs: Iterable[tuple[Any, Any]],
+    *,
+    runs: int = 20,
+    warmup: int = 3,
+    device: torch.device | None = None,
+) -> list[tuple[Any, str, Timing]]:
+    """Every model of `models` (name -> call) timed on each input of `inputs` ((key, argument)
+    pairs, made one at a time), the models round-robin per input (`time_interleaved`) and in
+    inference mode: (key, name, Timing) by input, then model, in their order."""
+    out: list[tuple[Any, str, Timing]] = []
+    for key, arg in inputs:
+
+        def call(model: Callable[[Any], object], arg: Any = arg) -> Callable[[], object]:
+            def run() -> object:
+                with torch.inference_mode():
+                    return model(arg)
+
+            return run
+
+        fns = [call(model) for model in models.values()]
+        timings = time_interleaved(fns, runs=runs, warmup=warmup, device=device)
+        out += [(key, name, t) for name, t in zip(models, timings, strict=True)]
+    return out

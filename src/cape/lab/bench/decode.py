@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from cape.lab.arguments import ArgumentParser, out_folder
 from cape.lab.bench.results import machine, write_results
-from cape.lab.bench.timing import time_interleaved
+from cape.lab.timing import time_interleaved
 from cape.models import CausalLM
 
 __all__ = ["cape_model", "llama_model", "run", "main"]

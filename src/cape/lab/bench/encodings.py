@@ -27,7 +27,7 @@ from cape.functional.alibi import alibi_slopes
 from cape.lab.arguments import ArgumentParser, out_folder
 from cape.lab.bench.memory import cuda_peak_bytes, saved_bytes
 from cape.lab.bench.results import machine, write_results
-from cape.lab.bench.timing import time_interleaved
+from cape.lab.timing import time_interleaved
 from cape.positions import grid_positions, timestamps, token_positions
 
 __all__ = ["Case", "CASES", "run_case", "main"]

@@ -31,7 +31,7 @@ from cape.build import build
 from cape.encodings.rotary import Rotary
 from cape.lab.arguments import ArgumentParser, out_folder
 from cape.lab.bench.results import machine, write_results
-from cape.lab.bench.timing import time_interleaved
+from cape.lab.timing import time_interleaved
 
 __all__ = ["rotary_updates", "bias_updates", "run", "main"]
 

@@ -62,7 +62,7 @@ from cape.lab.bench.slowdown_rows import (
     row_position,
 )
 from cape.lab.bench.table9 import CAPE_TARGET, PAPER_TABLE9, table9_rows
-from cape.lab.bench.timing import time_interleaved
+from cape.lab.timing import time_interleaved
 from cape.models import TransformerDecoder, TransformerEncoder
 from cape.positions import token_positions
 

@@ -22,7 +22,7 @@ import torch
 
 from cape.lab.arguments import ArgumentParser, out_folder
 from cape.lab.bench.results import machine, write_results
-from cape.lab.bench.timing import time_interleaved
+from cape.lab.timing import time_models
 
 __all__ = ["VIT_MODELS", "vit_throughput", "asr_throughput", "main"]
 
@@ -75,32 +75,22 @@ def vit_throughput(
             .to(dev)
             .eval()
         )
-    rows = []
-    for size in sizes:
-        images = torch.randn(batch, 3, size, size, device=dev)
-
-        def infer(net: torch.nn.Module, images: torch.Tensor = images) -> Callable[[], object]:
-            def run() -> object:
-                with torch.inference_mode():
-                    return net(images)
-
-            return run
-
-        timings = time_interleaved([infer(n) for n in nets], runs=runs, warmup=2, device=dev)
-        for name, t in zip(positions, timings, strict=True):
-            rows.append(
-                dict(
-                    model=model,
-                    position=name,
-                    size=size,
-                    tokens=(size // patch) ** 2,
-                    batch=batch,
-                    median_ms=t.median_ms,
-                    iqr_ms=t.iqr_ms,
-                    images_per_s=_per_second(batch, t.median_ms),
-                )
-            )
-    return rows
+    batches = ((size, torch.randn(batch, 3, size, size, device=dev)) for size in sizes)
+    timed = time_models(dict(zip(positions, nets, strict=True)), batches, runs=runs, warmup=2,
+                        device=dev)  # fmt: skip
+    return [
+        dict(
+            model=model,
+            position=name,
+            size=size,
+            tokens=(size // patch) ** 2,
+            batch=batch,
+            median_ms=t.median_ms,
+            iqr_ms=t.iqr_ms,
+            images_per_s=_per_second(batch, t.median_ms),
+        )
+        for size, name, t in timed
+    ]
 
 
 def asr_throughput(
@@ -123,36 +113,33 @@ def asr_throughput(
     sample_rate = 16000
     torch.manual_seed(0)
     wave = torch.randn(batch, int(seconds * sample_rate), device=dev) * 0.1
-    nets = []
+    nets = {}
     for name in positions:
         torch.manual_seed(0)
-        nets.append(CTCModel.small(29, position=name).to(dev).eval())
+        nets[name] = CTCModel.small(29, position=name).to(dev).eval()
+
+    def features_then(net: CTCModel) -> Callable[[float], object]:
+        """The model at an STFT hop (ms), features included."""
+        return lambda hop: net(log_mel(wave, sample_rate, hop_ms=hop),
+                               hop=frame_hop_seconds(hop, sample_rate))  # fmt: skip
+
+    models = {name: features_then(net) for name, net in nets.items()}
+    timed = time_models(models, ((h, h) for h in hops_ms), runs=runs, warmup=2, device=dev)
     rows = []
-    for hop in hops_ms:
-
-        def infer(net: torch.nn.Module, hop: float = hop) -> Callable[[], object]:
-            def run() -> object:
-                with torch.inference_mode():
-                    feats = log_mel(wave, sample_rate, hop_ms=hop)
-                    return net(feats, hop=frame_hop_seconds(hop, sample_rate))
-
-            return run
-
+    for hop, name, t in timed:
         frames = log_mel(wave[:1], sample_rate, hop_ms=hop).shape[1]
-        timings = time_interleaved([infer(n) for n in nets], runs=runs, warmup=2, device=dev)
-        for name, t in zip(positions, timings, strict=True):
-            rows.append(
-                dict(
-                    position=name,
-                    hop_ms=hop,
-                    frames=frames,
-                    model_frames=nets[0].output_length(frames),
-                    batch=batch,
-                    median_ms=t.median_ms,
-                    iqr_ms=t.iqr_ms,
-                    audio_s_per_s=_per_second(batch * seconds, t.median_ms),
-                )
+        rows.append(
+            dict(
+                position=name,
+                hop_ms=hop,
+                frames=frames,
+                model_frames=nets[name].output_length(frames),
+                batch=batch,
+                median_ms=t.median_ms,
+                iqr_ms=t.iqr_ms,
+                audio_s_per_s=_per_second(batch * seconds, t.median_ms),
             )
+        )
     return rows
 
 

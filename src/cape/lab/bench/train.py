@@ -25,7 +25,7 @@ from torch import nn
 
 from cape.build import build
 from cape.lab.arguments import ArgumentParser
-from cape.lab.bench.timing import time_interleaved
+from cape.lab.timing import time_interleaved
 from cape.models import TransformerEncoder
 
 __all__ = ["matmul_peak", "step_flops", "engine_overhead", "main"]

@@ -1,15 +1,15 @@
 """Evaluation of a trained ViT: accuracy per test resolution, position rescaling (CAPE Table 6),
 test-time augmentation over resolutions (Table 1), resize strategies per native size (Table 5).
 
-Every result is one record: {"row", "seed", "set", "size", "method", "acc", "images_per_s",
-"bin"}; `cape.lab.report.summarize` turns records into mean +- std over seeds. Under torchrun each
-rank evaluates a shard and the counts are summed.
-"""
+Every result is one record: {"row", "seed", "set", "size", "method", "acc", "bin"};
+`cape.lab.report.summarize` turns records into mean +- std over seeds. Under torchrun each rank
+evaluates a shard and the counts are summed. Speed is measured apart (`throughput`): every row
+timed in one process."""
 
 from __future__ import annotations
 
 import math
-import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -21,7 +21,7 @@ from cape.lab.experiments.vision.config import RowConfig, VisionConfig
 from cape.lab.experiments.vision.data import VisionData, resize_images, to_tensors
 from cape.lab.experiments.vision.verdict import NO_POSITIONS
 from cape.lab.progress import progress
-from cape.lab.timing import time_interleaved
+from cape.lab.timing import time_models
 from cape.models.vit import ViT
 
 __all__ = [
@@ -78,19 +78,18 @@ def predict(
     *,
     extent: float | None = None,
     device: torch.device | None = None,
-) -> tuple[torch.Tensor, float]:
-    """images [N, 3, H, W] -> (class probabilities float32 [N, C] on the CPU, images/s)."""
+) -> torch.Tensor:
+    """images [N, 3, H, W] -> class probabilities float32 [N, C] on the CPU (speed is
+    `throughput`'s, every row timed in one process)."""
     device = device or next(model.parameters()).device
     model.eval()
-    out, start = [], time.perf_counter()
+    out = []
     for i in range(0, len(images), batch_size):
         logits = model(images[i : i + batch_size].to(device), extent=extent)
         out.append(logits.float().softmax(-1).cpu())
-    seconds = time.perf_counter() - start
-    return torch.cat(out), len(images) / max(seconds, 1e-9)
+    return torch.cat(out)
 
 
-@torch.no_grad()
 def throughput(
     models: dict[str, ViT],
     sizes: list[int],
@@ -101,27 +100,23 @@ def throughput(
 ) -> list[dict[str, Any]]:
     """Images/s of each model at each size on batches [batch_size, 3, size, size]: records
     {"row", "size", "batch_size", "images_per_s"}. Speed does not depend on the weights, so
-    every row is timed in one process, round-robin (`time_interleaved`): timings of runs trained
+    every row is timed in one process, round-robin (`time_models`): timings of runs trained
     in different sessions of a noisy machine are not comparable, these are."""
     device = device or torch.device("cpu")
-    out: list[dict[str, Any]] = []
     for m in models.values():
         m.to(device).eval()
-    for size in sizes:
-        x = torch.rand(batch_size, 3, size, size, generator=torch.Generator().manual_seed(0))
-        x = x.to(device)
-        fns = [lambda m=m, x=x: m(x) for m in models.values()]
-        timings = time_interleaved(fns, runs=runs, warmup=1, device=device)
-        for name, t in zip(models, timings, strict=True):
-            out.append(
-                {
-                    "row": name,
-                    "size": size,
-                    "batch_size": batch_size,
-                    "images_per_s": batch_size / (t.median_ms / 1e3),
-                }
-            )
-    return out
+
+    def batches() -> Iterator[tuple[int, torch.Tensor]]:
+        for size in sizes:
+            x = torch.rand(batch_size, 3, size, size, generator=torch.Generator().manual_seed(0))
+            yield size, x.to(device)
+
+    timed = time_models(models, batches(), runs=runs, warmup=1, device=device)
+    return [
+        {"row": name, "size": size, "batch_size": batch_size,
+         "images_per_s": batch_size / (t.median_ms / 1e3)}
+        for size, name, t in timed
+    ]  # fmt: skip
 
 
 def accuracy(probs: torch.Tensor, labels: torch.Tensor) -> float:
@@ -142,10 +137,8 @@ def eval_records(
     base = {"row": row.name, "seed": seed, "bin": None}
     out: list[dict[str, Any]] = []
 
-    def record(split: str, size: int, method: str, acc: float, ips: float | None = None) -> None:
-        out.append(
-            {**base, "set": split, "size": size, "method": method, "acc": acc, "images_per_s": ips}
-        )
+    def record(split: str, size: int, method: str, acc: float) -> None:
+        out.append({**base, "set": split, "size": size, "method": method, "acc": acc})
 
     sizes = sorted(set(ev.sizes) | {row.train_size})
     sets = ["test"] + (["test_fonts"] if cfg.data.test_fonts else [])
@@ -156,9 +149,9 @@ def eval_records(
         for size in progress(sizes, desc=f"eval {row.name} {split}"):
             x, y = data.tensors(split, size)
             sh = rank_slice()
-            probs, ips = predict(model, x[sh], bs, device=device)
+            probs = predict(model, x[sh], bs, device=device)
             acc = accuracy(probs, y[sh])
-            record(split, size, "plain", acc, ips)
+            record(split, size, "plain", acc)
             if split == "test":
                 probs_at[size] = probs
             if not cont:
@@ -166,7 +159,7 @@ def eval_records(
             for e in ev.extents:
                 gamma = extent_for(e, size, row.train_size)
                 if gamma != 1.0:
-                    acc = accuracy(predict(model, x[sh], bs, extent=gamma, device=device)[0], y[sh])
+                    acc = accuracy(predict(model, x[sh], bs, extent=gamma, device=device), y[sh])
                 record(split, size, f"extent {e}", acc)
     if ev.tta and "test" in sets:
         for size in ev.sizes:
@@ -188,10 +181,10 @@ def removed_records(
     for size in sorted(set(cfg.eval.sizes) | {row.train_size}):
         x, y = data.tensors("test", size)
         sh = rank_slice()
-        acc = accuracy(predict(model, x[sh], cfg.eval.batch_size, device=device)[0], y[sh])
+        acc = accuracy(predict(model, x[sh], cfg.eval.batch_size, device=device), y[sh])
         out.append(
             {"row": row.name, "seed": seed, "bin": None, "set": "test", "size": size,
-             "method": NO_POSITIONS, "acc": acc, "images_per_s": None}
+             "method": NO_POSITIONS, "acc": acc}
         )  # fmt: skip
     return out
 
@@ -210,7 +203,7 @@ def _tta_accuracy(
     for s in tta_sizes(size, cfg.model.patch):
         if s not in probs_at:
             x, y = data.tensors("test", s)
-            probs_at[s] = predict(model, x[rank_slice()], cfg.eval.batch_size, device=device)[0]
+            probs_at[s] = predict(model, x[rank_slice()], cfg.eval.batch_size, device=device)
         total = probs_at[s] if total is None else total + probs_at[s]
     y = data.tensors("test", size)[1]
     return accuracy(total, y[rank_slice()])
@@ -239,7 +232,7 @@ def _native_records(
                     np.asarray(labels)[group],
                     cfg.data.transform,
                 )
-                probs = predict(model, x, cfg.eval.batch_size, device=device)[0]
+                probs = predict(model, x, cfg.eval.batch_size, device=device)
                 correct += float((probs.argmax(-1) == y).sum())
             acc = summed_accuracy(correct, len(idx))
             out.append(
@@ -249,7 +242,6 @@ def _native_records(
                     "size": None,
                     "method": strategy,
                     "acc": acc,
-                    "images_per_s": None,
                     "bin": f"{low}-{high - 1}",
                 }
             )
@@ -258,10 +250,7 @@ def _native_records(
 
 def format_records(records: list[dict[str, Any]]) -> str:
     """The evaluation records as a markdown table (what `cape eval vision` prints)."""
-    lines = ["| set | size | method | acc % | images/s |", "|---|---|---|---|---|"]
+    lines = ["| set | size | method | acc % |", "|---|---|---|---|"]
     for r in records:
-        ips = "" if r["images_per_s"] is None else f"{r['images_per_s']:.0f}"
-        lines.append(
-            f"| {r['set']} | {r['size'] or r['bin']} | {r['method']} | {r['acc']:.2f} | {ips} |"
-        )
+        lines.append(f"| {r['set']} | {r['size'] or r['bin']} | {r['method']} | {r['acc']:.2f} |")
     return "\n".join(lines)

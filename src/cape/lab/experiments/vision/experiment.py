@@ -82,7 +82,7 @@ class VisionExperiment(Experiment[VisionConfig, VisionData], evaluate=evaluate, 
 
         def eval_fn(m: nn.Module) -> dict[str, float]:
             shard = rank_slice()
-            probs, _ = evaluate.predict(m, val_x[shard], cfg.eval.batch_size)  # type: ignore[arg-type]
+            probs = evaluate.predict(m, val_x[shard], cfg.eval.batch_size)  # type: ignore[arg-type]
             return {"acc": evaluate.accuracy(probs, val_y[shard])}
 
         sizes = [] if finetune else list(row.univit_sizes)

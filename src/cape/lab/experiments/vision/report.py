@@ -162,17 +162,11 @@ def render(out: Path, results: dict[str, Any], maps: dict[str, np.ndarray] | Non
             caption=f"The paper's findings (sec. 5.1){ours}, checked "
             "on the means over seeds (mean ± std); rows of the names the presets use.",
         )
-    # timed together after training; older results.json only have each run's own timing
-    together = results.get("throughput")
-    timed = together or _records(results, set="test", method="plain")
-    speed = summarize(timed, ["row", "size"], "images_per_s")
+    together = results["throughput"]
+    speed = summarize(together, ["row", "size"], "images_per_s")
     if speed:
-        how = (
-            f"every row timed round-robin in one process after training, batch "
-            f"{together[0]['batch_size']}"
-            if together
-            else "timed during each run's evaluation"
-        )
+        batch = together[0]["batch_size"]
+        how = f"every row timed round-robin in one process after training, batch {batch}"
         rep.table(
             pivot(speed, **opts, fmt="{mean:.0f}", fmt_single="{mean:.0f}", best=None),
             caption=f"Evaluation throughput (images/s; {how}) by resolution (Figure 4).",
