@@ -273,3 +273,26 @@ def test_every_preset_has_a_note() -> None:
 
     for exp in EXPERIMENTS.values():
         assert set(exp.preset_notes) == set(exp.presets), exp.name
+
+
+def test_version_is_one_line(capsys) -> None:
+    import cape
+    from cape.lab.cli import main as cape_main
+
+    with pytest.raises(SystemExit) as exit_info:
+        cape_main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"cape {cape.__version__}"
+
+
+def test_an_experiments_help_needs_no_other_studys_extra() -> None:
+    """`cape experiment vision --help` with the lab extra alone: the speech extra's jiwer is
+    imported where WER is counted, not when the experiments are listed."""
+    code = (
+        "import sys; sys.modules['jiwer'] = None\n"
+        "from cape.lab.cli import main\n"
+        "try:\n    main(['experiment', 'vision', '--help'])\n"
+        "except SystemExit as e:\n    print('exit', e.code)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip().splitlines()[-1] == "exit 0", out.stderr[-500:]

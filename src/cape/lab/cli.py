@@ -17,6 +17,7 @@ import sys
 import traceback
 from pathlib import Path
 
+import cape
 from cape.lab.arguments import (
     ArgumentParser,
     check_out_folder,
@@ -193,6 +194,7 @@ def _parser() -> ArgumentParser:
     parser.add_argument(
         "--debug", action="store_true", help="print the traceback of an error (or CAPE_DEBUG=1)"
     )
+    parser.add_argument("--version", action="version", version=f"cape {cape.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     # add_help=False: `cape bench NAME --help` is the benchmark's own help; `_what` answers a
     # --help without a NAME

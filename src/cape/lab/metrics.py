@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import jiwer
 import numpy as np
 
 from cape.lab.data.speech.synth import DURATION_BINS  # the test corpus' bins: wer_by_bin's default
@@ -48,6 +47,8 @@ def _pairs(refs: str | Sequence[str], hyps: str | Sequence[str]) -> list[tuple[s
 def error_counts(ref: str, hyp: str) -> dict[str, int]:
     """One utterance -> {"word_edits", "words", "char_edits", "chars"} (reference sizes)."""
     rc, hc = " ".join(ref.split()), " ".join(hyp.split())
+    import jiwer  # the speech extra: imported where it counts, so other studies' help needs none
+
     words, chars = jiwer.process_words(rc, hc), jiwer.process_characters(rc, hc)
     return {
         "word_edits": words.substitutions + words.deletions + words.insertions,
