@@ -220,6 +220,7 @@ def test_cli_reference_covers_every_command() -> None:
         "cape transcribe",
         "cape translate",
         "cape generate",
+        "cape extend",
         "cape demo",
         "cape encodings",
         "cape bench",
@@ -227,7 +228,8 @@ def test_cli_reference_covers_every_command() -> None:
     ]
     expected += [
         f"cape bench {w}"
-        for w in ("encodings", "slowdown", "throughput", "train", "gpu", "rotary", "deploy")
+        for w in ("encodings", "slowdown", "throughput", "train", "gpu", "rotary", "deploy",
+                  "decode")
     ]
     expected += [f"cape data {w}" for w in ("chars", "speech", "translation", "text")]
     assert sorted(pages) == sorted(expected)
