@@ -5,6 +5,7 @@ plain `pytest`, runs everything."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -40,3 +41,15 @@ def rerun_trains_nothing(monkeypatch: pytest.MonkeyPatch) -> Callable[..., list[
         return before
 
     return rerun
+
+
+@pytest.fixture
+def migrate_runs() -> Any:
+    """scripts/migrate_runs.py as a module: what brings folders of cape 0.1's lab to the files
+    the lab reads."""
+    path = _HERE.parents[1] / "scripts" / "migrate_runs.py"
+    spec = importlib.util.spec_from_file_location("migrate_runs", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -1,7 +1,7 @@
 """`cape generate`: a tiny lm study (rotary, abspos with an 8-row table, a train_as row) trained
 in seconds, then greedy generation against `CausalLM.generate` and against full forwards,
-sampling seeds, the sliding window of a learned table, the run rebuilt from config.json, the
-command's output and its errors."""
+sampling seeds, the sliding window of a learned table, a run without model.json brought to it by
+scripts/migrate_runs.py, the command's output and its errors."""
 
 from __future__ import annotations
 
@@ -130,14 +130,30 @@ def test_stops_at_the_end_of_the_document(runs):
     assert generate_text(model, tok, PROMPT, 10, stop_at_eod=False)[1] == 10
 
 
-def test_run_without_model_json_is_rebuilt_from_its_config(runs):
+def test_a_run_without_model_json_is_migrated_by_the_script(runs, capsys, migrate_runs):
+    """The lab reads model.json only; scripts/migrate_runs.py writes it from config.json (the
+    model `cape eval lm` builds), the same as the experiment's."""
     old = runs["tmp"] / "old"
     shutil.copytree(runs["rotary"], old)
     (old / "model.json").unlink()
+    with pytest.raises(FileNotFoundError, match="has no model.json"):
+        load_lm(old)
+    assert migrate_runs.main([str(old)]) == 0
+    assert "model.json written from config.json" in capsys.readouterr().out
     model, tok, spec = load_lm(old)
     fresh, _, ref = load_lm(runs["rotary"])
-    assert spec["model"] == ref["model"] and spec["row"] == "rotary"
+    assert spec == {k: ref[k] for k in spec} and spec["row"] == "rotary"
     assert generate_text(model, tok, PROMPT, 8)[:2] == generate_text(fresh, tok, PROMPT, 8)[:2]
+    assert migrate_runs.main([str(old)]) == 0  # a current folder: nothing to do
+    assert "nothing to do" in capsys.readouterr().out
+    # a config.json without its row is named
+    (old / "model.json").unlink()
+    record = json.loads((old / "config.json").read_text())
+    record["experiment"].pop("row")
+    (old / "config.json").write_text(json.dumps(record))
+    assert migrate_runs.main([str(old)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "config.json" in err and '"row"' in err, err
 
 
 def test_command_prints_text_then_rate(runs, capsys, monkeypatch):
@@ -254,7 +270,7 @@ def test_a_model_json_that_does_not_fit_is_named(runs, capsys, change, code, wor
     assert "model.json" in err and all(w in err for w in words) and "unexpected" not in err, err
 
 
-@pytest.mark.parametrize("damage", ["truncated", "no checkpoints", "config without row"])
+@pytest.mark.parametrize("damage", ["truncated", "no checkpoints"])
 def test_damaged_run_folders_are_named(runs, capsys, damage):
     run = runs["tmp"] / f"damaged-{damage.replace(' ', '-')}"
     shutil.copytree(runs["rotary"], run)
@@ -262,15 +278,9 @@ def test_damaged_run_folders_are_named(runs, capsys, damage):
         for weights in (run / "checkpoints").rglob("*.safetensors"):
             weights.write_bytes(weights.read_bytes()[:50])
         want, words = 1, ["damaged", "model.safetensors"]
-    elif damage == "no checkpoints":
+    else:
         shutil.rmtree(run / "checkpoints")
         want, words = 2, ["no checkpoint in", "train it first"]
-    else:  # a run from before model.json, its config.json without the row
-        (run / "model.json").unlink()
-        record = json.loads((run / "config.json").read_text())
-        record["experiment"].pop("row")
-        (run / "config.json").write_text(json.dumps(record))
-        want, words = 2, ["config.json", '"row"']
     code, out, err = _cli([str(run), "--max-new", "2"], capsys)
     assert code == want and not out and err.count("\n") == 1, err
     assert all(w in err for w in words) and "unexpected" not in err, err

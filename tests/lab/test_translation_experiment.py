@@ -351,10 +351,10 @@ def test_finished_reports_a_study_in_progress(tiny_run, tmp_path) -> None:
 
 
 @pytest.mark.parametrize("position", ["cape", "rotary"])
-def test_a_model_json_of_cape_0_1_builds_the_same_model(position: str) -> None:
-    """0.1 named CAPE "cape" and kept alpha among the position options (archived runs)."""
+def test_a_model_json_of_cape_0_1_migrates_to_the_same_model(position: str, migrate_runs) -> None:
+    """0.1 named CAPE "cape" and kept alpha among the position options: scripts/migrate_runs.py
+    writes the same model in cape.build's names, which the lab reads."""
     from cape.augment import Augmentation
-    from cape.lab.apps.translate import _current_spec
     from cape.models import Seq2Seq
 
     old = dict(
@@ -370,7 +370,7 @@ def test_a_model_json_of_cape_0_1_builds_the_same_model(position: str) -> None:
         tie_embeddings=True,
         position_options={"max_global_shift": 5.0, "max_local_shift": 0.5, "alpha": 1.1},
     )
-    model = Seq2Seq(**_current_spec(old))
+    model = Seq2Seq(**migrate_runs.current_translation_spec(old))
     assert model.position == ("cape1d" if position == "cape" else "rotary")
     assert model.alpha == 1.1 and model.augmentation == Augmentation(5.0, 0.5)
     mask = torch.ones(1, 4, dtype=torch.bool)

@@ -562,7 +562,7 @@ def test_frequency_study_claim_pairs_rows_that_differ_only_in_freq_scale():
     assert not any(c.startswith("lonely") or "CAPE d64" in c for c in got)
 
 
-def test_relations_run_reports_whether_rows_use_their_positions(tmp_path) -> None:
+def test_relations_run_reports_whether_rows_use_their_positions(tmp_path, migrate_runs) -> None:
     """The main job's shape on a tiny budget: the positions-removed measurements of every row with
     positions (absolute or rotary), none for nopos, and a report that opens with its verdict."""
     out = tmp_path / "run"
@@ -593,6 +593,15 @@ def test_relations_run_reports_whether_rows_use_their_positions(tmp_path) -> Non
     assert cli(["experiment", "vision", *args, "--out", str(out)]) == 0
     results = json.loads((out / "results.json").read_text())
     assert results["data"] == {"counts": {"train": 32, "val": 8, "test": 8}, "classes": 4}
+    # scripts/migrate_runs.py gives a results.json without "data" what the experiment records
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "results.json").write_text(
+        json.dumps({k: v for k, v in results.items() if k != "data"}, indent=2)
+    )
+    assert migrate_runs.migrate(old) == 'results.json with "data"'
+    assert json.loads((old / "results.json").read_text()) == results
+    assert list(json.loads((old / "results.json").read_text())) == list(results)
     removed = {
         (r["row"], r["size"]) for r in results["records"] if r["method"] == "positions removed"
     }

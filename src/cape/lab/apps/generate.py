@@ -2,9 +2,8 @@
 
 A run folder of `cape experiment lm` (`<out>/<row>/seed<k>/`) holds `model.json` (the
 `CausalLM` spec, the corpus entry, its tokenizer and the training context L), `bpe.model` for a
-BPE corpus, `config.json` (the study's config) and its checkpoints. `load_lm` rebuilds the model
-(a run trained before model.json was written: from config.json, as `cape eval lm` does) and its
-tokenizer; `generate_text` continues a prompt.
+BPE corpus and its checkpoints. `load_lm` rebuilds the model and its tokenizer;
+`generate_text` continues a prompt.
 
 The prompt is read as the start of a document: `<eod>` (the corpus's document separator, which
 precedes every document the model was trained on) then the prompt's tokens (`encode_prompt`);
@@ -65,32 +64,7 @@ def _not_a_run(run: Path) -> Exception:
                 f"run {str(run)!r} evaluates the weights of row {reused!r} (train_as) and holds "
                 f"none of its own: give that row's folder <out>/<row>/seed<k>"
             )
-    return FileNotFoundError(f"run {str(run)!r} has no model.json nor config.json: {_WHAT}")
-
-
-def _spec_from_config(run: Path) -> dict[str, Any]:
-    """model.json's content for a run trained before model.json existed: the model that
-    `cape eval lm` builds from the run's config.json (the study's config and the row)."""
-    from cape.lab.config import from_mapping
-    from cape.lab.experiments.lm.config import LMConfig
-    from cape.lab.experiments.lm.model import make_model
-
-    path = run / "config.json"
-    record = read_json_object(path).get("experiment") or {}
-    if not isinstance(record, dict) or record.get("experiment") != "lm":
-        what = record.get("experiment") if isinstance(record, dict) else record
-        raise ValueError(f"run {str(run)!r} is a {what!r} run, not an lm one")
-    if not isinstance(record.get("config"), dict) or not isinstance(record.get("row"), str):
-        raise ValueError(f'{path}: "experiment" must hold a "config" object and a "row" name')
-    cfg = from_mapping(LMConfig, record["config"])
-    if record["row"] not in [r.name for r in cfg.rows]:
-        raise ValueError(f"{path}: row {record['row']!r} is not among its config's rows")
-    row = cfg.row(record["row"])
-    tokenizer = cfg.data.tokenizer
-    vocab = 257 if tokenizer == "bytes" else _bpe(run).vocab_size
-    model = make_model(cfg, row, vocab).spec
-    return {"model": model, "experiment": "lm", "row": row.name, "tokenizer": tokenizer,
-            "context": cfg.data.context}  # fmt: skip
+    return FileNotFoundError(f"run {str(run)!r} has no model.json: {_WHAT}")
 
 
 def _bpe(run: Path) -> Any:
@@ -112,24 +86,21 @@ def load_lm(
     "best" (the best validation loss; the newest step when best/ was never saved), "latest",
     or a folder name in RUN/checkpoints. The tokenizer: `encode(text)`, `decode(ids)`,
     `eod_id`. spec: model.json ({"model": CausalLM keywords, "experiment", "row", "tokenizer",
-    "context", "corpus"}), or the same rebuilt from config.json."""
+    "context", "corpus"})."""
     run = Path(run)
-    if (run / "model.json").is_file():
-        spec = read_json_object(run / "model.json")
-        if spec.get("experiment") != "lm":
-            raise ValueError(
-                f"run {str(run)!r} is a {spec.get('experiment')!r} run, not an lm one: {_WHAT}"
-            )
-        if not isinstance(spec.get("model"), dict):
-            raise ValueError(f'{run / "model.json"} must hold a "model" object (CausalLM keywords)')
-    elif (run / "config.json").is_file():
-        spec = _spec_from_config(run)
-    else:
+    source = run / "model.json"
+    if not source.is_file():
         raise _not_a_run(run)
+    spec = read_json_object(source)
+    if spec.get("experiment") != "lm":
+        raise ValueError(
+            f"run {str(run)!r} is a {spec.get('experiment')!r} run, not an lm one: {_WHAT}"
+        )
+    if not isinstance(spec.get("model"), dict):
+        raise ValueError(f'{source} must hold a "model" object (CausalLM keywords)')
     device = inference_device(device)
     from cape.lab.data.text_corpus import ByteTokenizer
 
-    source = run / "model.json" if (run / "model.json").is_file() else run / "config.json"
     if spec.get("tokenizer", "bytes") not in ("bytes", "bpe"):
         raise ValueError(
             f'{source}: "tokenizer" must be "bytes" or "bpe", got {spec["tokenizer"]!r}'

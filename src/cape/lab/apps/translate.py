@@ -43,19 +43,6 @@ def normalize_source(text: str) -> str:
     return _SPACES.sub(" ", text).strip().lower()
 
 
-def _current_spec(model: dict[str, Any]) -> dict[str, Any]:
-    """A model.json of cape 0.1 named CAPE "cape" with `alpha` among its position options:
-    the same model in today's names (`cape.build`'s "cape1d", Seq2Seq's own `alpha`)."""
-    model = dict(model)
-    options = dict(model.get("position_options") or {})
-    if "alpha" in options:
-        model["alpha"] = options.pop("alpha")
-    if model.get("position") == "cape":
-        model["position"] = "cape1d"
-    model["position_options"] = options
-    return model
-
-
 def load_translation_model(
     run: str | Path, *, device: str | torch.device = "cpu", checkpoint: str = "best"
 ) -> tuple[Seq2Seq, Tokenizer, dict[str, Any]]:
@@ -77,7 +64,7 @@ def load_translation_model(
         raise ValueError(f'{spec_path} must hold a "model" object (Seq2Seq keywords)')
     device = inference_device(device)
     path = pick_checkpoint(run / "checkpoints", checkpoint)
-    model = Seq2Seq(**_current_spec(spec["model"]))
+    model = Seq2Seq(**spec["model"])
     load_checkpoint(path, model)
     return model.to(device).eval(), Tokenizer(run / "bpe.model"), spec
 

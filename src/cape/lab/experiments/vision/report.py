@@ -103,8 +103,7 @@ def render(out: Path, results: dict[str, Any], maps: dict[str, np.ndarray] | Non
     main_size = max(train_sizes, key=sizes_of_rows.count)  # the size most rows train at
     rep = Report(f"Vision experiment `{results['name']}`")
     m, t = cfg["model"], cfg["train"]
-    n_train = results.get("data", {}).get("counts", {}).get("train", cfg["data"]["train"])
-    # (older results.json have no "data": the configured count, as their report said)
+    n_train = results["data"]["counts"]["train"]
     rep.paragraph(
         f"ViT d={m['dim']}, depth {m['depth']}, {m['heads']} heads, patch {m['patch']}; "
         f"{t['steps']} steps of batch {t['batch_size']} ({t['optimizer']}, lr {t['lr']}, "
