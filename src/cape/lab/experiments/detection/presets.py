@@ -40,8 +40,8 @@ _CAPE_ROWS: list[dict[str, Any]] = [
     },
 ]
 
-_OPTIMISER = dict(steps=1500, batch_size=16, lr=1e-3, weight_decay=1e-4, warmup_steps=100)
-_TRAIN = train_preset(_OPTIMISER, every=1500, best="loss", log_every=50)
+_OPTIMISER = dict(steps=1200, batch_size=16, lr=1e-3, weight_decay=1e-4, warmup_steps=100)
+_TRAIN = train_preset(_OPTIMISER, every=1200, best="loss", log_every=50)
 _TABLE1 = {"held_out": 0, "normalize": True}
 
 _QUICK: dict[str, Any] = {
