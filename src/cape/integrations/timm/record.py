@@ -185,11 +185,11 @@ def describe(record: Mapping[str, Any] | None) -> str:
     return ", ".join(parts)
 
 
-def _check_loaded(
-    module: nn.Module, state: dict, prefix: str, local: Any, strict: bool, *args: Any
-) -> None:
-    """load_state_dict pre-hook: a state saved with cape's record must hold this model's."""
-    error_msgs = args[-1]
+def _check_loaded(module: nn.Module, state: dict, prefix: str, *args: Any) -> None:
+    """load_state_dict pre-hook: a state saved with cape's record must hold this model's. A
+    difference is reported as an unexpected key that names both records (a strict load fails
+    on it, torch's result lists it otherwise) and warned of."""
+    unexpected, error_msgs = args[-2], args[-1]
     raw = state.pop(prefix + CAPE_KEY, None)  # torch loads from a copy of the caller's dict
     if raw is None:  # a stock checkpoint: loads as the installs describe (pos_embed folded)
         return
@@ -202,10 +202,9 @@ def _check_loaded(
     if {k: saved.get(k) for k in mine} == mine:
         return
     text = (
-        f"the state was saved from a model with {describe(saved)}; this model has "
-        f"{describe(mine)} (cape.integrations.timm.load_state_dict makes a stock model's)"
+        f"{prefix}{CAPE_KEY}: the state was saved from a model with {describe(saved)}; this "
+        f"model has {describe(mine)} (cape.integrations.timm.load_state_dict makes a stock "
+        "model's)"
     )
-    if strict:
-        error_msgs.append(text)
-    else:
-        warnings.warn(f"cape: {text}; loaded with strict=False", stacklevel=4)
+    unexpected.append(text)
+    warnings.warn(f"cape: {text}", stacklevel=4)

@@ -29,6 +29,7 @@ __all__ = ["ROTARY_NAMES", "RotaryPositions", "add_rotary", "plan_rotary"]
 
 ROTARY_NAMES = ("rotary2d", "rope-axial", "rope-mixed")
 _ATTENTION = ("qkv", "q_norm", "k_norm", "num_heads", "head_dim")
+_HOOKED = ("q_norm", "k_norm")  # modules whose outputs (q, k) the rotation hooks
 
 
 class _Drawn:
@@ -126,10 +127,13 @@ def _block_rotary(index: int, block: nn.Module, name: str, options: dict) -> nn.
     """The rotary of block `index` (its attention's head_dim and heads)."""
     attn = getattr(block, "attn", None)
     missing = [a for a in _ATTENTION if not hasattr(attn, a)]
+    missing += [
+        a for a in _HOOKED if hasattr(attn, a) and not isinstance(getattr(attn, a), nn.Module)
+    ]
     if missing:
         raise TypeError(
-            f"model.blocks[{index}].attn must be timm's Attention ({', '.join(_ATTENTION)}); "
-            f"{type(attn).__name__} has no {missing}"
+            f"model.blocks[{index}].attn must be timm's Attention ({', '.join(_ATTENTION)}, "
+            f"q_norm and k_norm modules); {type(attn).__name__} has no {missing}"
         )
     if "heads" in encoding_options(name):  # rope-mixed: frequencies per head
         options = {"heads": int(attn.num_heads), **options}
