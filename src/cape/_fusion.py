@@ -19,7 +19,9 @@ Random draws (CAPE's shifts and scales) stay eager, so both paths draw the same 
 same generator; results agree to float rounding (inductor's sine is not eager's, bit for bit).
 `cape.fusion(False)` turns it off per process (as a call or a `with` block), `cape.fusion(True)`
 also fuses below `min_elements`; the environment variable `CAPE_FUSION=0` turns it off from
-outside. If a compile fails, cape warns once and stays eager for the rest of the process.
+outside. If a compile fails (`_compile_errors`: the compiler's own failures only), cape warns
+once, naming the failure, and stays eager for the rest of the process. The path stays automatic
+because it pays: `cape bench encodings` measures each kernel fused against eager in one run.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import subprocess
 import warnings
 from collections.abc import Callable
 
@@ -131,12 +134,25 @@ def fused(kernel: Callable[..., torch.Tensor], *args: torch.Tensor | None) -> to
         out = compiled(*args)
         _STATE.calls += 1
         return out
-    except Exception as e:  # noqa: BLE001 - a missing header or toolchain: stay correct, eager
+    except _compile_errors() as e:  # the compiler's failures only: a kernel's own raise passes
         if "RecompileLimit" in type(e).__name__:  # more dtypes/ranks/masks than dynamo keeps
             return _recompiled(kernel, compiled, args)
         _STATE.broken = f"{type(e).__name__}: {e}".splitlines()[0]
         _warn(f"torch.compile of the fused path failed ({_STATE.broken})")
         return kernel(*args)
+
+
+@functools.cache
+def _compile_errors() -> tuple[type[BaseException], ...]:
+    """What a failed compile raises: dynamo's and inductor's errors (a graph it cannot take, the
+    recompile limit, a C++ or CUDA compile that fails), a missing compiler or header (OSError,
+    CalledProcessError). Anything else a kernel raises is the caller's error and passes."""
+    from torch._dynamo import exc as dynamo
+    from torch._inductor import exc as inductor
+
+    limit = getattr(dynamo, "FailOnRecompileLimitHit", dynamo.TorchDynamoException)
+    return (dynamo.TorchDynamoException, limit, inductor.CppCompileError, OSError,
+            subprocess.CalledProcessError)  # fmt: skip
 
 
 def compiled_calls() -> int:
@@ -160,7 +176,7 @@ def _recompiled(
             out = compiled(*args)
         _STATE.calls += 1
         return out
-    except Exception:  # noqa: BLE001 - still more: this kernel stays eager
+    except _compile_errors():  # still more variants: this kernel stays eager
         _EAGER.add(kernel)
         _warn(f"{kernel.__name__} met more than {_MAX_VARIANTS} input variants")
         return kernel(*args)

@@ -166,7 +166,7 @@ def test_stack_takes_the_fused_path_in_training() -> None:
 def test_a_failed_compile_warns_once_and_stays_eager(monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(fn, **kw):
         def call(*args):
-            raise RuntimeError("no C++ compiler here")
+            raise OSError("no C++ compiler here")  # what a missing toolchain raises
 
         return call
 
@@ -185,6 +185,24 @@ def test_a_failed_compile_warns_once_and_stays_eager(monkeypatch: pytest.MonkeyP
     with cape.fusion(False):
         ref = enc.add_to(x, generator=torch.Generator().manual_seed(0))
     torch.testing.assert_close(y, ref)
+
+
+def test_an_error_that_is_not_the_compilers_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the compiler's failures fall back to eager: any other error is the caller's."""
+
+    def raising(fn, **kw):
+        def call(*args):
+            raise ValueError("the kernel's own error")
+
+        return call
+
+    monkeypatch.setattr(torch, "compile", raising)
+    monkeypatch.setattr(_fusion, "_COMPILED", {})
+    monkeypatch.setattr(_fusion._STATE, "broken", None)
+    enc = cape.build("cape1d", 16, preset="text").train()
+    with cape.fusion(True), pytest.raises(ValueError, match="the kernel's own error"):
+        enc.add_to(torch.randn(2, 5, 16))
+    assert _fusion._STATE.broken is None
 
 
 def test_switch_arguments_and_environment() -> None:

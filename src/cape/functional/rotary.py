@@ -68,7 +68,8 @@ def rotary_angles(
     if freqs is not None:
         w = freqs.to(device=pos.device, dtype=torch.float32)
         check_phases("positions", positions, lambda: w.detach().abs().amax(dim=1))
-        # a sum over axes rather than pos @ w: the same float32 result as before for M = 2
+        # a sum over axes rather than pos @ w: for M = 2 it is p_x w_x + p_y w_y in float32, the
+        # rounding of the 1-D and 2-D forms (a matmul accumulates in another order)
         return sum(pos[..., m : m + 1] * w[m] for m in range(axes))
     # the highest frequency: freq_scale in 1D (k = 0), at most 10 pi freq_scale in 2D (rho <= 10)
     check_phases("positions", positions, freq_scale * (1.0 if mode == "1d" else 10 * math.pi))

@@ -104,7 +104,9 @@ class _Block(nn.Module):
         )
         self.ffn_norm = nn.LayerNorm(dim)
         self.dropout = nn.Dropout(dropout)
-        if self.decoder:  # made last: the parameters' order (and initialisation) as before
+        # made last: a decoder layer draws the encoder layer's parameters first, so one seed
+        # initialises both kinds alike where they share parts
+        if self.decoder:
             self.cross_attn = MultiheadAttention(dim, heads, dropout=dropout)
             self.cross_norm = nn.LayerNorm(dim)
 

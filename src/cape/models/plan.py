@@ -308,8 +308,8 @@ def _attention_plan(name, entry, size, opts, draw, sync, causal) -> PositionPlan
 
     # One module made here answers whether the encoding holds parameters: without any (rotary,
     # ALiBi) it is the module of every layer; with some (relpos, FIRE, RoPE-Mixed) each layer
-    # gets its own, and this one's draws keep the models' random initialisation in the order
-    # the archived runs drew it.
+    # gets its own, and this one's draws keep what a seed initialises, so that a seed gives the
+    # models whose results are archived under results/.
     first = factory()
     shared = draw == "shared" and not any(True for _ in first.parameters())
     return PositionPlan(
