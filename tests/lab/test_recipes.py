@@ -93,9 +93,3 @@ def test_speech_peers_take_them_from_the_longest_training_utterance():
     assert all(not r.xpos for r in modules("rotary", Rotary))
     notes = " ".join(recipe_notes(asdict(cfg)["rows"], 6.0))
     assert "FIRE: threshold 1.5 " in notes and "xPos: scale base 3 " in notes
-
-
-def test_a_row_written_without_options_reads_as_none_given():
-    assert recipe_notes([{"name": "nopos", "position": "nopos"}], 32) == []
-    notes = recipe_notes([{"name": "FIRE", "position": "fire"}], 32)
-    assert notes and "threshold 8 " in notes[0]

@@ -33,7 +33,7 @@ def recipe_notes(rows: list[dict[str, Any]], train_length: float) -> list[str]:
     leave it to the study: FIRE's threshold, xPos's scale base."""
     added: set[str] = set()  # the keys length_recipe adds to some row (it leaves them to us)
     for r in rows:
-        given = r.get("options") or {}  # a row written without options (an older results.json)
+        given = r["options"]
         recipe = length_recipe(r["position"], given, train_length=train_length)
         added |= recipe.keys() - given.keys()
     notes = []
