@@ -50,7 +50,7 @@ class Case:
     make: Callable[[int], nn.Module]
     inputs: Callable[[torch.Tensor], tuple[torch.Tensor, dict[str, Any]]] = lambda x: (x, {})
     train: bool = True
-    target: float | None = None  # the eager add_to's ratio asked for (issue 41)
+    target: float | None = None  # the ratio to the table add the eager add_to must stay within
     rotary: bool = False  # rotates q, k instead of adding an embedding
     bias: bool = False  # an attention bias [B or 1, H, T, T] of the positions (ALiBi, FIRE)
     peer: bool = False  # an encoding people pick instead of the papers' (`--peers`)

@@ -11,7 +11,7 @@
   replays must change the parameters, draw new augmentations and match an eager step's loss.
 - bf16: the same models under `torch.autocast(dtype=torch.bfloat16)` give finite losses and
   gradients within a relative tolerance of fp32, and CAPE's and rotary's phases stay in
-  float32 (their bf16 outputs equal the float32 maths cast, bit for bit).
+  float32 (their bf16 outputs are exactly the float32 maths cast to bf16).
 - fused: the compiled kernels of `cape.fusion` (triton on CUDA) agree with the eager path.
 
 On a machine without CUDA the command stops with exit code 2 and says so.
@@ -206,7 +206,7 @@ def check_bf16(name: str, device: torch.device, rtol: float = 0.05) -> dict[str,
 
 def check_phases(device: torch.device) -> dict[str, Any]:
     """Under bf16 autocast, CAPE1d's embedding and rotary's rotation at positions up to 1e4
-    equal the float32 maths cast to bf16, bit for bit: their phases stay in float32. The
+    are exactly the float32 maths cast to bf16: their phases stay in float32. The
     detail gives what bf16 phases would be off by (the check's sensitivity)."""
     pos = torch.linspace(0, 10000, 64, device=device)[None]  # [1, 64] token positions
     enc = cape.build("cape1d", 64).to(device).eval()

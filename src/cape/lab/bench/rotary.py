@@ -35,7 +35,7 @@ from cape.lab.timing import time_interleaved
 
 __all__ = ["rotary_updates", "bias_updates", "run", "main"]
 
-# the target shapes: B8 H8 d64 at T 100 and 1000
+# the shapes the targets are set at: B8 H8 d64 at T 100 and 1000
 DEFAULT = dict(batch=8, heads=8, head_dim=64, lengths=(100, 1000))
 Update = Callable[[], None]
 

@@ -8,7 +8,7 @@ from typing import Any
 
 __all__ = ["CAPE_TARGET", "PAPER_TABLE9", "table9_rows"]
 
-CAPE_TARGET = 1.02  # the target: CAPE within 2% of nopos
+CAPE_TARGET = 1.02  # the target this table checks: CAPE within 2% of nopos
 
 
 def _cell_name(dtype: str, length: int) -> str:

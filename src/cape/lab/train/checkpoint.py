@@ -241,7 +241,7 @@ def read_checkpoint(
         ) from e
     if not isinstance(state, dict) or not isinstance(state.get("step"), int):
         raise DamagedFile(f"{state_file} is damaged (it records no step)", state_file)
-    crc = state.get("model_crc32")  # absent in checkpoints written before it was recorded
+    crc = state.get("model_crc32")  # optional: a state without one checks the file's form only
     if crc is not None and _crc32(model_file) != crc:
         raise DamagedFile(
             f"{model_file} is damaged (its CRC-32 differs from the one {STATE_FILE} recorded)",

@@ -219,7 +219,7 @@ class Trainer:
         self.step = state["step"]
         self.sampler.load_state_dict(state["extra"]["sampler"])
         self.best = None if best_lost else state["extra"]["best"]
-        self.times.update(state["extra"].get("times", {}))  # older checkpoints: from zero
+        self.times.update(state["extra"].get("times", {}))  # none recorded: counted from zero
         self.last_train = dict(state["extra"].get("last_train", {}))
         self.last_eval = dict(state["extra"].get("last_eval", {}))
         self._it = None

@@ -124,7 +124,7 @@ class MetricsLogger:
         """Drop rows logged after `step`: a resumed run logs the steps it repeats again, so no
         step appears twice. The files are healed on the way, each repair named in a warning:
         a torn last line is cut; a damaged line elsewhere (not a whole row, e.g. a torn line
-        that rows were appended to by an older version) is dropped, as its step's values
+        that rows were appended to without healing it first) is dropped, as its step's values
         cannot be trusted; of two rows for one step (and split) the later is kept."""
         if not self.enabled:
             return

@@ -7,7 +7,7 @@ end, where the model, optimiser, sampler and RNGs agree, so the checkpoint resum
 Under torchrun the signal may reach one rank only: the ranks agree on it with one all-reduce per
 step (`agreed`), so every rank stops after the same step. A second signal changes nothing (a
 process may get one from the cluster and one forwarded by torchrun); SIGINT (Ctrl-C) and
-SIGKILL stop at once, as before.
+SIGKILL are left alone and stop at once: the run resumes from its last checkpoint.
 """
 
 from __future__ import annotations

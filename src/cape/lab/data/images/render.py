@@ -321,7 +321,7 @@ def make_split(
     seeds = split_seeds(split, count, seed)
     chosen = _fonts_for(split, fonts)
     fonts_key = [str(p) for p in chosen]
-    # the characters' key is unchanged from before there were tasks (caches stay valid)
+    # the default task adds nothing to the key, so character caches made without one are valid
     parts = ("split", split, count, seed, fonts_key) + (() if task == "chars" else (task,))
     path = Path(root) / f"{task}_{split}_{size}px_{_cache_key(*parts)}.npz"
     return _generate(

@@ -102,7 +102,7 @@ def _check_config(root: Path, config: dict) -> None:
         except DamagedFile as e:  # each utterance's own record is still checked
             set_aside(path, f"{e}; it is written again")
             return _check_config(root, config)
-        old = {"text": "wordnet", **old}  # older corpora: WordNet
+        old = {"text": "wordnet", **old}  # a corpus.json that names no text holds WordNet's
         check_made_with(root, "corpus", old, config, set(old) | set(config))
     else:
         write_json(path, config)

@@ -222,7 +222,7 @@ _ALL = _MAIN + [
         batching="padding-free",
     ),
 ]
-# The encodings people pick instead (issue 32): ALiBi alone and over CAPE-augmented seconds, next
+# The encodings people pick instead of CAPE: ALiBi alone and over CAPE-augmented seconds, next
 # to the digits-k3 rows they are read against (their runs are reused from that study's folder)
 _AUDIO_AUG = preset_augmentation("audio")
 # RoPE's length extensions read the longest training utterance (seconds), chosen at inference
@@ -286,8 +286,8 @@ _SMALL = {
 PRESETS: dict[str, dict[str, Any]] = {
     # the default (~15 minutes): does a speech model need positions, and which generalise?
     "digits-k3-small": copy.deepcopy(_SMALL),
-    # the previous default: the four main encodings on WordNet speech, one seed (WER ~93% for
-    # every row: with the 7-frame front end nothing uses its positions)
+    # the four main encodings on WordNet speech, one seed (WER ~93% for every row: with the
+    # 7-frame front end nothing uses its positions)
     "quick": copy.deepcopy(_WORDNET),
     # the quick preset on spoken digit strings (a ten-word vocabulary: most words right in
     # minutes, where WordNet's open vocabulary leaves WER near 90%)
@@ -304,7 +304,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             "seeds": [0, 1, 2],
         }
     ),
-    # the peers of issue 32 on digits-k3: its settings, three seeds
+    # the peers (the encodings people pick instead of CAPE) with digits-k3's settings, 3 seeds
     "digits-k3-peers": copy.deepcopy(
         {
             **_DIGITS,
@@ -360,7 +360,7 @@ PRESET_NOTES: dict[str, str] = {
     "quick": "the four main encodings on WordNet speech (no row uses its positions), 18 min",
     "digits": "the quick preset on spoken digit strings (a ten-word vocabulary), minutes",
     "digits-k3": ("every row on digits with a kernel-3 front end (no neighbouring frames)"),
-    "digits-k3-peers": "the peers of issue 32 on digits-k3's settings",
+    "digits-k3-peers": "rotary and its extensions, xPos, ALiBi, FIRE (+CAPE), digits-k3's settings",
     "cpu-full": "hours on CPU: every row",
     "paper": "GPU: the paper's 36-layer D 768 model and its schedule (app. C.2)",
 }

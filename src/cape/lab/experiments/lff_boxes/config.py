@@ -5,7 +5,7 @@ replaced by a question answering task over procedural screens (`cape.lab.data.bo
 the boxes' spatial relations; "seen" / "unseen" are test screens whose coordinates do / do not
 occur in training (Table 4). Every encoding gets the box edges (top, left, bottom, right)
 divided by canvas - 1, in [0, 1], and is added to the box tokens' content embedding; the
-rotary peers (issue 32: RoPE-ViT's axial and mixed rotations, over the 4 edges) instead rotate
+rotary peers (RoPE-ViT's axial and mixed rotations, over the 4 edges) instead rotate
 queries and keys in every layer by the edges counted in cells (one cell = one of RoPE-ViT's
 patches), the question token taking the query box's edges.
 """
@@ -239,7 +239,7 @@ _ROWS = [
     {"name": "No position", "position": "nopos"},
 ]
 _QUICK_NAMES = ("Embed-4D", "Sine-4D", "Learnable-Fourier+MLP-4/1", "CAPE Sine-4D")
-# the encodings people pick instead (issue 32): RoPE-ViT's rotations over the 4 edges, alone and
+# the encodings people pick instead of CAPE: RoPE-ViT's rotations over the 4 edges, alone and
 # with CAPE's augmentation of the corners, next to the rows they are read against
 _PEERS = [
     *[r for r in _ROWS if r["name"] in (*_QUICK_NAMES, "No position")],
@@ -271,7 +271,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # every row of Table 3 (+ CAPE, + content only), 3 seeds, quick's training and screens
     # (shared data cache) with larger test sets: 36 runs, about 45 minutes on 2 CPU cores
     "cpu-full": {**_CPU_FULL, "rows": _ROWS},
-    # the peers of issue 32 next to Table 4's rows, cpu-full's settings: 27 runs
+    # RoPE-ViT's rotations (+CAPE) next to Table 4's rows, cpu-full's settings: 27 runs
     "peers": {**_CPU_FULL, "name": "lff-boxes-peers", "rows": _PEERS},
     # the paper's screen encoder: 6 layers, 8 heads, hidden 128, on a GPU
     "paper": {
@@ -298,6 +298,6 @@ PRESETS: dict[str, dict[str, Any]] = {
 PRESET_NOTES: dict[str, str] = {
     "quick": "Table 4's rows + CAPE + content only, 2 seeds: about 4 minutes on 2 CPU cores",
     "cpu-full": ("every row of Table 3 (+ CAPE, + content only): about 45 minutes on 2 CPU cores"),
-    "peers": "the peers of issue 32 next to Table 4's rows, cpu-full's settings",
+    "peers": "RoPE-Axial and RoPE-Mixed (+CAPE) next to Table 4's rows, cpu-full's settings",
     "paper": "GPU: the paper's screen encoder (6 layers, 8 heads, hidden 128)",
 }

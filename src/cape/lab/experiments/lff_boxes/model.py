@@ -94,8 +94,8 @@ class BoxQA(nn.Module):
 def make_model(cfg: LffBoxesConfig, row: RowConfig) -> BoxQA:
     m = cfg.model
     options = position_options(row, m, cfg.data.canvas)
-    # the archived rows drew nothing when the plan was made: the module the plan makes of an
-    # in-attention encoding (RoPE-Mixed's frequencies are random) must not move their seeds
+    # a row's seed alone decides its weights: the module the plan makes of an in-attention
+    # encoding (RoPE-Mixed's frequencies are random) draws on a copy of the RNG
     fork = torch.random.fork_rng(devices=[]) if row.position in ROTARY else nullcontext()
     with fork:
         plan = position_plan(row.position, dim=m.dim, heads=m.heads, options=options)

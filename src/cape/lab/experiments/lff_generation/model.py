@@ -182,8 +182,8 @@ class PixelPositions(nn.Module):
             return self.index.new_zeros(batch, cells, self.pixel_dim)
         if self.kind == "lff":
             # Kept by name: LFF's units are "continuous", so its grid_positions(H, W) are image
-            # coordinates in [-1, 1]; the paper's (and the archived rows') LFF reads (column,
-            # row) in pixel units, with gamma set for them. Asking it would change every lff row.
+            # coordinates in [-1, 1]; the paper's LFF (and the study's lff rows) reads (column,
+            # row) in pixel units, with gamma set for them.
             pos = self.cols_rows.to(torch.float32)
             return self.pixel(positions=pos[None].expand(batch, -1, -1))
         like = self.index.new_zeros(batch, cells, self.pixel_dim)

@@ -7,8 +7,8 @@ band over seeds (Figure 3a/3b), the final bpd table (mean ± std, parameters per
 
 Confidence intervals are t-based: mean ± t_{0.975, n-1} · std / sqrt(n) over the n seeds (std
 with ddof=1). `t_quantile_975` is scipy.stats.t.ppf(0.975, df) to 3 decimals, as statistics
-tables print it (e.g. 4.303 for df = 2, i.e. 3 seeds): the archived reports were made with such
-a table, and a redraw must give their figures again.
+tables print it (e.g. 4.303 for df = 2, i.e. 3 seeds), so that the reports in results/ and a
+reader with such a table get the same figures.
 """
 
 from __future__ import annotations

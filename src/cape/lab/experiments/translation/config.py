@@ -156,7 +156,7 @@ _ALL = _MAIN + [
     # rotary sees only position differences: the global shift cancels, local shifts remain
     _row("rotary+CAPE", "rotary", max_global_shift=5.0),
 ]
-# The encodings people pick instead (issue 32), next to the quick rows they are read against:
+# The encodings people pick instead of CAPE, next to the quick rows they are read against:
 # rotary without augmentation and its length extensions chosen at inference with a fixed factor
 # 4 (static scaling, as long-context models ship it: the long buckets and stacked pairs run to
 # ~4-5x the longest training side, data.max_tokens; a fixed factor keeps the decoder's
@@ -224,8 +224,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     },  # fmt: skip
     # minutes: the four main encodings, a 2+2-layer d128 model
     "quick": {**copy.deepcopy(_QUICK), "rows": copy.deepcopy(_MAIN), "seeds": [0]},
-    # the peers of issue 32 on the quick model (sinpos, relpos and CAPE are the
-    # quick archive's runs)
+    # the peers (the encodings people pick instead of CAPE) on the quick model, beside its sinpos,
+    # relpos and CAPE rows (the same settings: their runs can be copied from quick's folder)
     "quick-peers": {
         **copy.deepcopy(_QUICK),
         "name": "translation-quick-peers",
@@ -292,7 +292,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 PRESET_NOTES: dict[str, str] = {
     "small": "the default: nopos, sinpos, CAPE x 2 seeds, 2000 BPE pieces, 1000 steps (12 min)",
     "quick": "minutes: the four main encodings, a 2+2-layer d128 model",
-    "quick-peers": "the peers of issue 32 on the quick model",
+    "quick-peers": "rotary and its extensions, xPos, ALiBi, FIRE (+CAPE) on the quick model",
     "cpu-full": "hours on CPU: every row, a 3+3-layer d256 model",
     "paper": "GPU: the paper's 6L-6L model (Transformer-base sizes), bf16",
 }

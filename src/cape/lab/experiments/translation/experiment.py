@@ -77,8 +77,9 @@ class TranslationExperiment(
         self, cfg: TranslationConfig, row: RowConfig, seed: int, out: str | Path, data: Any = None
     ) -> Seq2Seq:
         """The trained run's model with the best validation BLEU (else the latest), rebuilt from
-        its model.json: the alpha it was trained with, whatever today's data gives. The run is
-        that of the row named by `train_as` if any; the model takes the row's `eval_options`."""
+        its model.json: the alpha it was trained with, whatever the data give at this call. The
+        run is that of the row named by `train_as` if any; the model takes the row's
+        `eval_options`."""
         trained = load_translation_model(self.weights_folder(cfg, row, seed, out))[0]
         return model.with_eval_options(row, trained)
 

@@ -262,7 +262,7 @@ _RELATION_ROWS = [
 ]
 
 # The 2-D rotary encodings people use instead (RoPE-ViT's axial and mixed, Heo et al. 2024),
-# each alone and with CAPE's augmentation, next to the main job's rows: issue 32's peers.
+# each alone and with CAPE's augmentation, next to the main job's rows.
 _PEER_ROWS = [
     {"name": "rotary grid", "position": "rotary2d", "options": {"fit_grid": True}},
     {"name": "RoPE-Axial", "position": "rope-axial", "options": {"fit_grid": True}},
@@ -312,7 +312,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
     # the main job's settings and rows plus the peers (its runs are reused from its folder)
     "peers": {"name": "vision-peers", "rows": [*_RELATION_ROWS, *_PEER_ROWS]},
-    # the previous main job: characters (a task a bag of patches nearly solves), 1 seed
+    # characters (a task a bag of patches nearly solves): the quick rows, 1 seed
     "chars-quick": {
         "name": "vision-chars-quick",
         "seeds": [0],
@@ -320,7 +320,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "train": _TRAIN_QUICK,
         "rows": _QUICK_ROWS,
     },
-    # every row of the issue: a few hours on 2 CPU cores
+    # every row (the paper's tables, UniViT, smaller ViTs, frequencies x0.4): hours on 2 CPU cores
     "cpu-full": {
         "name": "vision-cpu-full",
         "seeds": [0, 1, 2],
@@ -378,7 +378,7 @@ PRESETS["peers"] = {**copy.deepcopy(PRESETS["quick"]), **PRESETS["peers"]}
 PRESET_NOTES: dict[str, str] = {
     "quick": "the README's main job on `relations`: <= 10 minutes on 2 CPU cores",
     "peers": "quick's settings and rows plus the peers (quick's runs reused from its folder)",
-    "chars-quick": "the previous main job, on characters",
-    "cpu-full": "every row of the issue: a few hours on 2 CPU cores",
+    "chars-quick": "the four main encodings on characters (a task a bag of patches nearly solves)",
+    "cpu-full": "every row (the paper's tables, UniViT, smaller ViTs): hours on 2 CPU cores",
     "paper": "GPU: ViT-B/16 at 224 px (the paper's sizes)",
 }
