@@ -7,6 +7,8 @@ tests/conftest.py lets timm import beside a CPU-only torch with torchvision's CU
 
 from __future__ import annotations
 
+import copy
+import io
 import warnings
 from pathlib import Path
 
@@ -77,3 +79,17 @@ def test_onnx_runs_at_every_image_size(install: str, tmp_path: Path) -> None:
         (out,) = session.run(None, {name: x.numpy()})
         with torch.no_grad():
             torch.testing.assert_close(torch.from_numpy(out), model(x), rtol=1e-5, atol=1e-5)
+
+
+def test_a_traced_model_copies_and_pickles_without_its_traced_positions() -> None:
+    # one forward's positions and angles are not the model's: a copy or pickle leaves them out
+    model = _model("cape2d+rope-axial")
+    torch.export.export(model, (torch.randn(*TRACED),), dynamic_shapes=_dynamic(), strict=False)
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    x = torch.randn(*OTHERS[0])
+    with torch.no_grad():
+        want = model(x)
+        for other in (copy.deepcopy(model), torch.load(buffer, weights_only=False)):
+            assert torch.equal(other(x), want)

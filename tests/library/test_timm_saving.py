@@ -297,3 +297,15 @@ def test_bad_arguments_are_refused_by_name(tmp_path: Path) -> None:
             call()
         assert "\n" not in str(error.value)
     assert cape_record(model) is None and model.pos_embed is not None
+
+
+def test_a_vit_built_without_pos_embed_saves_no_table_and_names_the_loss() -> None:
+    model = _stock(seed=1, pos_embed="none")
+    replace_pos_embed(model, "cape2d", preset="image")
+    assert cape_record(model)["pos_embed"] == "absent"
+    with pytest.warns(UserWarning, match="loses the cape2d encoding .the model has no pos_embed"):
+        state = model.state_dict()
+    assert "pos_embed" not in state
+    loaded = _stock(pos_embed="none")
+    load_state_dict(loaded, state)
+    assert (_logits(loaded, SIZES[1]) - _logits(model.eval(), SIZES[1])).abs().max() <= 1e-6

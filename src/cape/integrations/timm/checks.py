@@ -40,7 +40,10 @@ def check_fit_grid(model: nn.Module, fit_grid: object) -> tuple[int, int] | None
     if fit_grid is None or fit_grid is False:
         return None
     if fit_grid is True:
-        height, width = (int(n) for n in model.patch_embed.grid_size)
+        grid = getattr(model.patch_embed, "grid_size", None)
+        if grid is None:  # timm's img_size=None: no training grid
+            raise ValueError("fit_grid=True needs model.patch_embed.grid_size; give (H, W)")
+        height, width = (int(n) for n in grid)
         return height, width
     if not isinstance(fit_grid, (tuple, list)) or len(fit_grid) != 2:
         raise TypeError(

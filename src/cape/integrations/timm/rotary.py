@@ -34,9 +34,13 @@ _HOOKED = ("q_norm", "k_norm")  # modules whose outputs (q, k) the rotation hook
 
 class _Drawn:
     """This forward's positions, held outside the module: torch.export traces a module's
-    tensor attributes as state, which these are not."""
+    tensor attributes as state, which these are not. A copy or a pickle of the model leaves
+    them out (a traced forward leaves fake tensors here)."""
 
     value: torch.Tensor | None = None
+
+    def __getstate__(self) -> dict:
+        return {}
 
 
 class RotaryPositions(nn.Module):
@@ -121,6 +125,9 @@ class _BlockRotation:
 
     def __call__(self, module: nn.Module, args: tuple, out: torch.Tensor) -> torch.Tensor:
         return apply_rotary(out, self._angles(out.shape[2]))
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_cache": None}  # one forward's angles: not the model's
 
 
 def _block_rotary(index: int, block: nn.Module, name: str, options: dict) -> nn.Module:
