@@ -137,7 +137,7 @@ class ModelConfig:
     queries: int = 6
     dropout: float = 0.0
     pre_norm: bool = True
-    input_positions: bool = True
+    input_positions: bool = False
     fourier_dim: int = 32
     hidden_dim: int = 32
     gamma_cells: float = 2.0

@@ -2,12 +2,11 @@
 
 Stem: a 4 x 4 convolution of stride 4 and a 3 x 3 one of stride 2 (GroupNorm, ReLU): a feature
 map of stride 8 for DETR's ResNet of stride 32. Encoder: DETR's layers (pre-norm by default,
-its `pre_norm` option), the positions added to the queries and keys of every self-attention
-(DETR's `with_pos_embed`) and, by default, once to the encoder's input as well (DETR's "at
-input" placement): a ResNet's padding leaks absolute positions into its features (Islam et al.
-2020), this light stem's does not, and without positions in the values a model trained for
-minutes on a CPU learns to place no box (measured: AP under 1% after 1000 steps, against 9%
-with them). Decoder: learned object queries (`query_pos`, added to the queries and keys of the
+its `pre_norm` option), the positions added to the queries and keys of every self-attention,
+not to the values (DETR's `with_pos_embed`); `input_positions` also adds them once to the
+encoder's input (DETR's "at input" placement, its Table 3). Measured on the quick preset (1200
+steps, one seed, AP at 64 px): Sine-2D 14.5 in attention only, 25.4 with the input too; MLP
+26.8 and 23.0. Decoder: learned object queries (`query_pos`, added to the queries and keys of the
 self-attention and to the queries of the cross-attention) over a target that starts at 0; the
 memory's keys take the positions too. Heads after every decoder layer (with the decoder's final
 norm: DETR's auxiliary outputs): classes (C + "no object") and boxes (cx, cy, w, h) in [0, 1].
