@@ -178,8 +178,8 @@ class CausalLM(nn.Module):
         positions: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
-        """tokens: [B, T] ids, mask: [B, T] bool (True = real; None = all real) -> logits
-        [B, T, V] float32; row t predicts token t + 1 from tokens[:, : t + 1].
+        """tokens: [B, T] ids (any integer dtype), mask: [B, T] bool (True = real; None = all
+        real) -> logits [B, T, V] float32; row t predicts token t + 1 from tokens[:, : t + 1].
 
         positions: [B, T(, 1)] float (None = token indices, 0 at padding). generator: CAPE's
         draws in training (and layer drop's). Rows at padding are unspecified.
@@ -253,18 +253,21 @@ class CausalLM(nn.Module):
         cache: bool | None = None,
         window: int | None = None,
     ) -> torch.Tensor:
-        """Continue prompt [B, T0] ids (T0 >= 1, no padding) by max_new tokens -> [B, T0 +
-        max_new] long, in eval mode (the module's mode is restored).
+        """Continue prompt [B, T0] ids (any integer dtype, T0 >= 1, no padding) by max_new
+        tokens -> [B, T0 + max_new] long (int64 for max_new = 0 too), in eval mode (each
+        module's mode is restored). T0 + max_new <= 2**24 without a window: token positions
+        are float32, exact up to there.
 
         temperature: 0 = greedy (argmax); > 0 samples softmax(logits / temperature) over the
-        top_k largest logits (None = all) from `generator`. eos: once a row emits it, the row
-        is filled with it. cache: True = the key/value cache (`start_cache`, refused by name
-        where it cannot hold); False = a full forward per token (the reference); None = the
-        cache where `can_cache`, else full forwards; an xPos centred on each call's positions
-        (no `xpos_center`) is centred for the generation at the final sequence's midpoint, where
-        it cancels in the logits, so it takes the cache too. window: each token from a full forward
-        over the last `window` tokens only (a model that reads at most that many positions,
-        such as a learned table's); no cache.
+        top_k largest logits (None = all) from `generator`: a denormal temperature is the greedy
+        limit, a huge one the uniform limit. eos: None or an int token id; once a row emits
+        it, the row is filled with it. cache: True = the key/value cache (`start_cache`,
+        refused by name where it cannot hold); False = a full forward per token (the
+        reference); None = the cache where `can_cache`, else full forwards; an xPos centred on
+        each call's positions (no `xpos_center`) is centred for the generation at the final
+        sequence's midpoint, where it cancels in the logits, so it takes the cache too. window:
+        each token from a full forward over the last `window` tokens only (a model that reads
+        at most that many positions, such as a learned table's); no cache.
         """
         prompt = _check_tokens("prompt", prompt, self.vocab_size)  # int64 ids
         if prompt.shape[1] < 1:
