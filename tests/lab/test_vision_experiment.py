@@ -485,7 +485,8 @@ def test_paper_claims_from_records():
                         }
                     )
     rows = [
-        {"name": n, "train_size": 32, "univit_sizes": [24, 32] if "Uni" in n else []} for n in means
+        {"name": n, "train_size": 32, "univit_sizes": [24, 32] if "Uni" in n else [], "options": {}}
+        for n in means
     ]
     results = {"config": {"rows": rows, "eval": {"sizes": [24, 32, 56, 96]}}, "records": records}
     got = {claim: (measured, holds) for claim, measured, holds in paper_claims(results)}

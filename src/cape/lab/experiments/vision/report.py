@@ -98,7 +98,7 @@ def render(out: Path, results: dict[str, Any], maps: dict[str, np.ndarray] | Non
         maps = saved_maps(out)
     cfg = results["config"]
     rows, seeds = _rows(results), cfg["seeds"]
-    sizes_of_rows = [r.get("train_size", 32) for r in cfg["rows"]]
+    sizes_of_rows = [r["train_size"] for r in cfg["rows"]]
     train_sizes = sorted(set(sizes_of_rows))
     main_size = max(train_sizes, key=sizes_of_rows.count)  # the size most rows train at
     rep = Report(f"Vision experiment `{results['name']}`")
@@ -115,7 +115,7 @@ def render(out: Path, results: dict[str, Any], maps: dict[str, np.ndarray] | Non
     opts = dict(rows="row", cols="size", row_order=rows, col_format="{} px")
     claims = paper_claims(results)
     add_verdict(rep, verdict(study(results, main_size, claims)))
-    rendered = cfg["data"].get("source", "chars") in ("chars", "relations")
+    rendered = cfg["data"]["source"] in ("chars", "relations")
     for split, title in (
         ("test", "test images (train fonts)" if rendered else "the folder's test images"),
         ("test_fonts", "test images of held-out fonts"),
@@ -239,7 +239,7 @@ def paper_claims(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
     sizes = sorted(results["config"]["eval"]["sizes"])
     if "CAPE" not in cfg_rows or not sizes:
         return []
-    train = cfg_rows["CAPE"].get("train_size", 32)
+    train = cfg_rows["CAPE"]["train_size"]
     out: list[tuple[str, str, bool | None]] = []
 
     def versus(a: str, b: str, size: int, strict: bool) -> None:
@@ -309,11 +309,11 @@ def _frequency_pairs(cfg_rows: dict[str, dict[str, Any]]) -> list[tuple[str, str
     in every other field (the same encoding at the paper's frequencies)."""
 
     def key(row: dict[str, Any]) -> str:
-        options = {k: v for k, v in row.get("options", {}).items() if k != "freq_scale"}
+        options = {k: v for k, v in row["options"].items() if k != "freq_scale"}
         return repr(sorted({**row, "name": "", "options": sorted(options.items())}.items()))
 
     def scale(row: dict[str, Any]) -> float:
-        return row.get("options", {}).get("freq_scale", 1.0)
+        return row["options"].get("freq_scale", 1.0)
 
     # reversed: where several unscaled rows match, the first one is the base
     plain = {key(r): n for n, r in reversed(cfg_rows.items()) if scale(r) == 1.0}
