@@ -309,3 +309,22 @@ def test_a_vit_built_without_pos_embed_saves_no_table_and_names_the_loss() -> No
     loaded = _stock(pos_embed="none")
     load_state_dict(loaded, state)
     assert (_logits(loaded, SIZES[1]) - _logits(model.eval(), SIZES[1])).abs().max() <= 1e-6
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        b"not json",
+        b'{"format": 2, "pos_embed": "removed", "encoding": null, "rotary": null}',
+        b'{"format": 1, "pos_embed": "gone", "encoding": null, "rotary": null}',
+        b'{"format": 1, "pos_embed": "removed", "encoding": {"name": "cape2d"}, "rotary": null}',
+        b'{"format": 1, "pos_embed": "kept", "encoding": null}',
+    ],
+)
+def test_a_damaged_record_is_named_before_the_model_changes(record: bytes) -> None:
+    state = _state(_saved("cape2d"))
+    state[CAPE_KEY] = torch.tensor(list(record), dtype=torch.uint8)
+    stock = _stock()
+    with pytest.raises(ValueError, match="cape \\(load with"):
+        load_state_dict(stock, state)
+    assert cape_record(stock) is None and stock.pos_embed is not None

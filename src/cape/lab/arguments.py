@@ -39,6 +39,7 @@ _EXTRA_OF_MODULE = {
     "onnxruntime": "test",  # `cape bench deploy`: the ONNX check (a cell says when it is missing)
     "transformers": "test",  # `cape bench decode`: the reference model
     "torchvision": "test",  # imported by transformers and timm (`cape.lab.torchvision_ops`)
+    "timm": "test",  # `cape bench deploy`: the timm cases (their cells say when it is missing)
     "pycocotools": "lab",  # the detection study's COCO metrics
 }
 

@@ -75,9 +75,34 @@ def decode(tensor: object) -> dict[str, Any]:
         record = json.loads(bytes(tensor.cpu().tolist()).decode())
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ValueError(f"{CAPE_KEY!r} holds no JSON record: {error}") from None
-    if not isinstance(record, dict) or record.get("format") != FORMAT:
+    if not _well_formed(record):
         raise ValueError(f"{CAPE_KEY!r}: a record of format {FORMAT} was expected, got {record!r}")
     return record
+
+
+def _well_formed(record: object) -> bool:
+    """The fields `note` writes: format, pos_embed, and an encoding and a rotary (each None, a
+    spec with its options, or what could not be saved)."""
+    if not isinstance(record, dict) or set(record) != {"format", "pos_embed", "encoding", "rotary"}:
+        return False
+    if record["format"] != FORMAT or record["pos_embed"] not in ("kept", "removed", "absent"):
+        return False
+    encoding, rotary = record["encoding"], record["rotary"]
+    if (
+        isinstance(encoding, dict)
+        and "options" in encoding
+        and not isinstance(encoding.get("dim"), int)
+    ):
+        return False
+    return _part(encoding) and _part(rotary)
+
+
+def _part(part: object) -> bool:
+    if part is None:
+        return True
+    if not isinstance(part, dict) or not isinstance(part.get("name"), str):
+        return False
+    return isinstance(part.get("options"), dict) or isinstance(part.get("unsaved"), str)
 
 
 def cape_record(source: object) -> dict[str, Any] | None:

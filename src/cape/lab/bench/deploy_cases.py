@@ -4,7 +4,8 @@ model, each with example inputs, the dimensions that vary, and inputs of another
 1-D encodings go into a `TransformerEncoder` (absolute ones added at the input, the others built
 per layer inside attention), 2-D ones into a `ViT` (the image's height and width vary), encodings
 of given N-D positions are called alone on their positions; the models are `ViT`, `CTCModel`,
-`Seq2Seq` and a causal `TransformerDecoder` over a memory.
+`Seq2Seq` and a causal `TransformerDecoder` over a memory. The "timm" cases are timm's
+VisionTransformer, stock and with cape installed by `cape.integrations.timm` (needs timm).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import torch
 from torch import nn
 
 import cape
+from cape.integrations.timm import add_rotary, replace_pos_embed
 from cape.models import CTCModel, Seq2Seq, TransformerDecoder, TransformerEncoder, ViT
 
 __all__ = ["Case", "CASES", "make_case"]
@@ -55,18 +57,37 @@ def _sequence(name: str, **options: Any) -> Case:
     return Case(model, (x,), ({0: b, 1: t},), (other,), _mean)
 
 
+def _images(module: nn.Module) -> Case:
+    """Images of 4-pixel patches into module; their height and width vary (multiples of 4)."""
+    # at least 2 patches a side: torch's convolution specialises an output size of 1
+    h, w = torch.export.Dim("h", min=2, max=64), torch.export.Dim("w", min=2, max=64)
+    dyn = {0: torch.export.Dim("B", min=1, max=64), 2: 4 * h, 3: 4 * w}
+    return Case(module, (torch.randn(2, 3, 16, 12),), (dyn,), (torch.randn(3, 3, 24, 20),), _mean)
+
+
 def _image(name: str, **options: Any) -> Case:
     """A 2-layer ViT on 4-pixel patches; the image's height and width vary (multiples of 4)."""
     vit = ViT(5, image_size=16, patch=4, dim=DIM, depth=2, heads=HEADS, position=name,
               position_options=options)  # fmt: skip
-    # at least 2 patches a side: torch's convolution specialises an output size of 1
-    h, w = torch.export.Dim("h", min=2, max=64), torch.export.Dim("w", min=2, max=64)
-    b = torch.export.Dim("B", min=1, max=64)
-    dyn = {0: b, 2: 4 * h, 3: 4 * w}
     if name == "abspos2d":  # a table of the training grid: the size cannot vary
-        dyn = {0: b}
+        dyn = {0: torch.export.Dim("B", min=1, max=64)}
         return Case(vit, (torch.randn(2, 3, 16, 16),), (dyn,), (torch.randn(3, 3, 16, 16),), _mean)
-    return Case(vit, (torch.randn(2, 3, 16, 12),), (dyn,), (torch.randn(3, 3, 24, 20),), _mean)
+    return _images(vit)
+
+
+def _timm(install: Callable[[nn.Module], Any]) -> Case:
+    """timm's VisionTransformer (2 layers, 4-pixel patches, `dynamic_img_size=True`) with cape
+    installed by `cape.integrations.timm`; the image's height and width vary. Needs timm
+    (ModuleNotFoundError otherwise: the bench then says the case was not run)."""
+    from cape.lab.torchvision_ops import declare_missing_torchvision_ops
+
+    declare_missing_torchvision_ops()
+    from timm.models.vision_transformer import VisionTransformer
+
+    vit = VisionTransformer(img_size=16, patch_size=4, embed_dim=DIM, depth=2, num_heads=HEADS,
+                            num_classes=5, dynamic_img_size=True)  # fmt: skip
+    install(vit)
+    return _images(vit)
 
 
 class _GivenPositions(nn.Module):
@@ -168,6 +189,10 @@ CASES: dict[str, Callable[[], Case]] = {
     "Seq2Seq rotary": lambda: _translation("rotary"),
     "decoder rotary": lambda: _decoder("rotary"),
     "decoder alibi": lambda: _decoder("alibi"),
+    "timm stock": lambda: _timm(lambda vit: None),
+    "timm cape2d": lambda: _timm(lambda vit: replace_pos_embed(vit, "cape2d", preset="image")),
+    "timm rotary2d": lambda: _timm(lambda vit: add_rotary(vit, "rotary2d", **AUG)),
+    "timm rope-mixed": lambda: _timm(lambda vit: add_rotary(vit, "rope-mixed")),
 }
 
 
