@@ -270,6 +270,15 @@ def test_a_model_json_that_does_not_fit_is_named(runs, capsys, change, code, wor
     assert "model.json" in err and all(w in err for w in words) and "unexpected" not in err, err
 
 
+def test_a_run_of_another_experiment_is_named(runs, capsys):
+    run = runs["tmp"] / "other"
+    shutil.copytree(runs["rotary"], run)
+    _edit_spec(run, lambda s: s.update(experiment="translation"))
+    code, out, err = _cli([str(run), "--max-new", "2"], capsys)
+    assert code == 2 and not out and err.count("\n") == 1, err
+    assert str(run) in err and "is a 'translation' run, not an lm one" in err, err
+
+
 @pytest.mark.parametrize("damage", ["truncated", "no checkpoints"])
 def test_damaged_run_folders_are_named(runs, capsys, damage):
     run = runs["tmp"] / f"damaged-{damage.replace(' ', '-')}"

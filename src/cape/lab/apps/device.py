@@ -1,10 +1,16 @@
-"""The device an inference command (`cape generate`, `translate`, `transcribe`) runs on."""
+"""What the inference commands (`cape generate`, `translate`, `transcribe`) share: the device
+they run on, and the model.json of the run folder they load."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import torch
 
-__all__ = ["inference_device"]
+from cape.lab.io import read_json_object
+
+__all__ = ["inference_device", "run_spec"]
 
 
 def inference_device(device: str | torch.device) -> torch.device:
@@ -19,3 +25,18 @@ def inference_device(device: str | torch.device) -> torch.device:
     if out.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {str(out)!r}: CUDA is not available on this machine")
     return out
+
+
+def run_spec(run: Path, experiment: str, takes: str) -> dict[str, Any]:
+    """The model.json of run folder `run` (the caller has checked that it is there): ValueError
+    naming the run when it is not an `experiment` run ("an lm", "a translation"), naming the
+    file when its "model" is not an object (of `takes` keywords: "CausalLM")."""
+    source = run / "model.json"
+    spec = read_json_object(source)
+    if spec.get("experiment") != experiment.split()[-1]:
+        raise ValueError(
+            f"run {str(run)!r} is a {spec.get('experiment')!r} run, not {experiment} one"
+        )
+    if not isinstance(spec.get("model"), dict):
+        raise ValueError(f'{source} must hold a "model" object ({takes} keywords)')
+    return spec

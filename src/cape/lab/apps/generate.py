@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from cape.encodings.learned import AbsPos1d
-from cape.lab.apps.device import inference_device
+from cape.lab.apps.device import inference_device, run_spec
 from cape.lab.arguments import ArgumentParser
 from cape.lab.errors import DamagedFile
 from cape.lab.io import read_json_object
@@ -91,13 +91,10 @@ def load_lm(
     source = run / "model.json"
     if not source.is_file():
         raise _not_a_run(run)
-    spec = read_json_object(source)
-    if spec.get("experiment") != "lm":
-        raise ValueError(
-            f"run {str(run)!r} is a {spec.get('experiment')!r} run, not an lm one: {_WHAT}"
-        )
-    if not isinstance(spec.get("model"), dict):
-        raise ValueError(f'{source} must hold a "model" object (CausalLM keywords)')
+    try:
+        spec = run_spec(run, "an lm", "CausalLM")
+    except ValueError as e:
+        raise ValueError(f"{e}: {_WHAT}") from None
     device = inference_device(device)
     from cape.lab.data.text_corpus import ByteTokenizer
 

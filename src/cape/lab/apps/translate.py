@@ -17,10 +17,9 @@ from typing import Any
 import torch
 
 from cape._checks import check_int
-from cape.lab.apps.device import inference_device
+from cape.lab.apps.device import inference_device, run_spec
 from cape.lab.arguments import ArgumentParser
 from cape.lab.data.translation.bpe import Tokenizer
-from cape.lab.io import read_json_object
 from cape.lab.train.checkpoint import load_checkpoint, pick_checkpoint
 from cape.models.search import beam_search, greedy_decode, max_lengths
 from cape.models.seq2seq import Seq2Seq
@@ -49,19 +48,12 @@ def load_translation_model(
     """(model in eval mode, tokenizer, model.json) of a run folder; `checkpoint`: "best" (the
     newest step when best/ was never saved), "latest", or a folder name in RUN/checkpoints."""
     run = Path(run)
-    spec_path = run / "model.json"
-    if not spec_path.is_file():
+    if not (run / "model.json").is_file():
         raise FileNotFoundError(
             f"run {str(run)!r} has no model.json: give a folder "
             "<out>/<row>/seed<k> of `cape experiment translation`"
         )
-    spec = read_json_object(spec_path)
-    if spec.get("experiment") != "translation":
-        raise ValueError(
-            f"run {str(run)!r} is a {spec.get('experiment')!r} run, not a translation one"
-        )
-    if not isinstance(spec.get("model"), dict):
-        raise ValueError(f'{spec_path} must hold a "model" object (Seq2Seq keywords)')
+    spec = run_spec(run, "a translation", "Seq2Seq")
     device = inference_device(device)
     path = pick_checkpoint(run / "checkpoints", checkpoint)
     model = Seq2Seq(**spec["model"])
