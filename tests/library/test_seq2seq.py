@@ -602,3 +602,14 @@ def test_sequence_nll_is_the_teacher_forced_cross_entropy() -> None:
     logits = model.eval()(src, mask, tin, tmask)
     expect = torch.nn.functional.cross_entropy(logits.transpose(1, 2), tout, reduction="none")
     torch.testing.assert_close(nll, torch.where(tmask, expect, 0.0))
+
+
+def test_token_ids_of_any_integer_dtype_are_read() -> None:
+    """uint8 / int16 ids (a tokenizer's compact arrays) give the int64 model's outputs."""
+    model = _model("rotary", dropout=0.0).eval()
+    src, tgt = _tokens(2, 8, 1), _tokens(2, 6, 2)
+    src_mask, tgt_mask = _mask([8, 5], 8), _mask([6, 4], 6)
+    want = model(src, src_mask, tgt, tgt_mask)
+    for dtype in (torch.uint8, torch.int16, torch.int32):
+        got = model(src.to(dtype), src_mask, tgt.to(dtype), tgt_mask)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)

@@ -163,17 +163,19 @@ def xpos_scales(
     q_mask: torch.Tensor | None,
     k_mask: torch.Tensor | None,
     s: torch.Tensor | None,
+    center: float | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """xPos's magnitudes of q and k (`Rotary`'s docstring) at positions q [B, Tq, 1], k [B, Tk,
     1] (k is q in self-attention) -> [B, 1, Tq, hd], [B, 1, Tk, hd]; s [B]: the extension
-    factor, whose interpolated positions xPos reads with "pi"."""
+    factor, whose interpolated positions xPos reads with "pi"; center: the common offset (None:
+    the valid positions' midpoint, per call)."""
     if ext.scaling == "pi":  # xPos on the interpolated positions
         assert s is not None
         same = k is q
         q = q / s[:, None, None]
         k = q if same else k / s[:, None, None]
-    if ext.xpos_center is not None:
-        n0: Any = ext.xpos_center
+    if center is not None:
+        n0: Any = center
     elif k is q:
         n0 = position_midpoint(q, q_mask)
     else:

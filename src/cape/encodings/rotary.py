@@ -245,7 +245,9 @@ class Rotary(GridLayout, QKTransform):
             q_ang, k_ang = q * w, (q * w if self_attention else k * w)
         q_mag = k_mag = self._attention_factor(s)
         if self.xpos:
-            qs, ks = xpos_scales(self.extension, self.head_dim, q, k, q_mask, k_mask, s)
+            # the module's centre: a decoding loop may set one for its cache (`centred_xpos`)
+            center = self.xpos_center
+            qs, ks = xpos_scales(self.extension, self.head_dim, q, k, q_mask, k_mask, s, center)
             q_mag = qs if q_mag is None else q_mag * qs
             k_mag = ks if k_mag is None else k_mag * ks
         return Rotation(q_ang, k_ang, q_mag, k_mag)

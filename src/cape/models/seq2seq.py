@@ -276,7 +276,7 @@ class Seq2Seq(nn.Module):
     ) -> torch.Tensor:
         """src [B, S] token ids, src_mask [B, S] bool, src_pos [B, S, 1] (None = eval-mode
         positions) -> memory [B, S, D]. Rows at padding are unspecified."""
-        _check_tokens("src", src, self.vocab_size)
+        src = _check_tokens("src", src, self.vocab_size)
         _check_mask("src_mask", src_mask, tuple(src.shape))
         if src_pos is None:
             src_pos, _ = self._positions(src_mask, None, False, None)
@@ -300,7 +300,7 @@ class Seq2Seq(nn.Module):
 
         last_only: project only the last position -> [B, 1, V] (for step-wise search).
         """
-        _check_tokens("tgt", tgt, self.vocab_size)
+        tgt = _check_tokens("tgt", tgt, self.vocab_size)
         batch, length = tgt.shape
         check_tensor("memory", memory, ndims=(3,), floating=True)
         if memory.shape[0] != batch or memory.shape[2] != self.dim:
@@ -344,7 +344,7 @@ class Seq2Seq(nn.Module):
         """The next decoder inputs tokens [B, 1] (target index t = `state.length`, eval-mode
         positions) -> (logits [B, V] float32 for the token after them, state updated in place).
         Equal to `decode(prefix)[:, -1]` over all the tokens fed so far."""
-        _check_tokens("tokens", tokens, self.vocab_size)
+        tokens = _check_tokens("tokens", tokens, self.vocab_size)
         if tokens.shape[1] != 1:
             raise ValueError(f"tokens must have shape [B, 1], got {list(tokens.shape)}")
         if not isinstance(state, DecoderCache):
@@ -368,8 +368,8 @@ class Seq2Seq(nn.Module):
         """Teacher forcing: src [B, S], src_mask [B, S], tgt [B, T] (decoder inputs),
         tgt_mask [B, T] -> logits [B, T, V] float32. Positions from `positions()` (augmented
         in training for cape/rotary, drawn from `generator`)."""
-        _check_tokens("src", src, self.vocab_size)
-        _check_tokens("tgt", tgt, self.vocab_size)
+        src = _check_tokens("src", src, self.vocab_size)
+        tgt = _check_tokens("tgt", tgt, self.vocab_size)
         _check_mask("src_mask", src_mask, tuple(src.shape))
         _check_mask("tgt_mask", tgt_mask, tuple(tgt.shape))
         src_pos, tgt_pos = self.positions(src_mask, tgt_mask, generator)
