@@ -268,6 +268,7 @@ def test_site_builds_strict(tmp_path: Path) -> None:
 # Archives without results.json, so `cape plot` has nothing to redraw them from.
 NOT_REDRAWN = {
     "bench": "benchmark tables written by `cape bench`, not an experiment report",
+    "extend": "the report of `cape extend` (extend.json), an app's run, not an experiment's",
     # These three were copied by hand (report.md and plots) on 2026-11-23, the day before
     # `cape plot --archive` (commit d928038) began keeping results.json with every archive;
     # the runs' results.json stayed in runs/ of that session and is lost.

@@ -32,7 +32,7 @@ def test_extend_runs_every_method_and_reloads_each_model(tmp_path: Path) -> None
             "--data-root", str(tmp_path / "data"), "--context", "8", "--base-steps", "5",
             "--steps", "3", "--eval-tokens", "600"]  # fmt: skip
     assert main(args) == 0
-    results = json.loads((out / "results.json").read_text())
+    results = json.loads((out / "extend.json").read_text())
     records = {r["method"]: r for r in results["records"]}
     assert set(records) == {"none", "pi", "yarn", "cape"}
     for method in ("none", "pi", "yarn"):  # transformers expresses them: a stock load
