@@ -97,8 +97,8 @@ def parameter_counts(model: nn.Module) -> dict[str, int]:
 
 
 class Experiment(ABC, Generic[ConfigT, DataT]):
-    """One paper experiment. Class attributes: `name` (the CLI's), `config_cls` (the config
-    dataclass: `rows` with unique names, `seeds`, `train`), `presets` (name -> mapping),
+    """One paper experiment. Class attributes: `name` (the CLI's), `config_cls` (the study's
+    `StudyConfig` subclass), `presets` (name -> mapping),
     `default_preset`, `preset_notes` (preset name -> one line, what `--help` says of it);
     `best_weights`: runs keep and load the checkpoint of the best validation metric (else the
     latest); `loads_for_evaluation`: `load_run` builds the row's evaluation model (its
