@@ -328,3 +328,18 @@ def test_a_damaged_record_is_named_before_the_model_changes(record: bytes) -> No
     with pytest.raises(ValueError, match="cape \\(load with"):
         load_state_dict(stock, state)
     assert cape_record(stock) is None and stock.pos_embed is not None
+
+
+def test_a_fixed_size_vit_loses_no_other_size_and_warns_only_of_the_augmentation() -> None:
+    plain, augmented = _stock(dynamic_img_size=False), _stock(dynamic_img_size=False)
+    replace_pos_embed(plain, "sinpos2d")
+    replace_pos_embed(augmented, "cape2d", preset="image")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # stock timm computes the same at the one size it takes
+        state = plain.state_dict()
+    with pytest.warns(UserWarning, match="loses the cape2d encoding's training-time") as caught:
+        augmented.state_dict()
+    assert "other than" not in str(caught[0].message)
+    stock = _stock(dynamic_img_size=False)
+    stock.load_state_dict(state, strict=False)
+    assert (_logits(stock, SIZES[0]) - _logits(plain.eval(), SIZES[0])).abs().max() <= 1e-6

@@ -158,15 +158,26 @@ def lost_on_a_stock_load(model: nn.Module, record: Mapping[str, Any]) -> list[st
     if encoding is not None and record["pos_embed"] != "removed":  # timm built no table
         lost.append(f"the {encoding['name']} encoding (the model has no pos_embed to hold it)")
     elif encoding is not None:
-        grid = tuple(int(n) for n in model.patch_embed.grid_size)
-        what = f"the {encoding['name']} encoding at image sizes other than the {grid} grid's "
-        what += "(timm resamples the saved table bicubically)"
-        augmentation = getattr(getattr(model, "cape_pos_embed", None), "augmentation", None)
-        if augmentation is not None:
-            what += f" and its training-time augmentation {augmentation}"
-        lost.append(what)
+        lost += _encoding_lost(model, encoding["name"])
     if rotary is not None:
         lost.append(f"the 2-D rotary {rotary['name']} of every attention block (timm's has none)")
+    return lost
+
+
+def _encoding_lost(model: nn.Module, name: str) -> list[str]:
+    """What the saved table of the encoding `name` does not carry: the encoding of other grids
+    (where timm's `dynamic_img_size` resamples the table; a fixed-size ViT takes no other
+    size) and the training-time augmentation."""
+    lost = []
+    if getattr(model, "dynamic_img_size", True):
+        grid = tuple(int(n) for n in model.patch_embed.grid_size)
+        lost.append(
+            f"the {name} encoding at image sizes other than the {grid} grid's (timm resamples "
+            "the saved table bicubically)"
+        )
+    augmentation = getattr(getattr(model, "cape_pos_embed", None), "augmentation", None)
+    if augmentation is not None:
+        lost.append(f"the {name} encoding's training-time augmentation {augmentation}")
     return lost
 
 
