@@ -286,15 +286,17 @@ def _report_archived_run(tiny_run, tmp_path, row, mapping_row, rename=False):
 
 def test_archived_run_of_a_row_without_positions_needs_no_weights(tiny_run, tmp_path) -> None:
     # a row with no absolute encoding has no "positions removed" records, and needs none
+    import dataclasses
+
     nopos = next(r for r in _cfg().rows if r.name == "nopos")
-    row = {"name": "nopos", "position": "nopos"}
+    row = dataclasses.asdict(nopos)  # as the config mapping writes it
     restored, got, folder = _report_archived_run(tiny_run, tmp_path, nopos, row, rename=True)
     assert got == restored and not (folder / "checkpoints").exists()
 
 
 def test_archived_run_with_positions_keeps_its_records_without_weights(tiny_run, tmp_path):
-    # a row with positions evaluated before the positions-removed check existed: no weights to
-    # measure it with, so its records stay as they are
+    # a row with positions whose eval.json holds no positions-removed records and which has no
+    # weights to measure them with: its records are reported as they are
     _, mapping, _, _ = tiny_run
     cape_row = next(r for r in tiny_run[0].rows if r.name == "CAPE")
     row = next(r for r in mapping["rows"] if r["name"] == "CAPE")
