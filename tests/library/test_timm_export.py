@@ -93,3 +93,23 @@ def test_a_traced_model_copies_and_pickles_without_its_traced_positions() -> Non
         want = model(x)
         for other in (copy.deepcopy(model), torch.load(buffer, weights_only=False)):
             assert torch.equal(other(x), want)
+
+
+@pytest.mark.parametrize("install", ["cape2d", "rotary2d"])
+def test_fx_tracing_is_refused_by_name_and_forward_intermediates_sees_the_positions(
+    install: str,
+) -> None:
+    from timm.models import create_feature_extractor
+
+    model = _model(install)
+    with pytest.raises(TypeError, match="torch.fx symbolic tracing .*forward_intermediates"):
+        create_feature_extractor(model, return_nodes=["blocks.1"])
+    model.eval()  # the extractor traces in train mode and does not restore it when it fails
+    x = torch.randn(*OTHERS[0])
+    with torch.no_grad():
+        (last,) = model.forward_intermediates(
+            x, indices=[1], norm=True, intermediates_only=True, output_fmt="NLC"
+        )
+        features = model.forward_features(x)[:, model.num_prefix_tokens :]
+        stock = _model("stock").forward_features(x)[:, model.num_prefix_tokens :]
+    assert torch.equal(last, features) and (features - stock).abs().max() > 1e-3

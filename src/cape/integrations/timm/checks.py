@@ -63,6 +63,11 @@ def patch_grid(patch_embed: nn.Module, images: torch.Tensor, out: torch.Tensor) 
     """The (H', W') patch grid of patch_embed's output: [B, H', W', D] (timm's
     `dynamic_img_size`) or [B, H'W', D] on the grid of the images' size. The sizes are read from
     the shapes as they are (never int()), so that a traced size stays symbolic."""
+    if isinstance(out, torch.fx.Proxy):  # shapes are proxies: the grid cannot be computed
+        raise TypeError(
+            "torch.fx symbolic tracing (timm's create_feature_extractor) cannot trace cape's "
+            "positions; use model.forward_intermediates, torch.export or torch.compile"
+        )
     if out.dim() == 4:  # NHWC
         return out.shape[1], out.shape[2]
     if hasattr(patch_embed, "dynamic_feat_size") and images.dim() == 4:

@@ -17,8 +17,8 @@ the spec of the rotary in attention, each None when not installed.
 
 What a stock load with strict=False loses (the rotary, the encoding of other grids and its
 augmentation) is named by a warning each time such a state is made. Loading a state into a
-model that cape changed compares the two records: a difference fails a strict load and warns
-otherwise, naming both.
+model that cape changed compares the two records: a difference is an unexpected key naming
+both (a strict load fails on it) and a warning.
 """
 
 from __future__ import annotations
