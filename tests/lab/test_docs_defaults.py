@@ -28,6 +28,7 @@ PAGES = {
     "length": "length.md",
     "lff-boxes": "lff-boxes.md",
     "lff-generation": "lff-generation.md",
+    "detection": "detection.md",
 }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from cape.lab.experiments.asr.experiment import ASR
 from cape.lab.experiments.base import Experiment
+from cape.lab.experiments.detection.experiment import DETECTION
 from cape.lab.experiments.length.experiment import LENGTH
 from cape.lab.experiments.lff_boxes.experiment import LFF_BOXES
 from cape.lab.experiments.lff_generation.experiment import LFF_GENERATION
@@ -21,5 +22,5 @@ from cape.lab.experiments.vision.experiment import VISION
 __all__ = ["Experiment", "EXPERIMENTS", "merge", "resolve_config", "slug"]
 
 EXPERIMENTS: dict[str, Experiment] = {
-    e.name: e for e in (VISION, LFF_GENERATION, LFF_BOXES, ASR, TRANSLATION, LENGTH, LM)
+    e.name: e for e in (VISION, LFF_GENERATION, LFF_BOXES, DETECTION, ASR, TRANSLATION, LENGTH, LM)
 }

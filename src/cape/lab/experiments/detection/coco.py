@@ -17,10 +17,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["METRICS", "coco_metrics"]
+__all__ = ["METRICS", "LABELS", "coco_metrics"]
 
 METRICS = ("ap", "ap50", "ap75", "ap_small", "ap_medium", "ap_large")
 """The first six numbers of COCO's summary, in its order, as percentages."""
+LABELS = dict(
+    zip(METRICS, ("AP", "AP50", "AP75", "AP small", "AP medium", "AP large"), strict=True)
+)
+"""How the reports name them."""
 
 
 def _ground_truth(

@@ -22,8 +22,7 @@ from typing import Any
 
 from cape._checks import check_bool, check_choice, check_float, check_int
 from cape.lab.data.scenes import SceneSettings
-from cape.lab.experiments.study_config import check_folder, check_runs, row_key
-from cape.lab.train.config import TrainConfig
+from cape.lab.experiments.study_config import StudyConfig, check_folder, row_key
 
 __all__ = [
     "STRIDE",
@@ -250,21 +249,15 @@ def position_options(row: RowConfig, model: ModelConfig, data: DataConfig) -> di
 
 
 @dataclass
-class DetectionConfig:
+class DetectionConfig(StudyConfig[DataConfig, ModelConfig, EvalConfig, RowConfig]):
     """The whole experiment: every row is trained once per seed and evaluated the same way."""
 
     name: str = "detection"
-    seeds: list[int] = field(default_factory=lambda: [0])
-    data: DataConfig = field(default_factory=DataConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
-    rows: list[RowConfig] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         from cape.build import build
 
-        check_runs(self.rows, self.seeds)
+        super().__post_init__()
         m = self.model
         if m.queries < self.data.max_objects:
             raise ValueError(

@@ -11,11 +11,13 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from cape.lab.data.scenes import SHAPES, SceneSettings, render_scene, scene_seed
+from cape.lab.data.scenes import COLOURS, SHAPES, SceneSettings, render_scene, scene_seed
 
 __all__ = ["scene_images", "plot_examples"]
 
-_COLOURS = ("#e41a1c", "#377eb8", "#4daf4a", "#ff7f00")  # one per class of `SHAPES`
+# a box in its class's colour (the scenes' own): a box of another colour than its object has
+# the wrong class
+_COLOURS = tuple("#{:02x}{:02x}{:02x}".format(*rgb) for rgb in COLOURS)
 
 
 def scene_images(
@@ -68,8 +70,8 @@ def plot_examples(
     path: str | Path,
 ) -> Path:
     """A grid: one line per row of `rows` (that has examples), one column per (size, scene):
-    each scene with its objects (white, dotted) and the boxes the row found (a colour per
-    class, with the score). Written atomically as PNG."""
+    each scene with its objects (white, dotted) and the boxes the row found (in their class's
+    colour, with the score). Written atomically as PNG."""
     from cape.lab.viz.plots import _pyplot, _save
 
     rows = [r for r in rows if r in examples]

@@ -14,16 +14,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from cape.lab.experiments.detection.coco import METRICS
+from cape.lab.experiments.detection.coco import LABELS, METRICS
 from cape.lab.experiments.detection.verdict import paper_claims, plain_records, set_cells, verdict
 from cape.lab.experiments.reporting import add_curves, plot_ok, train_cost_table
 from cape.lab.experiments.verdict import add_verdict, removed_cells
 from cape.lab.report import Report, claims_table, mean_std, summarize, summary_table
 
 __all__ = ["render", "metrics_table"]
-
-_HEADS = {"ap": "AP", "ap50": "AP50", "ap75": "AP75", "ap_small": "AP small",
-          "ap_medium": "AP medium", "ap_large": "AP large"}  # fmt: skip
 
 
 def _text(cell: Mapping[str, Any] | None) -> str:
@@ -41,7 +38,7 @@ def metrics_table(results: Mapping[str, Any], which: str) -> str:
     for m, cells in per_metric.items():
         means = [c["mean"] for (_, s), c in cells.items() if s == which and c["n"]]
         best[m] = max(means, default=math.nan)
-    head = ["row", "encoding params", *(_HEADS[m] for m in METRICS)]
+    head = ["row", "encoding params", *(LABELS[m] for m in METRICS)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
         params = results.get("params", {}).get(row, {}).get("position")
@@ -179,5 +176,6 @@ def _plots(rep: Report, out: Path, results: Mapping[str, Any]) -> None:
             "examples.png",
             "The first test scenes with the boxes each row's first seed finds (score >= "
             f"{cfg['eval']['score']}), at the largest training size and at the largest size; "
-            "dotted white: the objects.",
+            "dotted white: the objects; each box in its class's colour (a box unlike its "
+            "object has the wrong class).",
         )

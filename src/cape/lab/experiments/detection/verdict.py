@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from cape.lab.experiments.detection.coco import METRICS
+from cape.lab.experiments.detection.coco import LABELS, METRICS
 from cape.lab.experiments.detection.presets import PAPER_ROWS
 from cape.lab.experiments.pairs import decided, level
 from cape.lab.experiments.verdict import Study, removed_cells
@@ -161,7 +161,7 @@ def _every_metric(
             (undecided if level(mine, best) else behind).append(metric)
     holds = False if behind else (None if undecided else True)
     measured = (
-        "behind the best other row at " + ", ".join(behind + undecided)
+        "behind the best other row at " + ", ".join(LABELS[m] for m in behind + undecided)
         if behind or undecided
         else "first at all six"
     )
