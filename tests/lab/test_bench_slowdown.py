@@ -113,8 +113,10 @@ def test_each_label_builds_the_cape_build_name_it_claims(kind: str, label: str) 
         assert name == "nopos" and model.position is None and not model.plan.in_attention
         return
     found = _encodings(model, name)
-    if model.plan.in_attention:  # one module in every layer's self-attention, none at the input
-        assert model.position is None and len(found) == layers
+    if model.plan.in_attention:  # a module in every layer's self-attention, none at the input
+        # one for the whole stack when it holds no parameters (rotary, ALiBi), else one each
+        shared = not any(True for _ in found[0].parameters())
+        assert model.position is None and len(found) == (1 if shared else layers)
         assert all(len(_encodings(layer.self_attn, name)) == 1 for layer in model.layers)
         per_head = name in ("alibi", "fire")
         size = TINY.heads if per_head else TINY.head_dim
@@ -172,8 +174,10 @@ def test_models_hold_their_encoding(kind: str) -> None:
     assert cape.augmentation.normalize == (kind != "decoder")  # the decoder stays causal
     assert build_model(kind, "sinpos", TINY).position.augmentation is None
     assert build_model(kind, "abspos", TINY, max_length=12).position.num_positions == 12
-    rot = [m for m in build_model(kind, "rotary", TINY).modules() if isinstance(m, Rotary)]
-    assert len(rot) == (1 if kind == "layer" else TINY.layers)
+    model = build_model(kind, "rotary", TINY)
+    rot = [m for m in model.modules() if isinstance(m, Rotary)]
+    assert len(rot) == 1  # no parameters: one module for the stack (modules() lists it once)
+    assert all(layer.self_attn.rotary is rot[0] for layer in model.layers)
     assert build_model(kind, "nopos", TINY).position is None
     layers = build_model(kind, "nopos", TINY).layers
     assert len(layers) == (1 if kind == "layer" else TINY.layers)
@@ -276,13 +280,15 @@ def test_attention_biases_sit_in_every_layer_and_are_timed_on_request(
     for name, cls in (("alibi", cape.ALiBi), ("fire", cape.FIRE)):
         model = build_model(kind, name, TINY)
         biases = [m for m in model.modules() if isinstance(m, cls)]
-        assert len(biases) == (1 if kind == "layer" else TINY.layers), name
+        per_layer = 1 if kind == "layer" or name == "alibi" else TINY.layers  # ALiBi: one module
+        assert len(biases) == per_layer, name
+        assert all(len(layer.self_attn.biases) == 1 for layer in model.layers), name
         assert all(b.heads == TINY.heads for b in biases)
         x = torch.randn(TINY.batch, 5, TINY.dim)
         memory = torch.randn(TINY.batch, 5, TINY.dim) if kind == "decoder" else None
         update_fn(model, x, memory, torch.float32, "cpu")()  # one forward + backward runs
     xpos = [m for m in build_model(kind, "xpos", TINY).modules() if isinstance(m, Rotary)]
-    assert len(xpos) == (1 if kind == "layer" else TINY.layers)
+    assert len(xpos) == 1  # no parameters: one module for the stack
     assert all(m.xpos and m.head_dim == TINY.head_dim for m in xpos)
     assert "alibi" not in slowdown.ENCODINGS  # not in the default table: on request
     args = [*TINY_ARGS, "--models", kind, "--encodings", "alibi,fire,xpos", "--dtypes", "fp32"]
