@@ -154,6 +154,21 @@ def test_detr_adds_positions_to_queries_and_keys_not_values():
         assert not torch.allclose(attn.attend(x + pos, x + pos, x + pos), out)
 
 
+def test_input_positions_add_the_encoding_once_to_the_encoders_input():
+    """model.input_positions: memory = encoder(stem + pos) instead of encoder(stem); with the
+    layers taken away, what is left is the final norm of exactly that sum."""
+    for on in (False, True):
+        cfg = _cfg(f"model.input_positions={str(on).lower()}")
+        model = make_model(cfg, {r.name: r for r in cfg.rows}["Sine-2D"], 4).eval()
+        model.encoder = torch.nn.ModuleList()
+        images = torch.randn(2, 3, 24, 24)
+        with torch.no_grad():
+            memory, pos = model.encode(images)
+            feats = model.stem(images).flatten(2).transpose(1, 2)
+            want = feats + pos if on else feats
+        assert torch.allclose(memory, model.enc_norm(want), atol=1e-6)
+
+
 def test_embed2d_rows_past_the_training_grid_are_never_trained():
     """Table 2: positions of the unseen sizes' extra cells have table rows no gradient reaches."""
     cfg = _cfg()
