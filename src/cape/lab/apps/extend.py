@@ -160,18 +160,18 @@ def _report(records: list[dict], args: argparse.Namespace, seconds: float) -> st
         f"{r['method']} {r['perplexity']['16'] / r['perplexity']['1']:.2f}x" for r in records
     )
     return "\n".join([
-        "# Extending a RoPE model's context through cape", "",
+        "# Extending a RoPE model's context through cape", "", "## Verdict", "",
+        f"Lowest at 1x L: {first['method']} ({first['perplexity']['1']:.2f}); lowest at 16x L: "
+        f"{best['method']} ({best['perplexity'][str(16)]:.2f}). Perplexity at 16x over 1x: "
+        f"{growth}. One seed: the spread between seeds is not measured here.", "",
+        "## Setting", "",
         f"A tiny Llama (width {SIZE['hidden_size']}, {SIZE['num_hidden_layers']} layers) trained "
         f"at L = {context} byte tokens on the King James Bible, fine-tuned {args.steps} steps at "
         f"4L per method; perplexity on the validation split (first {args.eval_tokens} tokens, "
         f"windows of 1x to 16x L). Every saved model was loaded again and its logits checked "
-        f"(largest difference {max(r['reload_max_abs_diff'] for r in records):.1e}).", "",
-        *lines, "",
-        f"Lowest at 1x L: {first['method']} ({first['perplexity']['1']:.2f}); lowest at 16x L: "
-        f"{best['method']} ({best['perplexity'][str(16)]:.2f}). Perplexity at 16x over 1x: "
-        f"{growth}. One seed: "
-        "the spread between seeds is not measured here. Took "
-        f"{seconds / 60:.1f} min.", "", "![perplexity against length](perplexity_vs_length.png)",
+        f"(largest difference {max(r['reload_max_abs_diff'] for r in records):.1e}). Took "
+        f"{seconds / 60:.1f} min.", "",
+        *lines, "", "![perplexity against length](perplexity_vs_length.png)",
     ]) + "\n"  # fmt: skip
 
 
