@@ -228,8 +228,16 @@ def test_cli_reference_covers_every_command() -> None:
     ]
     expected += [
         f"cape bench {w}"
-        for w in ("encodings", "slowdown", "throughput", "train", "gpu", "rotary", "deploy",
-                  "decode")
+        for w in (
+            "encodings",
+            "slowdown",
+            "throughput",
+            "train",
+            "gpu",
+            "rotary",
+            "deploy",
+            "decode",
+        )
     ]
     expected += [f"cape data {w}" for w in ("chars", "speech", "translation", "text")]
     assert sorted(pages) == sorted(expected)

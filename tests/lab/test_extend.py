@@ -49,9 +49,12 @@ def test_extend_runs_every_method_and_reloads_each_model(tmp_path: Path) -> None
 
 @pytest.mark.parametrize(
     ("flag", "value", "match"),
-    [("--methods", "pi,foo", "--methods must be"), ("--steps", "0", "--steps must be >= 1"),
-     ("--base", "nowhere", "--base must be a save_pretrained folder"),
-     ("--eval-tokens", "10", "--eval-tokens must cover")],  # fmt: skip
+    [
+        ("--methods", "pi,foo", "--methods must be"),
+        ("--steps", "0", "--steps must be >= 1"),
+        ("--base", "nowhere", "--base must be a save_pretrained folder"),
+        ("--eval-tokens", "10", "--eval-tokens must cover"),
+    ],  # fmt: skip
 )
 def test_bad_flags_are_one_line_and_exit_2(
     flag: str, value: str, match: str, tmp_path: Path, capsys: pytest.CaptureFixture

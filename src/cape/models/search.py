@@ -1,13 +1,13 @@
 """Decoding for `Seq2Seq`: greedy search, beam search and teacher-forced per-token NLL.
 
 All three run under `torch.inference_mode()` in eval mode (each module's mode restored after),
-so positions are the deterministic eval-mode ones. The source is encoded once. By default the decoder runs incrementally (`Seq2Seq.start_decoding` / `decode_step`: a
-key/value cache per self-attention layer, the memory's cross-attention keys/values projected
-once), equal to a teacher-forced forward pass up to float rounding; `cache=False` re-runs the
-decoder over the whole prefix at every step (O(T^2) decoder cost per sentence: the reference).
-An xPos without `xpos_center` (centred on each call's positions) is centred once for the whole
-search, where the centre cancels in the logits, so it takes the cache too (`centred_xpos`).
-Only the last position is projected to the vocabulary.
+so positions are the deterministic eval-mode ones. The source is encoded once. By default the
+decoder runs incrementally (`Seq2Seq.start_decoding` / `decode_step`: a key/value cache per
+self-attention layer, the memory's cross-attention keys/values projected once), equal to a
+teacher-forced pass up to float rounding; `cache=False` re-runs the decoder over the whole
+prefix at every step (O(T^2) decoder cost per sentence: the reference).
+An xPos without `xpos_center` is centred once for the whole search, where the centre cancels in
+the logits, so it takes the cache too (`centred_xpos`). Only the last position is projected.
 
 The padding token is never generated (its log-probability is set to -inf, without
 renormalising the others, so scores stay the model's log-probabilities). The only host
