@@ -153,24 +153,19 @@ class PositionalEncoding(GridLayout, Float32Buffers):
         mask: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
         augmentation: Augmentation | None = None,
-        validate: bool = True,
     ) -> torch.Tensor:
-        """Validate, then augment (train mode) -> [B, T, M] float32, 0 at padding.
+        """Checked positions [B, T, M] float32 (`forward` checks the ones it is given; the ones
+        cape builds are finite and in range) -> augmented in train mode, 0 at padding.
 
         augmentation: overrides `self.augmentation` for this call (e.g. a grid-dependent emax).
-        validate: False for positions built by `cape.positions` (known finite, right shape).
+        The augmentation's own value checks are skipped (`checked_inputs`): its input was
+        checked here, and `check_range` checks what it makes.
         """
         aug = self.call_augmentation(augmentation)
-        positions = self.read_positions(positions, mask)
-        pos = as_positions(positions, mask=mask, dims=self.pos_dim) if validate else positions
         if aug is None:
-            return pos
-        if validate:
-            return aug(pos, mask, training=self.training, generator=generator)
-        # positions cape built are finite and in range: the augmentation's value checks would
-        # find nothing (per-call cost at small sizes); `check_range` still checks what it makes
+            return positions
         with checked_inputs():
-            return aug(pos, mask, training=self.training, generator=generator)
+            return aug(positions, mask, training=self.training, generator=generator)
 
     def call_augmentation(self, augmentation: Augmentation | None) -> Augmentation | None:
         """The augmentation of a `prepare` call: the one given (a grid's), else
@@ -178,7 +173,7 @@ class PositionalEncoding(GridLayout, Float32Buffers):
         return augmentation if augmentation is not None else self.augmentation
 
     def read_positions(self, positions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        """positions as given -> [B, T, M] before `prepare` validates them: an encoding that also
+        """positions as given -> [B, T, M] before `forward` checks them: an encoding that also
         reads another layout ([B, T, G, M] groups, integer bins) converts it here."""
         return positions
 
@@ -189,15 +184,14 @@ class PositionalEncoding(GridLayout, Float32Buffers):
         generator: torch.Generator | None = None,
         dtype: torch.dtype | None = None,
         augmentation: Augmentation | None = None,
-        validate: bool = True,
         source: str = "positions",
         add_to: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """positions: [B, T] or [B, T, M] -> embedding [B, T, D] in `dtype` (0 at padding);
+        """positions: [B, T, M] float32, checked -> embedding [B, T, D] in `dtype` (0 at padding);
         add_to + embedding in its dtype when the content is given. source: the argument the
         positions come from, named if their phases overflow."""
         with float32_region(positions.device):
-            pos = self.prepare(positions, mask, generator, augmentation, validate)
+            pos = self.prepare(positions, mask, generator, augmentation)
             self.check_range(source, pos)
             return self.finish(pos, mask, dtype, add_to)
 
@@ -276,21 +270,23 @@ class PositionalEncoding(GridLayout, Float32Buffers):
         assert ref is not None
         batch, length = ref.shape[0], ref.shape[1]
         mask = resolve_mask(batch, length, lengths, mask)
-        validate = positions is not None
         if positions is None:
             positions = self.sequence_positions(
                 batch, length, hop=hop, mask=mask, device=ref.device
             )
-        elif x is not None and tuple(positions.shape[:2]) != (batch, length):
-            raise ValueError(
-                f"positions must start with [B, T] = [{batch}, {length}], "
-                f"got {tuple(positions.shape)}"
-            )
+        else:
+            if x is not None and tuple(positions.shape[:2]) != (batch, length):
+                raise ValueError(
+                    f"positions must start with [B, T] = [{batch}, {length}], "
+                    f"got {tuple(positions.shape)}"
+                )
+            positions = self.read_positions(positions, mask)
+            positions = as_positions(positions, mask=mask, dims=self.pos_dim)
         dtype = None if x is None else x.dtype
         aug = None if grids is None else self.grid_augmentation(grids, extent, ref.device)
         source = "hop" if hop is not None else "positions"
         add_to = x if add else None
-        return self.encode(positions, mask, generator, dtype, aug, validate, source, add_to)
+        return self.encode(positions, mask, generator, dtype, aug, source, add_to)
 
     def sequence_table(
         self, x: torch.Tensor, hop: float | torch.Tensor | None
@@ -321,10 +317,11 @@ class PositionalEncoding(GridLayout, Float32Buffers):
             return x + table if add else table
         height, width, batch, shape = resolve_grid(x, grid, self.dim)
         device = x.device if x is not None else torch.device("cpu")
-        pos = self.grid_positions(height, width, extent=extent, batch=batch, device=device)
+        grid_pos = self.grid_positions(height, width, extent=extent, batch=batch, device=device)
+        pos = self.read_positions(grid_pos, None)  # index units: integer cells to read
         aug = self.grid_augmentation([(height, width)], extent, device)
         with float32_region(device):
-            pos = self.prepare(pos, None, generator, aug, validate=False)
+            pos = self.prepare(pos, None, generator, aug)
             self.check_range("extent", pos)
             # embed straight into the output's shape: a reshaped view would make the in-place
             # add (add_to) go through autograd's slow view-rebase path

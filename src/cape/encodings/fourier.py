@@ -114,7 +114,7 @@ class LearnableFourierFeatures(PositionalEncoding):
                 b.uniform_(-bound, bound, generator=generator)
 
     def read_positions(self, positions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        """positions: [B, T, G*M] or [B, T, G, M] -> [B, T, G*M] (`prepare` validates them)."""
+        """positions: [B, T, G*M] or [B, T, G, M] -> [B, T, G*M] (`forward` checks them next)."""
         if isinstance(positions, torch.Tensor) and positions.dim() == 4:
             if tuple(positions.shape[2:]) != (self.groups, self.group_dim):
                 raise ValueError(

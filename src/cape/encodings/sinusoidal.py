@@ -126,7 +126,6 @@ class CAPE1d(_Sinusoidal):
             lambda: self.encode(
                 self.sequence_positions(1, length, hop=hop, device=x.device),
                 dtype=x.dtype,
-                validate=False,
                 source="positions" if hop is None else "hop",
             ),
         )
@@ -276,7 +275,6 @@ class CAPE2d(_Sinusoidal):
             lambda: self.encode(
                 grid_positions(height, width, extent=ext, batch=1, device=device),
                 dtype=dtype,
-                validate=False,
                 source="extent",
             ),
         )
