@@ -53,7 +53,8 @@ class PositionAugmentation:
     and the draws of a token depend on shapes and on which tokens are real, never on later
     tokens' content (causal models may use it when `normalize` is False).
 
-    random: whether training draws anything. normalize: whether a call reads every position of
+    random: whether training draws anything (`draws(training)`: whether a call in that mode
+    does). normalize: whether a call reads every position of
     the call (a causal model and a key/value cache cannot allow that). axes: the M it takes
     (None: any; 1 for the samplers of 1-D sequences). `reach(extent)`: an upper
     bound of |augmented position| when every |input position| <= extent (what phase checks
@@ -71,6 +72,11 @@ class PositionAugmentation:
     @property
     def normalize(self) -> bool:
         return False
+
+    def draws(self, training: bool) -> bool:
+        """Whether a call in this mode draws random positions: `random` in training only (an
+        augmentation that also samples at evaluation says so here)."""
+        return training and self.random
 
     def reach(self, extent: float) -> float:
         raise NotImplementedError

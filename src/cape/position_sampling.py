@@ -1,5 +1,6 @@
 """Augmentations that sample the positions of a training sequence (CAPE's successors), each a
-`cape.PositionAugmentation` like `cape.Augmentation`: identity in eval mode, draws on the
+`cape.PositionAugmentation` like `cape.Augmentation`: identity in eval mode (unless asked:
+randomized positions may sample at evaluation too, as their authors' models do), draws on the
 positions' device from an optional generator, padding kept at 0, the draws of a token reading
 only shapes and which tokens are real (never later tokens' content), so causal models take them.
 
@@ -29,7 +30,15 @@ from typing import Any, ClassVar
 import torch
 
 from . import _augment_core as core
-from ._checks import LIMIT, _may_inspect_values, check_float, check_int, check_limit, max_abs
+from ._checks import (
+    LIMIT,
+    _may_inspect_values,
+    check_bool,
+    check_float,
+    check_int,
+    check_limit,
+    max_abs,
+)
 from .augment import AUGMENTATION_FIELDS, Augmentation, PositionAugmentation
 
 __all__ = [
@@ -89,14 +98,18 @@ class RandomizedPositions(PositionAugmentation):
     """Randomized positional encodings (Ruoss et al., ACL 2023): in training, the T real
     positions of each sequence are replaced by an ordered random subset of {0, ..., N - 1}
     (`kind` "randomized"): sorted, distinct, every subset of T of the N equally likely (the T
-    smallest of N i.i.d. keys, float64 where the device has it); identity in eval mode.
+    smallest of N i.i.d. keys, float64 where the device has it); identity in eval mode unless
+    `sample_at_eval`.
 
     max_length: N, the longest length the model will be tested on (>= every training T).
     spacing: the step between two positions in the positions' units (1 for token indices, the
     hop in seconds for frames): the subset is spacing x {k}, so seconds stay seconds.
-    Draws: N keys per sample [B, N], whatever T (appended padding changes nothing). The
-    paper's reference code samples at evaluation too; cape's contract keeps eval the identity
-    (0..T-1 is itself one of the subsets). `pair`: each side draws its own subset.
+    sample_at_eval: draw a subset at every call, in eval mode too, as the authors' models do
+    (their reference code samples at evaluation, `noisy_fixed_positional_encodings`); False
+    keeps cape's contract, eval the identity (0..T-1 is itself one of the subsets). A model
+    that samples at evaluation has no key/value cache (a key's position changes with T).
+    Draws: N keys per sample [B, N], whatever T (appended padding changes nothing). `pair`:
+    each side draws its own subset.
     """
 
     kind: ClassVar[str] = "randomized"
@@ -104,15 +117,20 @@ class RandomizedPositions(PositionAugmentation):
 
     max_length: int
     spacing: float = 1.0
+    sample_at_eval: bool = False
 
     def __post_init__(self) -> None:
         check_int("max_length", self.max_length)
         object.__setattr__(self, "spacing", _check_spacing(self.spacing))
         check_limit("max_length", self.spacing * self.max_length, " x spacing")
+        check_bool("sample_at_eval", self.sample_at_eval)
 
     @property
     def random(self) -> bool:
         return True
+
+    def draws(self, training: bool) -> bool:
+        return training or self.sample_at_eval
 
     def reach(self, extent: float) -> float:
         """Eval: the positions as given; training: at most spacing x (N - 1)."""
@@ -130,7 +148,7 @@ class RandomizedPositions(PositionAugmentation):
         """positions: [B, T, 1] float, mask: [B, T] bool -> [B, T, 1] float32, 0 at padding."""
         pos = self._checked(positions, mask, training, generator, name)
         _one_axis("RandomizedPositions", pos, name)
-        if not training:
+        if not self.draws(training):
             return core.zero_padding(pos, mask)
         _fits("RandomizedPositions", "max_length", self.max_length, pos, name)
         batch, length = pos.shape[:2]

@@ -177,3 +177,18 @@ def test_a_run_of_chosen_rows_is_finished_in_the_whole_study(tmp_path):
     named = {**chosen, "row.name": "sinpos", "eval.hop_rows": ["sinpos"]}
     (folder / "settings.json").write_text(json.dumps({**named, "eval.hop_rows": []}))
     assert check_run_settings(folder, named) is True  # sinpos is now measured at other hops
+
+
+def test_a_rows_eval_options_are_measured_again_not_trained_again(tmp_path):
+    """A row's `eval_options` change how its weights are evaluated (RoPE's PI at inference,
+    randomized positions sampled at evaluation), not the weights: measured again; a row's own
+    options still refuse the folder."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    old = {"row.name": "r", "row.options.augmentation.kind": "randomized", "train.steps": 10}
+    (folder / "settings.json").write_text(json.dumps(old))
+    assert check_run_settings(folder, old) is False
+    sampled = {**old, "row.eval_options.augmentation.sample_at_eval": True}
+    assert check_run_settings(folder, sampled) is True
+    with pytest.raises(ValueError, match=r"row.options.augmentation.kind"):
+        check_run_settings(folder, {**old, "row.options.augmentation.kind": "pose"})

@@ -58,6 +58,26 @@ def test_a_twin_must_match_in_everything_else() -> None:
     assert twins(rows, AUGMENTATION_KEYS) == [("a", "f")]
 
 
+def test_an_augmentations_evaluation_rule_is_part_of_its_method() -> None:
+    # RFS read with PI at evaluation, randomized positions sampled at evaluation: still the
+    # twin of the bare row; for any other key the evaluation options make another model
+    aug = {"augmentation": {"kind": "randomized", "max_length": 64}}
+    rows = [
+        {"name": "r", "position": "rotary", "options": {}, "eval_options": {}},
+        {"name": "a", "position": "rotary", "options": aug, "eval_options": {"scaling": "pi"}},
+        {
+            "name": "g",
+            "position": "rotary",
+            "options": {"fit_grid": [4, 4]},
+            "eval_options": {"x": 1},
+        },
+    ]
+    assert twins(rows, AUGMENTATION_KEYS) == [("a", "r")]
+    assert twins(rows, ("fit_grid",)) == []
+    rows[2]["eval_options"] = {}
+    assert twins(rows, ("fit_grid",)) == [("g", "r")]
+
+
 def test_sentences_say_the_difference_and_when_it_is_within_the_spread() -> None:
     cells = {
         ("x", 1): {"mean": 90.0, "std": 1.0},

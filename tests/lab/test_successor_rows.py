@@ -24,6 +24,7 @@ from cape.lab.experiments.lm.presets import PRESETS as LM_PRESETS
 from cape.lab.experiments.lm.verdict import finetunes
 from cape.lab.experiments.pairs import augmentation_method
 from cape.lab.experiments.run_folders import check_run_settings, run_dir, run_settings
+from cape.lab.experiments.train_as import seeded_evaluation
 from cape.position_sampling import PoSE, RandomFloatPositions, RandomizedPositions
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,15 +75,25 @@ def test_each_new_lm_row_trains_a_step_with_its_augmentation_drawn(full, name: s
     tokens = batch[:, :-1]
     a = model(tokens, generator=torch.Generator().manual_seed(2))
     assert not torch.equal(a, model(tokens, generator=torch.Generator().manual_seed(3)))
-    # the evaluation model takes the trained weights as they are, and draws nothing
+    # the evaluation model takes the trained weights as they are; it draws nothing, but for
+    # randomized positions, sampled at evaluation as the authors' models are
     evaluator = make_model(full, row, 64, evaluation=True)
     evaluator.load_state_dict(model.state_dict(), strict=True)
     evaluator.eval()
     model.eval()
     with torch.no_grad():
-        assert torch.equal(evaluator(tokens), evaluator(tokens))
-        if name != "rotary+RFS":  # no eval_options: the trained model as it is
-            assert torch.equal(evaluator(tokens), model(tokens))
+        if name.endswith("+randomized"):
+            with seeded_evaluation(0, "cpu"):
+                a = evaluator(tokens)
+            with seeded_evaluation(0, "cpu"):
+                assert torch.equal(evaluator(tokens), a)  # the run's seed fixes the draws
+            assert not torch.equal(a, model(tokens))  # which the plain positions are not
+            assert not torch.equal(evaluator(tokens), evaluator(tokens))
+        else:
+            assert torch.equal(evaluator(tokens), evaluator(tokens))
+        if name == "rotary+RFS" or name.endswith("+randomized"):
+            return
+        assert torch.equal(evaluator(tokens), model(tokens))  # no eval_options: as trained
 
 
 def test_random_float_rows_evaluate_with_the_papers_interpolation_beyond_l(full) -> None:
@@ -199,7 +210,8 @@ def test_a_tiny_study_fine_tunes_pose_at_windows_of_l(tmp_path, monkeypatch) -> 
     assert results["train"]["pose/seed0"]["step"] == cfg.finetune.steps
     report = (tmp_path / "run" / "report.md").read_text()
     assert "## Row recipes" in report and "- `pose`: Zhu et al." in report
-    assert "Random float sampling on rotary" not in report  # rfs has eval options: no twin
+    # rfs's evaluation rule (PI at evaluation) is part of its method: rotary is its twin
+    assert "**Random float sampling on rotary:" in report and "`rfs` against `rotary`" in report
 
 
 def test_a_successor_row_is_the_twin_of_its_bare_row_whatever_its_notes(full) -> None:

@@ -102,6 +102,58 @@ def test_randomized_t_above_n_is_refused_in_training_only() -> None:
     assert torch.equal(aug(tokens(1, 5), training=False), tokens(1, 5))
 
 
+def test_randomized_sample_at_eval_draws_the_same_law_in_eval_mode(stats) -> None:
+    # the authors' models draw a subset at every call, evaluation included
+    aug = RandomizedPositions(5, sample_at_eval=True)
+    assert aug.draws(False) and aug.draws(True)
+    assert not RandomizedPositions(5).draws(False) and RandomizedPositions(5).draws(True)
+    subsets = list(itertools.combinations(range(5), 3))
+    out = aug(tokens(600 * len(subsets), 3), training=False, generator=gen(5))[..., 0]
+    counts = Counter(tuple(int(v) for v in row) for row in out)
+    assert set(counts) == set(subsets)
+    assert stats.chisquare([counts[s] for s in subsets]).pvalue > ALPHA
+    # reproducible from a generator; T = N leaves one subset, the plain positions
+    pos = tokens(4, 5)
+    a = aug(pos, training=False, generator=gen(6))
+    assert torch.equal(a, aug(pos, training=False, generator=gen(6)))
+    assert torch.equal(aug(pos, training=False, generator=gen(7)), pos)
+    with pytest.raises(ValueError, match="max_length"):
+        aug(tokens(1, 6), training=False)  # T > N is refused wherever it draws
+    with pytest.raises(TypeError, match="sample_at_eval"):
+        RandomizedPositions(5, sample_at_eval="yes")  # type: ignore[arg-type]
+    assert aug.as_mapping() == {
+        "kind": "randomized",
+        "max_length": 5,
+        "spacing": 1.0,
+        "sample_at_eval": True,
+    }
+    assert augmentation_from_mapping(aug.as_mapping()) == aug
+
+
+@pytest.mark.parametrize("position", ["rotary", "alibi", "cape1d"])
+def test_a_model_sampling_at_eval_draws_in_eval_and_has_no_cache(position: str) -> None:
+    # every encoding reads the draw in eval mode (rotary's shared row, ALiBi's bias, the
+    # absolute table cache all step aside), and a key/value cache is refused by name
+    aug = {"kind": "randomized", "max_length": 64, "sample_at_eval": True}
+    torch.manual_seed(0)
+    size = dict(dim=32, layers=2, heads=2, ffn_dim=64, dropout=0.0, position=position)
+    model = cape.models.CausalLM(50, **size, position_options={"augmentation": aug}).eval()
+    plain = cape.models.CausalLM(50, **size).eval()
+    plain.load_state_dict(model.state_dict())
+    ids = torch.randint(0, 50, (2, 12), generator=gen(8))
+    with torch.no_grad():
+        torch.manual_seed(1)
+        a = model(ids)
+        torch.manual_seed(1)
+        assert torch.equal(a, model(ids))  # the draws come from the seeded global generator
+        torch.manual_seed(2)
+        assert not torch.equal(a, model(ids))
+        assert not torch.equal(a, plain(ids))
+    assert not model.can_cache and plain.can_cache
+    with pytest.raises(ValueError, match="cache"):
+        model.start_cache()
+
+
 # --- PoSE (Zhu et al.) ---------------------------------------------------------------------------
 
 

@@ -107,9 +107,10 @@ class InAttentionEncoding(Float32Buffers):
 
     @property
     def drawing(self) -> bool:
-        """Whether a call draws random positions (train mode with a random augmentation)."""
+        """Whether a call draws random positions (train mode with a random augmentation, or an
+        augmentation that samples at evaluation too)."""
         aug = self.augmentation
-        return aug is not None and self.training and aug.random
+        return aug is not None and aug.draws(self.training)
 
     @property
     def cacheable(self) -> bool:
@@ -316,7 +317,7 @@ def bias_positions(
             if aug is not None:
                 q = aug(q, mask, training=training, generator=generator, name="q_positions")
             return q, q, mask, mask
-        if aug is None or not (training and aug.random):
+        if aug is None or not aug.draws(training):
             return q, k, mask, k_mask  # mean-normalisation is a common offset: a bias ignores it
         if q.shape[0] != k.shape[0]:  # per-sample draws need the batch on both sides
             if 1 not in (q.shape[0], k.shape[0]):

@@ -110,7 +110,7 @@ class CAPE1d(_Sinusoidal):
         return cls(dim, **preset_options(modality, overrides))  # type: ignore[arg-type]
 
     def _deterministic(self) -> bool:
-        return self.augmentation is None or not (self.training and self.augmentation.random)
+        return self.augmentation is None or not self.augmentation.draws(self.training)
 
     def sequence_table(
         self, x: torch.Tensor, hop: float | torch.Tensor | None

@@ -218,16 +218,28 @@ class CausalLM(nn.Module):
                 "a key/value cache decodes in eval mode: call model.eval() first (a training "
                 "forward draws dropout and CAPE's augmentation anew at every call)"
             )
+        if self._samples_at_eval():
+            raise ValueError(
+                "a key/value cache needs positions that stay put: the augmentation samples at "
+                "evaluation too (sample_at_eval=True), so every key moves at each call; use "
+                "generate(cache=False)"
+            )
         for enc in self.stack.modules():
             if isinstance(enc, InAttentionEncoding) and not enc.cacheable:
                 raise ValueError(_cache_refusal(enc))
         return self.stack.start_cache()
 
+    def _samples_at_eval(self) -> bool:
+        augs = [self.plan.augmentation, *(getattr(m, "augmentation", None) for m in self.modules())]
+        return any(a is not None and a.draws(False) for a in augs)
+
     @property
     def can_cache(self) -> bool:
-        """Whether every in-attention encoding's keys stay valid in a cache (eval mode)."""
+        """Whether every in-attention encoding's keys stay valid in a cache (eval mode) and no
+        augmentation samples at evaluation."""
         mods = self.stack.modules()
-        return all(m.cacheable for m in mods if isinstance(m, InAttentionEncoding))
+        cacheable = all(m.cacheable for m in mods if isinstance(m, InAttentionEncoding))
+        return cacheable and not self._samples_at_eval()
 
     def step(self, tokens: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
         """The next tokens [B, t] (t >= 1: a prompt, then one at a time), at positions

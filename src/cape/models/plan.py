@@ -75,10 +75,8 @@ def _refuse_normalize(augmentation: object) -> None:
 
 def moves_positions(augmentation: Augmentation | None, training: bool) -> bool:
     """Whether a call of `augmentation` in this mode changes any position: mean-normalisation
-    always, the random draws in training only (None: nothing)."""
-    return augmentation is not None and (
-        augmentation.normalize or (training and augmentation.random)
-    )
+    always, the random draws where it draws in this mode (None: nothing)."""
+    return augmentation is not None and (augmentation.normalize or augmentation.draws(training))
 
 
 @dataclasses.dataclass(eq=False)

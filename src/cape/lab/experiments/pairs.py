@@ -67,8 +67,13 @@ Cell = Mapping[str, Any]
 
 
 def _without(row: Mapping[str, Any], keys: Sequence[str]) -> tuple[dict, dict]:
-    # a row's notes (its recipe in words) do not make it another model
-    rest = {k: v for k, v in row.items() if k not in ("name", "options", "notes")}
+    # a row's notes (its recipe in words) do not make it another model; nor, for the
+    # augmentations, does their evaluation rule (RFS's interpolation, randomized positions
+    # sampled at evaluation): it is part of the method
+    skip = {"name", "options", "notes"}
+    if set(keys) & set(AUGMENTATION_KEYS):
+        skip.add("eval_options")
+    rest = {k: v for k, v in row.items() if k not in skip}
     options = {k: v for k, v in (row.get("options") or {}).items() if k not in keys}
     return rest, options
 

@@ -105,9 +105,18 @@ def _own_rows(settings: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _measured_only(key: str) -> bool:
+    """Whether a setting changes what is measured of the trained weights, not the weights: the
+    `eval.*` keys but those that pick the checkpoint, and a row's `eval_options`."""
+    if key.startswith("eval."):
+        return key not in _PICKS_CHECKPOINT
+    return key.startswith("row.eval_options")
+
+
 def check_run_settings(folder: Path, settings: dict[str, Any]) -> bool:
     """Compare a run folder's `settings.json` (if any) with `settings`; reads only. True when
-    `eval.*` keys differ (what was measured must be measured again), False when nothing does or
+    `eval.*` keys or the row's `eval_options` differ (what was measured must be measured again:
+    the row evaluates its weights with other options), False when nothing does or
     there is no file yet; ValueError naming the keys when a training setting differs (the eval
     keys that pick the checkpoint count as training), since the folder's checkpoints came from
     other settings. `_NOT_TRAINING` keys are ignored."""
@@ -128,7 +137,7 @@ def check_run_settings(folder: Path, settings: dict[str, Any]) -> bool:
         for k in set(old) | set(settings)
         if old.get(k) != settings.get(k) and not k.startswith(_NOT_TRAINING)
     )
-    training = [k for k in diff if not k.startswith("eval.") or k in _PICKS_CHECKPOINT]
+    training = [k for k in diff if not _measured_only(k)]
     if training:
         shown = ", ".join(f"{k}: {old.get(k)!r} -> {settings.get(k)!r}" for k in training[:8])
         raise ValueError(

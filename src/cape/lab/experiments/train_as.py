@@ -4,16 +4,25 @@ chosen at inference from the training length). Shared by the experiments whose r
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import nn
 
 from cape.lab.experiments.study_config import check_position, row_key
 
-__all__ = ["ReusableRow", "check_reuse_fields", "check_train_as", "trained_row", "evaluation_model"]
+__all__ = [
+    "ReusableRow",
+    "check_reuse_fields",
+    "check_train_as",
+    "trained_row",
+    "evaluation_model",
+    "seeded_evaluation",
+]
 
 
 @dataclass
@@ -95,3 +104,14 @@ def evaluation_model(row: Any, trained: nn.Module, make: Callable[[], nn.Module]
     evaluator.load_state_dict(trained.state_dict(), strict=True)
     device = next(trained.parameters()).device
     return evaluator.to(device).train(trained.training)
+
+
+@contextlib.contextmanager
+def seeded_evaluation(seed: int, device: Any) -> Iterator[None]:
+    """An evaluation whose positions are drawn (randomized positions' `sample_at_eval`) draws
+    from `seed`, whatever ran before it: a resumed run evaluates as a fresh one. The global
+    generators (the CPU's, and the device's on CUDA) are as they were afterwards."""
+    devices = [torch.device(device)] if torch.device(device).type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        yield

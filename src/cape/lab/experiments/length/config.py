@@ -213,7 +213,8 @@ _NOTES = {
     "randomized": (
         "Ruoss et al. (ACL 2023), on their algorithmic tasks: in training the n positions of a "
         f"sequence are a sorted random subset of [0, N), N = {_LONGEST}, the longest test "
-        "length; tested on plain positions (the authors' code samples at test time too)."
+        "length; tested as the authors' models are, on a fresh subset for every sequence "
+        "(`sample_at_eval`, seeded by the run's seed)."
     ),
     "RFS": (
         f"Shimizu et al. (EACL 2026 Findings): in training n sorted draws of U[0, 1) x L, L = {_L};"
@@ -239,6 +240,7 @@ _SUCCESSORS: list[dict[str, Any]] = [
             "position": position,
             "notes": _NOTES["randomized"],
             "options": {"augmentation": dict(_RANDOMIZED)},
+            "eval_options": {"augmentation": {**_RANDOMIZED, "sample_at_eval": True}},
         }
         for base, position in (("rotary", "rotary"), ("ALiBi", "alibi"))
     ],

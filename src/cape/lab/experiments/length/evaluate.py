@@ -19,7 +19,7 @@ from cape.lab.experiments.base import rank_slice
 from cape.lab.experiments.length.config import LengthConfig, RowConfig
 from cape.lab.experiments.length.model import make_model
 from cape.lab.experiments.run_folders import summed_accuracy
-from cape.lab.experiments.train_as import evaluation_model
+from cape.lab.experiments.train_as import evaluation_model, seeded_evaluation
 
 __all__ = ["accuracy", "eval_records", "format_records", "baselines"]
 
@@ -56,9 +56,10 @@ def eval_records(
         row, model.to(device), lambda: make_model(cfg, row, evaluation=True)
     )
     out = []
-    for length, test in data.test.items():
-        acc, n = accuracy(evaluator, test, cfg.eval.batch_size, device)
-        out.append({"row": row.name, "seed": seed, "length": length, "acc": acc, "n": n})
+    with seeded_evaluation(seed, device):
+        for length, test in data.test.items():
+            acc, n = accuracy(evaluator, test, cfg.eval.batch_size, device)
+            out.append({"row": row.name, "seed": seed, "length": length, "acc": acc, "n": n})
     return out
 
 

@@ -17,7 +17,7 @@ from cape.lab.data.text_corpus import eval_windows
 from cape.lab.experiments.lm.config import LMConfig, RowConfig
 from cape.lab.experiments.lm.data import LMData
 from cape.lab.experiments.lm.model import make_model
-from cape.lab.experiments.train_as import evaluation_model
+from cape.lab.experiments.train_as import evaluation_model, seeded_evaluation
 
 __all__ = ["WindowLoss", "window_loss", "eval_records", "format_records", "position_buckets"]
 
@@ -87,7 +87,8 @@ def eval_records(
     )
     records, longest = [], None
     for factor, length in zip(cfg.eval.factors, cfg.lengths, strict=True):
-        got = window_loss(evaluator, data.test, length, cfg.eval.batch_tokens, device)
+        with seeded_evaluation(seed, device):  # the same draws whatever the lengths before
+            got = window_loss(evaluator, data.test, length, cfg.eval.batch_tokens, device)
         records.append(
             {
                 "row": row.name, "seed": seed, "factor": factor, "length": length,
