@@ -223,3 +223,52 @@ def test_a_successor_row_is_the_twin_of_its_bare_row_whatever_its_notes(full) ->
     pairs = dict(twins(rows, AUGMENTATION_KEYS))
     assert pairs["rotary+randomized"] == pairs["rotary+CAPE scaling"] == "rotary"
     assert pairs["ALiBi+randomized"] == pairs["ALiBi+RFS"] == "ALiBi"
+
+
+def test_the_verdict_says_which_way_of_moving_positions_keeps_the_perplexity() -> None:
+    """Synthetic per-seed perplexities: which moved rows keep their 1x perplexity to 16x (the
+    ratio per seed, then the mean, against 1.10) and how each CAPE row stands against each
+    successor at 16x (level within the seeds' spread or 1%, else lower perplexity is better)."""
+    from cape.lab.experiments.lm.verdict import ppl_cells, successors
+
+    rot = {"position": "rotary", "eval_options": {}}
+    aug = {"kind": "randomized", "max_length": 64}
+    rows = [
+        {"name": "rotary", "options": {}, **rot},
+        {"name": "xPos", "options": {"xpos": True}, **rot},
+        {"name": "R+CAPE", "options": {"preset": "text"}, **rot},
+        {"name": "R+rand", "options": {"augmentation": aug}, **rot},
+        {"name": "R+rfs", "options": {"augmentation": {"kind": "random-float"}}, **rot},
+        {"name": "PoSE", "options": {"augmentation": {"kind": "pose"}}, "finetune_from": "rotary",
+         **rot},
+    ]  # fmt: skip
+    # 1x and 16x perplexity of seeds 0, 1, 2
+    ppl = {
+        "rotary": ([3.0, 3.0, 3.0], [24.0, 21.0, 27.0]),
+        "xPos": ([3.0, 3.1, 2.9], [3.1, 3.2, 3.0]),  # keeps, unmoved
+        "R+CAPE": ([3.0, 3.0, 3.0], [12.0, 15.0, 18.0]),  # mean 15, std 3
+        "R+rand": ([3.3, 3.3, 3.3], [12.0, 13.0, 14.0]),  # level with R+CAPE (15 - 13 < 3)
+        "R+rfs": ([3.0, 3.0, 3.0], [40.0, 41.0, 42.0]),  # R+CAPE is better
+        "PoSE": ([3.6, 3.6, 3.6], [3.8, 3.9, 4.1]),  # keeps: ratios 1.06, 1.08, 1.14 -> 1.09
+    }
+    records = [
+        {"row": n, "seed": s, "factor": f, "ppl": v[i][s]}
+        for n, v in ppl.items()
+        for s in range(3)
+        for i, f in enumerate((1, 16))
+    ]
+    results = {"config": {"rows": rows, "eval": {"factors": [1, 16]}}, "records": records}
+    keep, cape = successors(results, ppl_cells(results))
+    assert "`PoSE` (1.09x; +20.0% at 1x)" in keep
+    head, rest = keep.split("; not ")
+    assert "PoSE" in head and "R+CAPE" not in head and "xPos" not in head.split("`rotary`): ")[1]
+    assert "`R+CAPE` (5.00x; +0.0% (level) at 1x)" in rest
+    assert "`R+rand` (3.94x; +10.0% at 1x)" in rest and "`R+rfs` (13.67x" in rest
+    assert "Without moving positions, these keep it (perplexity at 16x): `xPos` 3.10" in rest
+    assert "`rotary` 2" not in rest  # rotary does not keep: 8.0x
+    assert cape.startswith("**CAPE's augmentation against its successors on `rotary`, at 16x:**")
+    assert "`R+CAPE` (15.00 ± 3.00) is level with `R+rand` (13.00 ± 1.00)" in cape
+    assert "better than `R+rfs` (41.00 ± 1.00)" in cape and "worse than `PoSE` (3.93" in cape
+    # a base moved by CAPE's augmentation alone has no such sentences
+    alone = {**results, "config": {**results["config"], "rows": rows[:3]}}
+    assert successors(alone, ppl_cells(alone)) == []

@@ -1,6 +1,8 @@
 """The language-model report's verdict, written from the numbers: which rows keep their
-perplexity at long lengths, whether CAPE's augmentation helps each base, what the fine-tune
-buys the RoPE extensions, and the best row at the longest length.
+perplexity at long lengths, whether CAPE's augmentation (or a successor's) helps each base,
+which way of moving positions in training keeps a base's perplexity and how CAPE's compares with
+its successors, what the fine-tune buys the RoPE extensions, and the best row at the longest
+length.
 
 Every comparison is of perplexity means over seeds; two cells whose means differ by less than
 the larger of their seed spreads (`cape.lab.experiments.pairs.level`), or by less than LEVEL of
@@ -22,8 +24,10 @@ __all__ = [
     "LEVEL",
     "level",
     "ppl_cells",
+    "ratio_cells",
     "kept",
     "augmentation",
+    "successors",
     "finetunes",
     "best_longest",
     "verdict",
@@ -54,17 +58,24 @@ def _pct(a: dict[str, Any], b: dict[str, Any]) -> str:
     return text + (" (level)" if level(a, b) else "")
 
 
-def kept(results: dict[str, Any]) -> tuple[str, list[str]]:
-    """A table of each row's perplexity at every longer length as a ratio to its own at 1x (per
-    seed, then mean ± std), and one sentence per length of 8x and 16x (else the longest) naming
-    the rows within KEEP of their 1x perplexity."""
+def ratio_cells(results: dict[str, Any]) -> Cells:
+    """(row, factor) -> each longer length's perplexity over the row's own at 1x, per seed then
+    summarized over seeds."""
     ratios = []
     ppl = {(r["row"], r["seed"], r["factor"]): r["ppl"] for r in results["records"]}
     for (row, seed, factor), value in ppl.items():
         base = ppl.get((row, seed, 1))
         if factor > 1 and base:
             ratios.append({"row": row, "factor": factor, "ratio": value / base})
-    cells = {(c["row"], c["factor"]): c for c in summarize(ratios, ["row", "factor"], "ratio")}
+    cells = summarize(ratios, ["row", "factor"], "ratio")
+    return {(c["row"], c["factor"]): c for c in cells if c["n"]}
+
+
+def kept(results: dict[str, Any]) -> tuple[str, list[str]]:
+    """A table of each row's perplexity at every longer length as a ratio to its own at 1x (per
+    seed, then mean ± std), and one sentence per length of 8x and 16x (else the longest) naming
+    the rows within KEEP of their 1x perplexity."""
+    cells = ratio_cells(results)
     longer = [f for f in _factors(results) if f > 1]
     head = ["row", *[f"{f}x / 1x" for f in longer]]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -121,6 +132,82 @@ def augmentation(results: dict[str, Any], cells: Cells) -> list[str]:
             f"`{base}`, perplexity {', '.join(diffs)}."
         )
     return out
+
+
+def _moved(rows: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """Base row -> the rows that are it with its positions moved in training: its augmentation
+    twins, and fine-tunes of its weights that augment (PoSE)."""
+    moved: dict[str, list[str]] = {}
+    for aug, base in twins(rows, AUGMENTATION_KEYS):
+        moved.setdefault(base, []).append(aug)
+    for row in rows:
+        if row.get("finetune_from") and (row.get("options") or {}).get("augmentation"):
+            moved.setdefault(row["finetune_from"], []).append(row["name"])
+    return moved
+
+
+def successors(results: dict[str, Any], cells: Cells) -> list[str]:
+    """For each base row whose positions are moved in training by CAPE's augmentation and by one
+    of its successors (`pairs.METHODS`): which of those rows keep their perplexity within KEEP
+    of their 1x one to the longest length, at what cost at 1x against the base, beside the
+    rows that keep it without moving positions; then each CAPE row against each successor
+    there (better, worse or level: lower perplexity is better)."""
+    rows = results["config"]["rows"]
+    by_name = {r["name"]: r for r in rows}
+    longest = _factors(results)[-1]
+    ratios = ratio_cells(results)
+    moved_any = {a for augs in _moved(rows).values() for a in augs}
+    still = [
+        r["name"]
+        for r in rows
+        if (r["name"], longest) in ratios
+        and ratios[r["name"], longest]["mean"] <= 1 + KEEP
+        and r["name"] not in moved_any
+        and r["position"] != "nopos"
+    ]
+    out = []
+    for base, augs in _moved(rows).items():
+        augs = [a for a in augs if (a, longest) in ratios and (base, 1) in cells]
+        capes = [a for a in augs if method(by_name[a]) == method({})]
+        if not capes or len(capes) == len(augs):
+            continue
+        keeps = [a for a in augs if ratios[a, longest]["mean"] <= 1 + KEEP]
+        rest = [a for a in augs if a not in keeps]
+        text = (
+            f"**Moving `{base}`'s positions in training: within {KEEP:.0%} of the 1x perplexity "
+            f"to {longest}x** (ratio; cost at 1x against `{base}`): "
+            + (", ".join(_said(a, base, ratios, cells, longest) for a in keeps) or "none")
+        )
+        if rest:
+            text += "; not " + ", ".join(_said(a, base, ratios, cells, longest) for a in rest)
+        if still:
+            kept_ppl = ", ".join(f"`{n}` {mean_std(cells[n, longest], 2)}" for n in still)
+            text += f". Without moving positions, these keep it (perplexity at {longest}x): "
+            text += kept_ppl
+        out.append(text + ".")
+        out.append(_cape_against(base, capes, [a for a in augs if a not in capes], cells, longest))
+    return out
+
+
+def _said(row: str, base: str, ratios: Cells, cells: Cells, at: int) -> str:
+    ratio = ratios[row, at]["mean"]
+    return f"`{row}` ({ratio:.2f}x; {_pct(cells[row, 1], cells[base, 1])} at 1x)"
+
+
+def _cape_against(base: str, capes: list[str], others: list[str], cells: Cells, at: int) -> str:
+    """Each CAPE row against each successor row at length `at`, by perplexity."""
+    parts = []
+    for c in capes:
+        groups: dict[str, list[str]] = {"level with": [], "better than": [], "worse than": []}
+        for o in others:
+            a, b = cells[c, at], cells[o, at]
+            word = "level with" if level(a, b) else "better than" if a["mean"] < b["mean"] else ""
+            groups[word or "worse than"].append(f"`{o}` ({mean_std(b, 2)})")
+        said = "; ".join(f"{w} {', '.join(g)}" for w, g in groups.items() if g)
+        parts.append(f"`{c}` ({mean_std(cells[c, at], 2)}) is {said}")
+    return f"**CAPE's augmentation against its successors on `{base}`, at {at}x:** " + (
+        ". ".join(parts) + "."
+    )
 
 
 def finetunes(results: dict[str, Any], cells: Cells) -> list[str]:
@@ -213,6 +300,7 @@ def verdict(results: dict[str, Any]) -> tuple[list[str], str]:
         "then mean over seeds): " + "; ".join(said) + "."
     )
     out = [positions(results, cells), keep, *augmentation(results, cells)]
+    out += successors(results, cells)
     out += finetunes(results, cells)
     out.append(best_longest(results, cells))
     if any(math.isnan(c["mean"]) for c in cells.values()):
