@@ -206,7 +206,7 @@ def _plot(records: list[dict], out: Path) -> None:
                 title="Context extension through cape (fine-tuned at 4L)")  # fmt: skip
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser() -> ArgumentParser:
     p = ArgumentParser(prog="cape extend", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("--out", type=out_folder, default=Path("runs/extend"), help="report folder")
@@ -231,11 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     if not methods or any(m not in METHODS for m in methods):
         p.error(f"--methods must be a comma list of {', '.join(METHODS)}, got {args.methods!r}")
     args.methods = methods
-    for flag, value, low in (("--context", args.context, 8), ("--base-steps", args.base_steps, 1),
-                             ("--steps", args.steps, 1), ("--eval-tokens", args.eval_tokens, 1),
-                             ("--seed", args.seed, 0)):  # fmt: skip
-        if value < low:
-            p.error(f"{flag} must be >= {low}, got {value}")
+    p.at_least(("--context", args.context, 8), ("--base-steps", args.base_steps, 1),
+               ("--steps", args.steps, 1), ("--eval-tokens", args.eval_tokens, 1),
+               ("--seed", args.seed, 0))  # fmt: skip
     if args.base and not (Path(args.base) / "config.json").is_file():
         p.error(f"--base must be a save_pretrained folder (with config.json), got {args.base!r}")
     if args.eval_tokens < 16 * args.context:

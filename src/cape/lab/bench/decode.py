@@ -16,7 +16,6 @@ transformers is a test-extra dependency: `pip install "cape[test]"`.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable
 from typing import Any
 
@@ -126,7 +125,7 @@ def run(
     return rows
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser() -> ArgumentParser:
     p = ArgumentParser(prog="cape bench decode", description=__doc__)
     p.add_argument("--new", type=int, default=256, help="tokens generated per call")
     p.add_argument("--batches", default="1,8", help="comma list of generation batch sizes")
@@ -139,16 +138,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     p = _parser()
     args = p.parse_args(argv)
-    try:
-        batches = tuple(int(v) for v in args.batches.split(",") if v.strip())
-    except ValueError:
-        batches = ()
-    if not batches or min(batches) < 1:
-        p.error(f"--batches must be a comma list of integers >= 1, got {args.batches!r}")
-    for flag, value, low in (("--new", args.new, 1), ("--warmup", args.warmup, 0),
-                             ("--runs", args.runs, 1)):  # fmt: skip
-        if value < low:
-            p.error(f"{flag} must be >= {low}, got {value}")
+    batches = tuple(p.positive_ints("--batches", args.batches))
+    p.at_least(("--new", args.new, 1), ("--warmup", args.warmup, 0), ("--runs", args.runs, 1))
     rows = run(new=args.new, batches=batches, warmup=args.warmup, runs=args.runs)
     write_results(
         args.out,

@@ -112,14 +112,6 @@ def run_case(name: str, checks: list[str]) -> dict[str, Any]:
     return row
 
 
-def _choices(p: ArgumentParser, flag: str, text: str, allowed: list[str]) -> list[str]:
-    chosen = [c.strip() for c in text.split(",") if c.strip()]
-    bad = [c for c in chosen if c not in allowed]
-    if bad or not chosen:
-        p.error(f"{flag} must be a comma list of {', '.join(allowed)}; got {text!r}")
-    return chosen
-
-
 def main(argv: list[str] | None = None) -> int:
     p = ArgumentParser(prog="cape bench deploy", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
@@ -127,8 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checks", default=",".join(CHECKS), help="comma list: " + ", ".join(CHECKS))
     p.add_argument("--out", type=out_folder, default=None, help="folder for deploy.md / .csv")
     args = p.parse_args(argv)
-    cases = _choices(p, "--cases", args.cases, list(CASES))
-    checks = _choices(p, "--checks", args.checks, list(CHECKS))
+    cases = p.names("--cases", args.cases, list(CASES))
+    checks = p.names("--checks", args.checks, list(CHECKS))
     rows = []
     for name in cases:
         rows.append(run_case(name, checks))

@@ -354,8 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(families) - {c.family for c in CASES})
     if unknown or not families:
         p.error(f"--families must be a comma list of text, audio, vit; got {args.families!r}")
-    if args.runs < 1:
-        p.error(f"--runs must be >= 1, got {args.runs}")
+    p.at_least(("--runs", args.runs, 1))
     if not 0 < args.scale <= 1:
         p.error(f"--scale must lie in (0, 1], got {args.scale}")
     rows = [

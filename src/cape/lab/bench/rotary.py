@@ -20,7 +20,6 @@ The references are test-only: `pip install "cape[test]"`.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable
 from typing import Any
 
@@ -143,7 +142,7 @@ def run(
     return rows
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser() -> ArgumentParser:
     p = ArgumentParser(prog="cape bench rotary", description=__doc__)
     p.add_argument("--batch", type=int, default=DEFAULT["batch"])
     p.add_argument("--heads", type=int, default=DEFAULT["heads"])
@@ -158,21 +157,14 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     p = _parser()
     args = p.parse_args(argv)
-    try:
-        lengths = tuple(int(v) for v in args.lengths.split(",") if v.strip())
-    except ValueError:
-        lengths = ()
-    if not lengths or min(lengths) < 1:
-        p.error(f"--lengths must be a comma list of integers >= 1, got {args.lengths!r}")
-    for flag, value, low in (
+    lengths = tuple(p.positive_ints("--lengths", args.lengths))
+    p.at_least(
         ("--batch", args.batch, 1),
         ("--heads", args.heads, 1),
         ("--head-dim", args.head_dim, 2),
         ("--warmup", args.warmup, 0),
         ("--runs", args.runs, 1),
-    ):
-        if value < low:
-            p.error(f"{flag} must be >= {low}, got {value}")
+    )
     if args.head_dim % 2:
         p.error(f"--head-dim must be even, got {args.head_dim}")
     rows = run(

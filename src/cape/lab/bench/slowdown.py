@@ -236,25 +236,12 @@ def run_cell(
     return rows
 
 
-def _choices(p: argparse.ArgumentParser, flag: str, text: str, allowed: Sequence[str]) -> list[str]:
-    names = [v.strip() for v in text.split(",") if v.strip()]
-    unknown = [n for n in names if n not in allowed]
-    if unknown or not names:
-        p.error(f"{flag} must be a comma list of {', '.join(allowed)}; got {text!r}")
-    return list(dict.fromkeys(names))
+def _choices(p: ArgumentParser, flag: str, text: str, allowed: Sequence[str]) -> list[str]:
+    """`p.names` of `text`, each once (the first time it is named)."""
+    return list(dict.fromkeys(p.names(flag, text, allowed)))
 
 
-def _lengths(p: argparse.ArgumentParser, text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        values = []
-    if not values or any(v < 1 for v in values):
-        p.error(f"--lengths must be a comma list of integers >= 1, got {text!r}")
-    return list(dict.fromkeys(values))
-
-
-def _parser() -> argparse.ArgumentParser:
+def _parser() -> ArgumentParser:
     p = ArgumentParser(
         prog="cape bench slowdown",
         description=__doc__,
@@ -316,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     dtypes = _choices(p, "--dtypes", args.dtypes, tuple(DTYPES))
     if "fp16" in dtypes and device.type != "cuda":
         p.error("--dtypes fp16 needs --device cuda (CPU autocast: fp32 or bf16)")
-    lengths = _lengths(p, args.lengths)
+    lengths = list(dict.fromkeys(p.positive_ints("--lengths", args.lengths)))
     preset = args.preset or ("paper" if device.type == "cuda" else "cpu")
     given = {
         f.name: getattr(args, f.name)

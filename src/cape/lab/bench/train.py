@@ -166,8 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.engine_steps < 0 or args.engine_batch < 1:
         p.error("--engine-steps must be >= 0 and --engine-batch >= 1")
-    if args.peak_size < 1:
-        p.error(f"--peak-size must be >= 1, got {args.peak_size}")
+    p.at_least(("--peak-size", args.peak_size, 1))
     ffn = 4 * args.dim
     flops = step_flops(args.layers, args.dim, ffn, args.batch, args.length)
     print(
