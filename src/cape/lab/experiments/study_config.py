@@ -146,6 +146,10 @@ class StudyConfig(Generic[DataT, ModelT, EvalT, RowT]):
     def __post_init__(self) -> None:
         check_runs(self.rows, self.seeds)
 
+    def row(self, name: str) -> RowT:
+        """The row called `name`."""
+        return next(r for r in self.rows if r.name == name)  # type: ignore[attr-defined]
+
 
 def check_best_metric(train: Any, metric: str, mode: str, what: str) -> None:
     """The checkpoint is chosen on `metric` (`mode`), the only eval metric; `what` says why."""

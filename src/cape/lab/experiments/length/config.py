@@ -153,10 +153,6 @@ class LengthConfig(StudyConfig[DataConfig, ModelConfig, EvalConfig, RowConfig]):
 
     name: str = "length"
 
-    def row(self, name: str) -> RowConfig:
-        """The row called `name`."""
-        return next(r for r in self.rows if r.name == name)
-
     def __post_init__(self) -> None:
         super().__post_init__()
         check_best_metric(self.train, "acc", "max", "the validation accuracy")

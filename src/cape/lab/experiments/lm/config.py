@@ -218,10 +218,6 @@ class LMConfig(StudyConfig[DataConfig, ModelConfig, EvalConfig, RowConfig]):
         """The evaluation lengths in tokens: every factor x L."""
         return [f * self.data.context for f in self.eval.factors]
 
-    def row(self, name: str) -> RowConfig:
-        """The row called `name`."""
-        return next(r for r in self.rows if r.name == name)
-
     def __post_init__(self) -> None:
         super().__post_init__()
         check_best_metric(self.train, "loss", "min", "the validation loss at L")
