@@ -68,7 +68,7 @@ def test_cli_names_the_extra_of_a_missing_module(
     def missing(args: object, rest: object) -> int:
         raise ModuleNotFoundError(f"No module named {module!r}", name=module)
 
-    monkeypatch.setattr(cli, "_demo", missing)  # main() reads it when it builds the parser
+    monkeypatch.setattr(cli, "_app", missing)  # main() reads it when it builds the parser
     assert cli.main(["demo"]) == 1
     out = capsys.readouterr()
     lines = (out.out + out.err).strip().splitlines()
@@ -85,7 +85,7 @@ def test_cli_calls_a_module_no_extra_installs_unexpected(
     def missing(args: object, rest: object) -> int:
         raise ModuleNotFoundError("No module named 'cape.lab.gone'", name="cape.lab.gone")
 
-    monkeypatch.setattr(cli, "_demo", missing)
+    monkeypatch.setattr(cli, "_app", missing)
     assert cli.main(["demo"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "unexpected ModuleNotFoundError" in err[0], err

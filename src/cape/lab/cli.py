@@ -49,6 +49,34 @@ _EPILOG = (
     "prints the traceback."
 )
 
+# the commands that hand their arguments to an app (cape.lab.apps): name -> (module, its entry
+# point, the command's line in `cape --help`), in the order `cape --help` lists them
+_APPS = {
+    "transcribe": (  # WAVs -> text, or WER
+        "transcribe_cli",
+        "main",
+        "transcribe WAV files with a trained speech model; with --transcripts, WER per duration "
+        "bin",
+    ),
+    "translate": (
+        "translate",
+        "translate_main",
+        "translate English sentences into Spanish with a trained translation model",
+    ),
+    "generate": (  # a prompt -> its continuation
+        "generate",
+        "generate_main",
+        "continue a text prompt with a trained language model (`cape experiment lm`)",
+    ),
+    "extend": (  # a RoPE model's context, extended
+        "extend",
+        "main",
+        "extend a transformers RoPE model's context through cape (PI, YaRN, CAPE) and score it "
+        "from 1x to 16x its training length",
+    ),
+    "demo": ("demo", "main", "build every encoding, check its properties, plot similarities"),
+}
+
 
 def _summary(bench: str) -> str:
     """The first paragraph of a benchmark module's docstring in one line (read, not imported: a
@@ -137,12 +165,6 @@ def _data(args: argparse.Namespace, rest: list[str]) -> int:
     return 0
 
 
-def _demo(args: argparse.Namespace, rest: list[str]) -> int:
-    from cape.lab.apps.demo import main as demo
-
-    return demo(rest)
-
-
 def _encodings(args: argparse.Namespace, rest: list[str]) -> int:
     from cape.build import ENCODINGS
 
@@ -159,28 +181,13 @@ def _experiments(args: argparse.Namespace, rest: list[str]) -> int:
     return getattr(cli, f"{args.command}_main")(rest)
 
 
-def _translate(args: argparse.Namespace, rest: list[str]) -> int:
-    from cape.lab.apps.translate import translate_main
+def _app(args: argparse.Namespace, rest: list[str]) -> int:
+    """A command of `_APPS`: the function of its module in cape.lab.apps, given the rest of the
+    command line (imported only when run: an app may need an extra that is not installed)."""
+    import importlib
 
-    return translate_main(rest)
-
-
-def _generate(args: argparse.Namespace, rest: list[str]) -> int:
-    from cape.lab.apps.generate import generate_main  # a prompt -> its continuation
-
-    return generate_main(rest)
-
-
-def _extend(args: argparse.Namespace, rest: list[str]) -> int:
-    from cape.lab.apps.extend import main as extend  # a RoPE model's context, extended
-
-    return extend(rest)
-
-
-def _transcribe(args: argparse.Namespace, rest: list[str]) -> int:
-    from cape.lab.apps.transcribe_cli import main as transcribe  # WAVs -> text, or WER
-
-    return transcribe(rest)
+    module, function, _ = _APPS[args.command]
+    return getattr(importlib.import_module(f".apps.{module}", __package__), function)(rest)
 
 
 def _parser() -> ArgumentParser:
@@ -238,36 +245,8 @@ def _parser() -> ArgumentParser:
     ):
         p = sub.add_parser(name, help=text, add_help=False)
         p.set_defaults(run=_experiments)
-    p = sub.add_parser(
-        "transcribe",
-        help="transcribe WAV files with a trained speech model; "
-        "with --transcripts, WER per duration bin",
-        add_help=False,
-    )
-    p.set_defaults(run=_transcribe)
-    p = sub.add_parser(
-        "translate",
-        help="translate English sentences into Spanish with a trained translation model",
-        add_help=False,
-    )
-    p.set_defaults(run=_translate)
-    p = sub.add_parser(
-        "generate",
-        help="continue a text prompt with a trained language model (`cape experiment lm`)",
-        add_help=False,
-    )
-    p.set_defaults(run=_generate)
-    p = sub.add_parser(
-        "extend",
-        help="extend a transformers RoPE model's context through cape (PI, YaRN, CAPE) and "
-        "score it from 1x to 16x its training length",
-        add_help=False,
-    )
-    p.set_defaults(run=_extend)
-    p = sub.add_parser(
-        "demo", help="build every encoding, check its properties, plot similarities", add_help=False
-    )
-    p.set_defaults(run=_demo)
+    for name, (_, _, text) in _APPS.items():
+        sub.add_parser(name, help=text, add_help=False).set_defaults(run=_app)
     p = sub.add_parser("encodings", help="list the encodings `cape.build` knows and their options")
     p.set_defaults(run=_encodings)
     return parser
