@@ -241,6 +241,11 @@ def mean_std(cell: Mapping[str, Any], digits: int = 1) -> str:
     return mean + (f" ± {cell['std']:.{digits}f}" if int(cell["n"]) > 1 else "")
 
 
+def cell_text(cell: Mapping[str, Any] | None, digits: int = 1) -> str:
+    """`mean_std` of a `summarize` cell, or MISSING for none or one without a value."""
+    return MISSING if cell is None or not cell["n"] else mean_std(cell, digits)
+
+
 def claims_table(claims: Sequence[tuple[str, str, bool | None]]) -> str:
     """A markdown table of a paper's claims checked against measurements: one row per (claim,
     what was measured, True / False / None when the numbers cannot decide it: within the seeds'

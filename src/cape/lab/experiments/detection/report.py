@@ -18,15 +18,9 @@ from cape.lab.experiments.detection.coco import LABELS, METRICS
 from cape.lab.experiments.detection.verdict import paper_claims, plain_records, set_cells, verdict
 from cape.lab.experiments.reporting import add_curves, plot_ok, train_cost_table
 from cape.lab.experiments.verdict import add_verdict, removed_cells
-from cape.lab.report import Report, claims_table, mean_std, summarize, summary_table
+from cape.lab.report import Report, cell_text, claims_table, summarize, summary_table
 
 __all__ = ["render", "metrics_table"]
-
-
-def _text(cell: Mapping[str, Any] | None) -> str:
-    if cell is None or not cell["n"]:
-        return "–"
-    return mean_std(cell)
 
 
 def metrics_table(results: Mapping[str, Any], which: str) -> str:
@@ -45,7 +39,7 @@ def metrics_table(results: Mapping[str, Any], which: str) -> str:
         line = [row, "–" if params is None else f"{params:,}"]
         for m in METRICS:
             cell = per_metric[m].get((row, which))
-            text = _text(cell)
+            text = cell_text(cell)
             bold = cell is not None and cell["n"] and cell["mean"] == best[m]
             line.append(f"**{text}**" if bold else text)
         lines.append("| " + " | ".join(line) + " |")
@@ -143,7 +137,7 @@ def _removed(rep: Report, results: Mapping[str, Any]) -> None:
     lines = ["| row | AP | AP, positions taken out |", "|---|---|---|"]
     for row in (r["name"] for r in results["config"]["rows"]):
         if row in cells:
-            lines.append(f"| {row} | {_text(on.get(row))} | {_text(cells[row])} |")
+            lines.append(f"| {row} | {cell_text(on.get(row))} | {cell_text(cells[row])} |")
     rep.table(
         "\n".join(lines),
         caption=f"AP at {train} px (the largest training size) with every position the "

@@ -15,7 +15,7 @@ from cape.lab.experiments.recipes import recipe_notes
 from cape.lab.experiments.reporting import add_curves, plot_ok, seeds_by_row, train_cost_table
 from cape.lab.experiments.verdict import Study, add_verdict, removed_cells
 from cape.lab.experiments.verdict import verdict as shared_verdict
-from cape.lab.report import MISSING, Report, mean_std, summarize
+from cape.lab.report import MISSING, Report, cell_text, mean_std, summarize
 from cape.lab.stats import welch_t_test
 
 __all__ = ["render", "length_table", "verdict"]
@@ -38,10 +38,6 @@ def _cells(results: dict[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:
 
 def _mean(cell: dict[str, Any] | None) -> float:
     return math.nan if cell is None or not cell["n"] else float(cell["mean"])
-
-
-def _text(cell: dict[str, Any] | None) -> str:
-    return MISSING if cell is None or not cell["n"] else mean_std(cell)
 
 
 def _p(a: dict[str, Any] | None, b: dict[str, Any] | None) -> float:
@@ -73,7 +69,7 @@ def length_table(results: dict[str, Any]) -> str:
         line = [name, encoding, str(len(seeds.get(name, [])))]
         for n in lengths:
             cell = cells.get((name, n))
-            text = _text(cell)
+            text = cell_text(cell)
             line.append(f"**{text}**" if _mean(cell) == best[n] else text)
         lines.append("| " + " | ".join(line) + " |")
     base = results["baselines"]
@@ -100,8 +96,8 @@ def _positions_needed(results: dict[str, Any], cells: dict, ref: int) -> str:
     return (
         f"**Positions needed: {'yes' if needed else 'no'}.** At {ref} tokens "
         f"({_factor(results, ref)}), content only ({nopos}) reaches "
-        f"{_text(cells[nopos, ref])}% (chance {results['baselines']['chance']:.1f}%, the best "
-        f"position-blind guess {blind:.1f}%), the best row ({top}) {_text(cells[top, ref])}%: "
+        f"{cell_text(cells[nopos, ref])}% (chance {results['baselines']['chance']:.1f}%, the best "
+        f"position-blind guess {blind:.1f}%), the best row ({top}) {cell_text(cells[top, ref])}%: "
         f"{gap:+.1f} points ({_p_text(p)}). Yes means more than {MARGIN:g} points, and "
         f"p < {ALPHA} where both rows have >= 2 seeds."
     )
@@ -123,7 +119,7 @@ def _kept(results: dict[str, Any], ref: int) -> tuple[str, list[str]]:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     keeps: dict[int, list[str]] = {n: [] for n in lengths}
     for name in learned:
-        line = [name, _text(cells[name, ref])]
+        line = [name, cell_text(cells[name, ref])]
         for n in lengths:
             shares = [
                 {"row": name, "share": acc[name, s, n] / acc[name, s, ref]}

@@ -14,7 +14,7 @@ from cape.lab.data.boxes import QUESTIONS
 from cape.lab.experiments.lff_boxes.verdict import verdict
 from cape.lab.experiments.reporting import add_tradeoff, plot_ok, train_cost_table
 from cape.lab.experiments.verdict import add_verdict
-from cape.lab.report import Report, mean_std, summarize, summary_table
+from cape.lab.report import Report, cell_text, summarize, summary_table
 from cape.lab.stats import welch_t_test
 
 _COLUMNS = ["all", *QUESTIONS]  # of the accuracy tables
@@ -27,12 +27,6 @@ _ROTARY = (
     "theta 10, learned frequencies over all 4) of every layer's queries and keys by the edges "
     "in cells, the question token at the query box's edges; nothing is added to the tokens. "
 )
-
-
-def _cell(cell: dict[str, Any] | None) -> str:
-    if cell is None or not cell["n"]:
-        return "–"
-    return mean_std(cell)
 
 
 def _p(values: list[float], ref: list[float]) -> str:
@@ -63,7 +57,7 @@ def main_table(results: dict[str, Any]) -> str:
         params = results.get("params", {}).get(row, {}).get("position")
         line = [row, "–" if params is None else f"{params:,}"]
         for s, c in (("test_seen", seen), ("test_unseen", unseen)):
-            text = _cell(c)
+            text = cell_text(c)
             line.append(
                 f"**{text}**" if c is not None and c["n"] and c["mean"] == best[s] else text
             )
