@@ -356,10 +356,10 @@ class Experiment(ABC, Generic[ConfigT, DataT]):
     def evaluate(
         self, study: Study[ConfigT, DataT], row: Row, seed: int, model: nn.Module, folder: Path
     ) -> dict[str, Any]:
-        """The evaluation part of a run's eval.json (default: {"records": eval_records})."""
-        return {
-            "records": self.eval_records(study.cfg, row, seed, model, study.data, study.dist.device)
-        }
+        """The evaluation part of a run's eval.json (default: `eval_records`' mapping, where it
+        gives one that holds the records and more, else {"records": its list})."""
+        records = self.eval_records(study.cfg, row, seed, model, study.data, study.dist.device)
+        return records if isinstance(records, dict) else {"records": records}
 
     def gather(
         self, study: Study[ConfigT, DataT], got: Collected, row: Row, seed: int, done: dict

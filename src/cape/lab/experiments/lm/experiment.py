@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import shutil
-from pathlib import Path
 from typing import Any
 
 from torch import nn
@@ -99,11 +98,6 @@ class LMExperiment(Experiment[LMConfig, LMData], evaluate=evaluate, report=repor
         trained, _ = self.train_run(run.cfg, source, run.seed, run.folder.parent.parent, data)
         net.load_state_dict(trained.state_dict(), strict=True)
         seed_everything(run.seed)
-
-    def evaluate(
-        self, study: Study, row: Any, seed: int, net: nn.Module, folder: Path
-    ) -> dict[str, Any]:
-        return self.eval_records(study.cfg, row, seed, net, study.data, study.dist.device)
 
     def gather(self, study: Study, got: Collected, row: Any, seed: int, done: dict) -> None:
         super().gather(study, got, row, seed, done)

@@ -86,11 +86,6 @@ class TranslationExperiment(
     def for_evaluation(self, cfg: TranslationConfig, row: RowConfig, net: nn.Module) -> nn.Module:
         return model.with_eval_options(row, net)  # type: ignore[arg-type]
 
-    def evaluate(
-        self, study: Study, row: RowConfig, seed: int, net: nn.Module, folder: Path
-    ) -> dict[str, Any]:
-        return self.eval_records(study.cfg, row, seed, net, study.data, study.dist.device)
-
     def gather(self, study: Study, got: Collected, row: Any, seed: int, done: dict) -> None:
         """Records, summaries and parameters, and the run's curve, examples and terciles."""
         super().gather(study, got, row, seed, done)
