@@ -105,10 +105,6 @@ class DataConfig:
         return list(self.sizes[: len(self.sizes) - self.held_out])
 
     @property
-    def unseen_sizes(self) -> list[int]:
-        return list(self.sizes[len(self.sizes) - self.held_out :])
-
-    @property
     def train_grid(self) -> int:
         """Cells per side of the largest training size."""
         return max(self.train_sizes) // STRIDE
