@@ -42,10 +42,6 @@ def _best(cells: dict[Any, dict[str, Any]], rows: list[str], key: Any, high: boo
     return [best] + [r for r in there if r != best and level(cells[(r, key)], cells[(best, key)])]
 
 
-def _cell(c: dict[str, Any], unit: str = "") -> str:
-    return f"{c['mean']:.1f} ± {c['std']:.1f}{unit}"
-
-
 def _level_with(names: list[str], intro: str) -> str:
     """ "; level with it ...: `a`, `b`." or "." when no row is level with the best."""
     return f"{intro}{', '.join(names)}." if names else "."
