@@ -110,25 +110,11 @@ def translate_ids(
         idx = order[k : k + batch_size]
         src, mask = pad_batch([source_ids(ids[i], tokenizer) for i in idx], tokenizer.pad_id)
         src, mask = src.to(device), mask.to(device)
+        ends = {"bos_id": tokenizer.bos_id, "eos_id": tokenizer.eos_id}
         if beam:
-            hyps = beam_search(
-                model,
-                src,
-                mask,
-                bos_id=tokenizer.bos_id,
-                eos_id=tokenizer.eos_id,
-                beam=beam,
-                length_penalty=length_penalty,
-            )
+            hyps = beam_search(model, src, mask, beam=beam, length_penalty=length_penalty, **ends)
         else:
-            hyps = greedy_decode(
-                model,
-                src,
-                mask,
-                bos_id=tokenizer.bos_id,
-                eos_id=tokenizer.eos_id,
-                max_len=max_lengths(mask, 1.5, 10),
-            )
+            hyps = greedy_decode(model, src, mask, max_len=max_lengths(mask, 1.5, 10), **ends)
         for i, h in zip(idx, hyps, strict=True):
             out[i] = tokenizer.decode(h)
     return out
