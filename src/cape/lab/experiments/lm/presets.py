@@ -143,14 +143,9 @@ _QUICK_NAMES = ("nopos", "rotary", "ALiBi", "rotary+CAPE")
 # quick: 5 min 48 s on the idle 2 cores from a fresh clone (2026-11-27), corpus included: 4 rows
 # x 3 seeds, ~20 s of training a run (300 steps of 24 x 128 bytes, d 128, 2 layers, the fused
 # rotary), the rest evaluation at 1x-32x.
-# cpu-full, estimated from 4 timed steps of each encoding at its size (one thread, 2 cores shared
-# with another job; 32 x 256 bytes, d 128, 3 layers): 0.58-0.65 s a step (nopos, sinpos, CAPE,
-# rotary, xPos, ALiBi), 0.79 FIRE, 0.99 relpos, so ~7.5 s a step over the 11 rows trained from
-# scratch: 1000 steps x 3 seeds ~ 6.2 h; the fine-tunes (100 steps of 8 x 1024) ~10 min; the
-# evaluation of 65,536 test bytes at 256-4096 ~13 s a run (rotary) to ~4 min (FIRE: its bias MLP
-# over 4096 x 4096 pairs), ~40 min in all: about 7 hours. The 6 rows of CAPE's successors and
-# scaling trained from scratch (rotary's and ALiBi's ~0.6 s a step) add ~3 hours, the two PoSE
-# fine-tunes (100 steps of 8 x 256) ~2 minutes: about 10 hours (estimated, not timed).
+# cpu-full, measured alone on the 2 cores (docs/experiments/lm.md): a trained run 4.7-9.1 min
+# (FIRE+CAPE 37-40: its MLP over [B, T, T] pairs), a fine-tune under a minute, evaluation about a
+# minute a run: about 8 hours for the 24 rows x 3 seeds.
 _QUICK_TRAIN = train_preset(
     dict(steps=300, batch_size=24, lr=2e-3, weight_decay=0.01, warmup_steps=30),
     every=150,
@@ -191,5 +186,5 @@ PRESETS: dict[str, dict[str, Any]] = {
 PRESET_NOTES: dict[str, str] = {
     "quick": "KJV bytes, L=128, 1x-32x, 3 seeds: about 6 minutes on 2 CPU cores, corpus included",
     "cpu-full": "every row, L=256, 1x-16x (the RoPE extensions at inference reuse rotary's "
-    "runs): about 10 hours on 2 CPU cores",
+    "runs): about 8 hours on 2 CPU cores",
 }
