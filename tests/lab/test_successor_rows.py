@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -272,3 +273,26 @@ def test_the_verdict_says_which_way_of_moving_positions_keeps_the_perplexity() -
     # a base moved by CAPE's augmentation alone has no such sentences
     alone = {**results, "config": {**results["config"], "rows": rows[:3]}}
     assert successors(alone, ppl_cells(alone)) == []
+
+
+def test_length_study_draws_each_length_from_the_seed_whatever_came_before(monkeypatch) -> None:
+    """Randomized positions sampled at evaluation: a test length's draws are the same whether
+    or not shorter lengths were evaluated first (each length starts from the run's seed), as in
+    the LM study. The scorer is replaced by one that reads the global generator, as the
+    augmentation's draws do."""
+    from test_length import SMALL
+
+    from cape.lab.experiments.length import evaluate
+
+    def draw(model, test, batch_size, device):
+        return torch.rand(()).item(), 1
+
+    monkeypatch.setattr(evaluate, "accuracy", draw)
+    cfg = resolve_config(LengthConfig, LENGTH_PRESETS, "quick", [], SMALL)[0]
+    got = {}
+    for lengths in ((32, 64), (64,)):
+        data = SimpleNamespace(test=dict.fromkeys(lengths))  # length -> its test set
+        records = evaluate.eval_records(cfg, cfg.rows[0], 3, torch.nn.Identity(), data, "cpu")
+        got[lengths] = {r["length"]: r["acc"] for r in records}
+    assert got[32, 64][64] == got[(64,)][64]
+    assert got[32, 64][32] == got[(64,)][64]  # every length from the same seed

@@ -56,10 +56,10 @@ def eval_records(
         row, model.to(device), lambda: make_model(cfg, row, evaluation=True)
     )
     out = []
-    with seeded_evaluation(seed, device):
-        for length, test in data.test.items():
+    for length, test in data.test.items():
+        with seeded_evaluation(seed, device):  # the same draws whatever the lengths before
             acc, n = accuracy(evaluator, test, cfg.eval.batch_size, device)
-            out.append({"row": row.name, "seed": seed, "length": length, "acc": acc, "n": n})
+        out.append({"row": row.name, "seed": seed, "length": length, "acc": acc, "n": n})
     return out
 
 
