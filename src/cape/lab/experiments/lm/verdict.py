@@ -36,6 +36,7 @@ __all__ = [
 KEEP = 0.10  # a row keeps its perplexity at a length within this share above its 1x one
 LEVEL = 0.01  # two perplexities within this share of each other are level whatever the seeds
 Cells = dict[tuple[str, int], dict[str, Any]]
+CAPE = method({})  # the name `augmentation_method` gives a row augmented by CAPE's augmentation
 
 
 def ppl_cells(results: dict[str, Any], key: str = "ppl") -> Cells:
@@ -168,7 +169,7 @@ def successors(results: dict[str, Any], cells: Cells) -> list[str]:
     out = []
     for base, augs in _moved(rows).items():
         augs = [a for a in augs if (a, longest) in ratios and (base, 1) in cells]
-        capes = [a for a in augs if method(by_name[a]) == method({})]
+        capes = [a for a in augs if method(by_name[a]) == CAPE]
         if not capes or len(capes) == len(augs):
             continue
         keeps = [a for a in augs if ratios[a, longest]["mean"] <= 1 + KEEP]
