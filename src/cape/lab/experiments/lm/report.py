@@ -17,7 +17,7 @@ from cape.lab.config import from_mapping
 from cape.lab.experiments.lm.config import LMConfig, RowConfig, position_options
 from cape.lab.experiments.lm.verdict import KEEP, ppl_cells, verdict
 from cape.lab.experiments.reporting import add_curves, plot_ok
-from cape.lab.report import MISSING, Report, mean_std, summarize
+from cape.lab.report import MISSING, Report, cell_text, summarize
 
 __all__ = ["render", "ppl_table", "corpus_table"]
 
@@ -63,7 +63,7 @@ def ppl_table(results: dict[str, Any], key: str = "ppl", digits: int = 2) -> str
         line = [name, _encoding(row, config), str(seeds.get(name, 0))]
         for f in factors:
             cell = cells.get((name, f))
-            text = MISSING if cell is None else mean_std(cell, digits)
+            text = cell_text(cell, digits)
             line.append(f"**{text}**" if cell is not None and cell["mean"] == best[f] else text)
         lines.append("| " + " | ".join(line) + " |")
     return "\n".join(lines)

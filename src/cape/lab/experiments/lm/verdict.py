@@ -72,6 +72,11 @@ def ratio_cells(results: dict[str, Any]) -> Cells:
     return {(c["row"], c["factor"]): c for c in cells if c["n"]}
 
 
+def _keeps(ratio: dict[str, Any]) -> bool:
+    """Whether a `ratio_cells` cell keeps the row's 1x perplexity: a mean within KEEP above it."""
+    return ratio["mean"] <= 1 + KEEP
+
+
 def kept(results: dict[str, Any]) -> tuple[str, list[str]]:
     """A table of each row's perplexity at every longer length as a ratio to its own at 1x (per
     seed, then mean ± std), and one sentence per length of 8x and 16x (else the longest) naming
@@ -85,10 +90,10 @@ def kept(results: dict[str, Any]) -> tuple[str, list[str]]:
         line = [row]
         for f in longer:
             cell = cells.get((row, f))
-            if cell is None or not cell["n"]:
+            if cell is None:
                 line.append(MISSING)
                 continue
-            ok = cell["mean"] <= 1 + KEEP
+            ok = _keeps(cell)
             keeps[f] += [row] if ok else []
             line.append(f"{mean_std(cell, 2)}{' (keeps)' if ok else ''}")
         lines.append("| " + " | ".join(line) + " |")
@@ -157,22 +162,23 @@ def successors(results: dict[str, Any], cells: Cells) -> list[str]:
     by_name = {r["name"]: r for r in rows}
     longest = _factors(results)[-1]
     ratios = ratio_cells(results)
-    moved_any = {a for augs in _moved(rows).values() for a in augs}
+    moved = _moved(rows)
+    moved_any = {a for augs in moved.values() for a in augs}
     still = [
         r["name"]
         for r in rows
         if (r["name"], longest) in ratios
-        and ratios[r["name"], longest]["mean"] <= 1 + KEEP
+        and _keeps(ratios[r["name"], longest])
         and r["name"] not in moved_any
         and r["position"] != "nopos"
     ]
     out = []
-    for base, augs in _moved(rows).items():
+    for base, augs in moved.items():
         augs = [a for a in augs if (a, longest) in ratios and (base, 1) in cells]
         capes = [a for a in augs if method(by_name[a]) == CAPE]
         if not capes or len(capes) == len(augs):
             continue
-        keeps = [a for a in augs if ratios[a, longest]["mean"] <= 1 + KEEP]
+        keeps = [a for a in augs if _keeps(ratios[a, longest])]
         rest = [a for a in augs if a not in keeps]
         text = (
             f"**Moving `{base}`'s positions in training: within {KEEP:.0%} of the 1x perplexity "
