@@ -227,10 +227,7 @@ def _parser() -> ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     p = _parser()
     args = p.parse_args(argv)
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    if not methods or any(m not in METHODS for m in methods):
-        p.error(f"--methods must be a comma list of {', '.join(METHODS)}, got {args.methods!r}")
-    args.methods = methods
+    args.methods = p.names("--methods", args.methods, list(METHODS))
     p.at_least(("--context", args.context, 8), ("--base-steps", args.base_steps, 1),
                ("--steps", args.steps, 1), ("--eval-tokens", args.eval_tokens, 1),
                ("--seed", args.seed, 0))  # fmt: skip

@@ -350,10 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         "--out", type=out_folder, default=None, help="folder for encodings.md / encodings.csv"
     )
     args = p.parse_args(argv)
-    families = [f for f in args.families.split(",") if f]
-    unknown = sorted(set(families) - {c.family for c in CASES})
-    if unknown or not families:
-        p.error(f"--families must be a comma list of text, audio, vit; got {args.families!r}")
+    families = p.names("--families", args.families, list(dict.fromkeys(c.family for c in CASES)))
     p.at_least(("--runs", args.runs, 1))
     if not 0 < args.scale <= 1:
         p.error(f"--scale must lie in (0, 1], got {args.scale}")
