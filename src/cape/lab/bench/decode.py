@@ -90,6 +90,17 @@ def _train_step(model: torch.nn.Module, tokens: torch.Tensor, hf: bool) -> Calla
     return step
 
 
+def _row(case: str, shape: str, tokens: int, fns: list[Callable], runs: int, warmup: int) -> dict:
+    """cape's call and Llama's (`fns`) timed round-robin: one row, `tokens` per call."""
+    t_ours, t_ref = time_interleaved(fns, runs=runs, warmup=warmup)
+    return {
+        "case": case, "shape": shape, "cape_ms": t_ours.median_ms, "llama_ms": t_ref.median_ms,
+        "cape_tok_s": tokens / t_ours.median_ms * 1e3,
+        "llama_tok_s": tokens / t_ref.median_ms * 1e3,
+        "ratio": t_ours.median_ms / t_ref.median_ms,
+    }  # fmt: skip
+
+
 def run(
     *, new: int = 256, batches: tuple[int, ...] = (1, 8), warmup: int = 1, runs: int = 5
 ) -> list[dict[str, Any]]:
@@ -101,27 +112,14 @@ def run(
         for batch in batches:
             prompt = torch.randint(0, SIZE["vocab"], (batch, PROMPT))
             fns = [_generation(ours, prompt, new, False), _generation(llama, prompt, new, True)]
-            t_ours, t_ref = time_interleaved(fns, runs=runs, warmup=warmup)
-            made = new * batch
-            rows.append({
-                "case": f"generate {position}", "shape": f"B{batch} +{new}",
-                "cape_ms": t_ours.median_ms, "llama_ms": t_ref.median_ms,
-                "cape_tok_s": made / t_ours.median_ms * 1e3,
-                "llama_tok_s": made / t_ref.median_ms * 1e3,
-                "ratio": t_ours.median_ms / t_ref.median_ms,
-            })  # fmt: skip
+            case, shape = f"generate {position}", f"B{batch} +{new}"
+            rows.append(_row(case, shape, new * batch, fns, runs, warmup))
     ours = cape_model("rotary")
     for batch, length in ((8, 256), (4, 1024)):
         tokens = torch.randint(0, SIZE["vocab"], (batch, length))
         fns = [_train_step(ours, tokens, False), _train_step(llama, tokens, True)]
-        t_ours, t_ref = time_interleaved(fns, runs=runs, warmup=warmup)
-        rows.append({
-            "case": "train step rotary", "shape": f"B{batch} T{length}",
-            "cape_ms": t_ours.median_ms, "llama_ms": t_ref.median_ms,
-            "cape_tok_s": batch * length / t_ours.median_ms * 1e3,
-            "llama_tok_s": batch * length / t_ref.median_ms * 1e3,
-            "ratio": t_ours.median_ms / t_ref.median_ms,
-        })  # fmt: skip
+        shape = f"B{batch} T{length}"
+        rows.append(_row("train step rotary", shape, batch * length, fns, runs, warmup))
     return rows
 
 
@@ -146,7 +144,6 @@ def main(argv: list[str] | None = None) -> int:
         "decode",
         rows,
         title="cape's CausalLM against transformers' Llama at matched size",
-        columns=["case", "shape", "cape_ms", "llama_ms", "cape_tok_s", "llama_tok_s", "ratio"],
         meta={**machine("cpu"), "runs": args.runs, "warmup": args.warmup, **SIZE},
         notes="ratio = cape median / Llama median, each row timed round-robin in one process, "
         "all rows in one run; below 1: cape is faster. Generation: greedy with the key/value "

@@ -129,8 +129,9 @@ def main(argv: list[str] | None = None) -> int:
         "Cells: the largest |output - eager| on inputs of another batch and length (or image "
         "size), 'ok' (training: finite loss and gradients on both shapes), or why it fails."
     )
-    write_results(args.out, "deploy", rows, title="Compile, export, ONNX",
-                  columns=["case", *checks], meta=machine(), notes=notes)  # fmt: skip
+    write_results(
+        args.out, "deploy", rows, title="Compile, export, ONNX", meta=machine(), notes=notes
+    )
     return 0 if all(not str(v).startswith("fails") for r in rows for v in r.values()) else 1
 
 

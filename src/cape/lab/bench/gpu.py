@@ -131,7 +131,7 @@ def check_sync(name: str, device: torch.device) -> dict[str, Any]:
     finally:
         torch.cuda.set_sync_debug_mode("default")
     torch.cuda.synchronize(device)
-    return dict(check="sync", case=name, result=result)
+    return dict(check="sync", case=name, result=result, detail="")
 
 
 def check_graph_step(device: torch.device, replays: int = 5) -> dict[str, Any]:
@@ -281,14 +281,6 @@ def main(argv: list[str] | None = None) -> int:
     rows.append(check_graph_step(device))
     rows += [check_bf16(name, device) for name in SYNC_CASES]
     rows += [check_phases(device), check_fused(device)]
-    for r in rows:
-        r.setdefault("detail", "")
-    write_results(
-        args.out,
-        "gpu",
-        rows,
-        title="The GPU path: host syncs, CUDA graphs, bf16",
-        columns=["check", "case", "result", "detail"],
-        meta=machine(device),
-    )
+    title = "The GPU path: host syncs, CUDA graphs, bf16"
+    write_results(args.out, "gpu", rows, title=title, meta=machine(device))
     return 0 if all(r["result"] == "ok" for r in rows) else 1

@@ -78,30 +78,32 @@ def write_results(
     rows: Sequence[Mapping[str, Any]],
     *,
     title: str,
-    columns: Sequence[str],
+    columns: Sequence[str] | None = None,
     meta: Mapping[str, Any] | None = None,
     notes: str = "",
     digits: int = 2,
 ) -> str:
     """Print and (with `out_dir`) write `<name>.md` and `<name>.csv`; returns the markdown.
 
-    columns: the table's columns, in order (the CSV keeps every key of the rows). meta: what
+    columns: the table's columns, in order (default: every key of the rows, in first-seen
+    order; the CSV keeps every key of the rows whatever the table shows). meta: what
     the whole run shares (machine, dtype, sizes, repetitions); it heads the markdown and is
     appended to every CSV row. notes: a paragraph under the table.
     """
     if not rows:
         raise ValueError(f"rows of benchmark {name!r} must not be empty")
     meta = dict(meta or {})
+    keys = list(dict.fromkeys(k for r in rows for k in r))
     header = "\n".join(f"- {k}: {v}" for k, v in meta.items())
-    text = f"# {title}\n\n{header}\n\n{markdown_table(rows, columns, digits)}\n"
+    table = markdown_table(rows, keys if columns is None else columns, digits)
+    text = f"# {title}\n\n{header}\n\n{table}\n"
     if notes:
         text += f"\n{notes}\n"
     print(text, flush=True)
     if out_dir is not None:
-        keys = list(dict.fromkeys(k for r in rows for k in r))
-        keys += [k for k in meta if k not in keys]
         buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n", restval="")
+        fields = keys + [k for k in meta if k not in keys]
+        writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n", restval="")
         writer.writeheader()
         for r in rows:
             writer.writerow({**meta, **r})

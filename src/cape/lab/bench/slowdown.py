@@ -349,19 +349,15 @@ def main(argv: list[str] | None = None) -> int:
         "slowdown",
         rows,
         title="Slowdown of each encoding vs nopos (CAPE Table 9)",
-        columns=["model", "encoding", "dtype", "length", "median_ms", "iqr_ms", "ratio", "target"],
         meta=meta,
         notes=notes,
         digits=3,
     )
-    table = table9_rows(rows)
-    cells = [k for k in table[0] if k not in ("model", "encoding", "target")]
     write_results(
         args.out,
         "table9",
-        table,
+        table9_rows(rows),
         title="Table 9: fwd+bwd time / nopos time",
-        columns=["model", "encoding", *cells, "target"],
         meta=meta,
         notes=notes,
     )

@@ -189,16 +189,6 @@ def main(argv: list[str] | None = None) -> int:
             args.model, sizes, batch=args.batch or 64, runs=args.runs, device=args.device
         )
         name, x, y = f"throughput-vit-{args.model}", "size", "images_per_s"
-        columns = [
-            "model",
-            "position",
-            "size",
-            "tokens",
-            "batch",
-            "median_ms",
-            "iqr_ms",
-            "images_per_s",
-        ]
         title, xlabel, ylabel = (
             f"ViT-{args.model} inference throughput vs resolution",
             "image size (px)",
@@ -212,22 +202,12 @@ def main(argv: list[str] | None = None) -> int:
             hops, seconds=args.seconds, batch=args.batch or 8, runs=args.runs, device=args.device
         )
         name, x, y = "throughput-asr", "hop_ms", "audio_s_per_s"
-        columns = [
-            "position",
-            "hop_ms",
-            "frames",
-            "model_frames",
-            "batch",
-            "median_ms",
-            "iqr_ms",
-            "audio_s_per_s",
-        ]
         title, xlabel, ylabel = (
             "CTC model throughput vs STFT hop (features + model)",
             "STFT hop (ms)",
             "audio seconds / s",
         )
-    write_results(args.out, name, rows, title=title, columns=columns, meta=meta)
+    write_results(args.out, name, rows, title=title, meta=meta)  # every key of a row: a column
     if args.out is not None:
         _plot(rows, Path(args.out) / f"{name}.png", x, y, title, xlabel, ylabel)
     return 0
