@@ -246,21 +246,17 @@ def run_case(
     enc = case.make(shape[-1]).to(dev).train(case.train)
     params = list(enc.parameters())
 
+    def step(fused: bool, add_to: bool) -> Callable[[], None]:
+        def run() -> None:
+            with fusion(fused):
+                _backward(case.outputs(enc, x, add_to))
+
+        return run
+
     def baseline() -> None:
         _backward([x + table])
 
-    def encoded() -> None:
-        with fusion(False):
-            _backward(case.outputs(enc, x))
-
-    def eager() -> None:
-        with fusion(False):
-            _backward(case.outputs(enc, x, add_to=True))
-
-    def compiled() -> None:
-        with fusion(True):
-            _backward(case.outputs(enc, x, add_to=True))
-
+    encoded, eager, compiled = step(False, False), step(False, True), step(True, True)
     floors = _floor(case, enc, x) if case.floor else []
     before = compiled_calls()
     with fusion(True):  # does a compiled kernel run for this case? (a compiler, a kernel)
@@ -268,7 +264,9 @@ def run_case(
     fuses = compiled_calls() > before
     fns = [baseline, encoded, eager] + ([compiled] if fuses else [])
     timings = time_interleaved(fns + floors, runs=runs, device=dev)
-    base, nan = timings[0].median_ms, float("nan")
+    nan = float("nan")
+    ms = [t.median_ms for t in timings[: len(fns)]] + [nan]  # ms[3]: NaN without a fused path
+    base = ms[0]
     floor = [t.median_ms / base for t in timings[len(fns) :]] + [nan, nan]
     with fusion(False):
         saved = saved_bytes(lambda: case.outputs(enc, x), exclude=[x, *params])
@@ -279,22 +277,20 @@ def run_case(
         shape="x".join(map(str, shape)),
         table_ms=base,
         table_iqr_ms=timings[0].iqr_ms,
-        encoding_ms=timings[1].median_ms,
+        encoding_ms=ms[1],
         encoding_iqr_ms=timings[1].iqr_ms,
-        ratio=timings[1].median_ms / base,
-        eager_ms=timings[2].median_ms,
-        eager_ratio=timings[2].median_ms / base,
-        compiled_ms=timings[3].median_ms if fuses else nan,
+        ratio=ms[1] / base,
+        eager_ms=ms[2],
+        eager_ratio=ms[2] / base,
+        compiled_ms=ms[3],
         compiled_iqr_ms=timings[3].iqr_ms if fuses else nan,
-        compiled_ratio=timings[3].median_ms / base if fuses else nan,
+        compiled_ratio=ms[3] / base,
         saved_mib=saved / 2**20,
         peak_mib=nan if peak is None else peak / 2**20,
         floor_ratio=floor[0],
         compiled_floor_ratio=floor[1] if fuses else nan,
-        target=_verdict(timings[2].median_ms / base, case.target, floor[0]),
-        compiled_target=_verdict(
-            timings[3].median_ms / base if fuses else nan, case.compiled_target, floor[1]
-        ),
+        target=_verdict(ms[2] / base, case.target, floor[0]),
+        compiled_target=_verdict(ms[3] / base, case.compiled_target, floor[1]),
     )
 
 

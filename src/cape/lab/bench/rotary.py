@@ -36,7 +36,7 @@ __all__ = ["rotary_updates", "bias_updates", "run", "main"]
 
 # the shapes the targets are set at: B8 H8 d64 at T 100 and 1000
 DEFAULT = dict(batch=8, heads=8, head_dim=64, lengths=(100, 1000))
-Update = Callable[[], None]
+Update = Callable[[], object]
 
 
 def rotary_updates(
@@ -75,27 +75,13 @@ def bias_updates(name: str, batch: int, heads: int, length: int) -> tuple[Update
     if name == "alibi":
         pos = torch.arange(length, dtype=torch.float32).expand(batch, length).contiguous()
         ours, ref = build("alibi", heads).eval(), AlibiPositionalBias(heads)
-
-        def cape_alibi() -> None:
-            ours(pos)
-
-        def ref_alibi() -> None:
-            ref.forward_custom_pos(pos)
-
-        return cape_alibi, ref_alibi
+        return lambda: ours(pos), lambda: ref.forward_custom_pos(pos)
     if name != "fire":
         raise ValueError(f"name must be 'alibi' or 'fire', got {name!r}")
     fire = build("fire", heads).train()
     dpb = DynamicPositionBias(dim=32, heads=heads, depth=2)
     tokens = torch.arange(length, dtype=torch.float32)[None]  # [1, T]: shared by the batch
-
-    def cape_fire() -> None:
-        fire(tokens).sum().backward()
-
-    def ref_fire() -> None:
-        dpb(length, length).sum().backward()
-
-    return cape_fire, ref_fire
+    return lambda: fire(tokens).sum().backward(), lambda: dpb(length, length).sum().backward()
 
 
 _ROWS = (
