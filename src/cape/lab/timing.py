@@ -8,6 +8,7 @@ machine hits all of them alike; ratios of their medians are then comparable with
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -61,6 +62,11 @@ def time_interleaved(
     return [_summary(s) for s in samples]
 
 
+def _infer(model: Callable[[Any], object], arg: Any) -> object:
+    with torch.inference_mode():
+        return model(arg)
+
+
 def time_models(
     models: Mapping[str, Callable[[Any], object]],
     inputs: Iterable[tuple[Any, Any]],
@@ -74,15 +80,7 @@ def time_models(
     inference mode: (key, name, Timing) by input, then model, in their order."""
     out: list[tuple[Any, str, Timing]] = []
     for key, arg in inputs:
-
-        def call(model: Callable[[Any], object], arg: Any = arg) -> Callable[[], object]:
-            def run() -> object:
-                with torch.inference_mode():
-                    return model(arg)
-
-            return run
-
-        fns = [call(model) for model in models.values()]
+        fns = [functools.partial(_infer, model, arg) for model in models.values()]
         timings = time_interleaved(fns, runs=runs, warmup=warmup, device=device)
         out += [(key, name, t) for name, t in zip(models, timings, strict=True)]
     return out

@@ -194,10 +194,6 @@ def transcribe(
 
 
 # -- reference transcripts and scoring ---------------------------------------------------------
-def _utterance_name(name: str) -> str:
-    return name[: -len(".wav")] if name.endswith(".wav") else name
-
-
 def read_transcripts(path: str | Path) -> dict[str, str]:
     """A TSV of `name<TAB>text` lines -> {name without ".wav": normalised text}, in file order.
 
@@ -225,7 +221,7 @@ def read_transcripts(path: str | Path) -> dict[str, str]:
         if "\t" not in line:
             raise ValueError(f"{where}: expected 'name<TAB>text', found no tab: {line!r}")
         raw, text = line.split("\t", 1)
-        name = _utterance_name(raw.strip())
+        name = raw.strip().removesuffix(".wav")
         if not name:
             raise ValueError(f"{where}: empty name (the WAV file's name before the tab)")
         parts = PurePosixPath(name).parts

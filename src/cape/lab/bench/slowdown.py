@@ -57,7 +57,6 @@ from cape.lab.bench.slowdown_rows import (
     PEERS,
     ROWS,
     BenchRow,
-    check_label,
     describe,
     row_position,
 )
@@ -139,10 +138,9 @@ def build_model(
     """
     if kind not in MODELS:
         raise ValueError(f"kind must be one of {list(MODELS)}, got {kind!r}")
-    check_label(encoding)
+    name, position_options = row_position(encoding, kind, max_length)  # checks the label
     if not isinstance(max_length, int) or max_length < 1:
         raise ValueError(f"max_length must be an int >= 1, got {max_length!r}")
-    name, position_options = row_position(encoding, kind, max_length)
     # the stack's position plan decides: added at the input, or one module in every layer
     options: dict[str, Any] = dict(position=name, position_options=position_options, dropout=0.0)
     if kind == "decoder":
