@@ -22,68 +22,35 @@ GRID = 14
 
 def _properties() -> list[tuple[str, str, str]]:
     rows = []
+
+    def add(name: str, out: torch.Tensor, prop: str) -> None:
+        rows.append((name, str(tuple(out.shape)), prop))
+
     x = torch.randn(4, 50, 64)
     sin = build("sinpos", 64).eval()
     e = sin(positions=torch.arange(0, 300.0).reshape(1, -1))[0]
     dots = torch.stack([(e[n] * e[n + 7]).sum() for n in range(0, 200, 13)])
-    rows.append(
-        ("sinpos", str(tuple(sin(x).shape)), f"E(n).E(n+7) spread over n: {float(dots.std()):.1e}")
-    )
+    add("sinpos", sin(x), f"E(n).E(n+7) spread over n: {float(dots.std()):.1e}")
     cape = build("cape1d", 64, preset="text").train()
     a, b = cape(x), cape(x)
-    rows.append(
-        (
-            "cape1d (text)",
-            str(tuple(a.shape)),
-            f"two train calls differ by {float((a - b).abs().max()):.2f}",
-        )
-    )
+    add("cape1d (text)", a, f"two train calls differ by {float((a - b).abs().max()):.2f}")
     c2 = build("cape2d", 64, preset="image").eval()
     emb = {r: c2(grid=(r, r)) for r in (8, 14, 24)}
-    rows.append(
-        (
-            "cape2d (image)",
-            str(tuple(emb[14].shape)),
-            "corner embedding same at 8/14/24 px grids: "
-            f"{bool(torch.allclose(emb[8][0, 0], emb[24][0, 0], atol=1e-5))}",
-        )
-    )
+    same = bool(torch.allclose(emb[8][0, 0], emb[24][0, 0], atol=1e-5))
+    add("cape2d (image)", emb[14], f"corner embedding same at 8/14/24 px grids: {same}")
     lff = build("lff", 64, pos_dim=2, mlp=False, fourier_dim=64, gamma=0.5)
-    pos = torch.tensor([[[0.0, 0.0], [0.3, 0.4]]])
-    r = lff(positions=pos)[0].detach()
-    rows.append(
-        (
-            "lff (no MLP)",
-            str(tuple(r.shape)),
-            f"r_x.r_y = {float(r[0] @ r[1]):.3f}, kernel "
-            f"{float(F.lff_kernel(torch.tensor(0.25), 0.5)):.3f} (F=64 Monte Carlo)",
-        )
-    )
+    r = lff(positions=torch.tensor([[[0.0, 0.0], [0.3, 0.4]]]))[0].detach()
+    dot, kernel = float(r[0] @ r[1]), float(F.lff_kernel(torch.tensor(0.25), 0.5))
+    add("lff (no MLP)", r, f"r_x.r_y = {dot:.3f}, kernel {kernel:.3f} (F=64 Monte Carlo)")
     ab = build("abspos", 64, num_positions=20)
-    t = torch.arange(0, 45.0).reshape(1, -1)
-    out = ab(positions=t)[0]
-    rows.append(
-        (
-            "abspos",
-            str(tuple(ab(x).shape)),
-            f"E(25) == E(5) (mod-20 rule): {bool(torch.equal(out[25], out[5]))}",
-        )
-    )
+    out = ab(positions=torch.arange(0, 45.0).reshape(1, -1))[0]
+    add("abspos", ab(x), f"E(25) == E(5) (mod-20 rule): {bool(torch.equal(out[25], out[5]))}")
     rel = build("relpos", 16, max_distance=4)
     q = torch.randn(2, 2, 10, 16)
-    rows.append(
-        ("relpos", str(tuple(rel(q, q, q).shape)), "clipped distances |j-i| <= 4 inside attention")
-    )
-    rot = build("rotary", 16)
-    qr, _ = rot(q, q)
-    rows.append(
-        (
-            "rotary",
-            str(tuple(qr.shape)),
-            f"norm kept: {bool(torch.allclose(qr.norm(dim=-1), q.norm(dim=-1), atol=1e-4))}",
-        )
-    )
-    rows.append(("nopos", str(tuple(build("nopos", 64)(x).shape)), "zeros"))
+    add("relpos", rel(q, q, q), "clipped distances |j-i| <= 4 inside attention")
+    qr, _ = build("rotary", 16)(q, q)
+    add("rotary", qr, f"norm kept: {torch.allclose(qr.norm(dim=-1), q.norm(dim=-1), atol=1e-4)}")
+    add("nopos", build("nopos", 64)(x), "zeros")
     return rows
 
 
