@@ -134,6 +134,10 @@ def check_sync(name: str, device: torch.device) -> dict[str, Any]:
     return dict(check="sync", case=name, result=result, detail="")
 
 
+def _verdict(check: str, case: str, ok: bool, detail: str) -> dict[str, Any]:
+    return dict(check=check, case=case, result="ok" if ok else "FAILED", detail=detail)
+
+
 def check_graph_step(device: torch.device, replays: int = 5) -> dict[str, Any]:
     """Capture one AdamW step (fwd, bwd, update) of a 2-layer encoder with CAPE1d; replay it."""
     from cape.build import build
@@ -173,12 +177,7 @@ def check_graph_step(device: torch.device, replays: int = 5) -> dict[str, Any]:
     close = abs(eager - values[-1]) <= 0.5 * abs(values[-1]) + 1e-3
     ok = moved and distinct and close and all(v == v for v in values)
     detail = f"losses {', '.join(f'{v:.4f}' for v in values)}; eager after: {eager:.4f}"
-    return dict(
-        check="graph",
-        case="encoder cape1d AdamW step",
-        result="ok" if ok else "FAILED",
-        detail=detail,
-    )
+    return _verdict("graph", "encoder cape1d AdamW step", ok, detail)
 
 
 def check_bf16(name: str, device: torch.device, rtol: float = 0.05) -> dict[str, Any]:
@@ -196,11 +195,8 @@ def check_bf16(name: str, device: torch.device, rtol: float = 0.05) -> dict[str,
     (l32, g32), (l16, g16) = out
     finite = all(v == v and abs(v) != float("inf") for v in (l16, g16))
     ok = finite and abs(l16 - l32) <= rtol * abs(l32) + 1e-3 and abs(g16 - g32) <= rtol * g32 + 1e-3
-    return dict(
-        check="bf16",
-        case=name,
-        result="ok" if ok else "FAILED",
-        detail=f"loss {l32:.4f} -> {l16:.4f}, grad norm {g32:.4f} -> {g16:.4f}",
+    return _verdict(
+        "bf16", name, ok, f"loss {l32:.4f} -> {l16:.4f}, grad norm {g32:.4f} -> {g16:.4f}"
     )
 
 
@@ -222,12 +218,8 @@ def check_phases(device: torch.device) -> dict[str, Any]:
     omega = enc.frequencies[0].to(device)
     bf16_phase = (pos[0, :, None].bfloat16() * omega.bfloat16()).float()
     off = (torch.sin(bf16_phase) - torch.sin(pos[0, :, None] * omega)).abs().max()
-    return dict(
-        check="bf16 phases",
-        case="cape1d, rotary at positions to 1e4",
-        result="ok" if ok else "FAILED",
-        detail=f"bf16 phases would be off by up to {float(off):.2f} in sin",
-    )
+    detail = f"bf16 phases would be off by up to {float(off):.2f} in sin"
+    return _verdict("bf16 phases", "cape1d, rotary at positions to 1e4", ok, detail)
 
 
 def check_fused(device: torch.device) -> dict[str, Any]:
@@ -252,11 +244,9 @@ def check_fused(device: torch.device) -> dict[str, Any]:
     close = all(torch.allclose(f, e, atol=2e-4, rtol=1e-4) for e, f in zip(*outs, strict=True))
     compiled = calls[0] == 0 and calls[1] >= 4  # eager: none; fused: 1 add + 2 rotations + bwd
     err = max(float((f - e).abs().max()) for e, f in zip(*outs, strict=True))
-    return dict(
-        check="fused",
-        case="cape1d add_to, rotary (compiled vs eager)",
-        result="ok" if close and compiled else "FAILED",
-        detail=f"compiled: {compiled}; max |fused - eager| {err:.2e}",
+    detail = f"compiled: {compiled}; max |fused - eager| {err:.2e}"
+    return _verdict(
+        "fused", "cape1d add_to, rotary (compiled vs eager)", close and compiled, detail
     )
 
 
