@@ -107,19 +107,17 @@ def perplexity(model: Any, tokens: np.ndarray, length: int, max_tokens: int) -> 
     return math.exp(total / count)
 
 
-def _install(model: Any, method: str, context: int, factor: int) -> Any:
-    """cape installed for `method` (module docstring); returns the position hook or None."""
+def _install(model: Any, method: str, context: int, factor: int) -> None:
+    """cape installed for `method` (module docstring)."""
     if method in ("pi", "yarn"):
         head = model.config.hidden_size // model.config.num_attention_heads
         scaling = {"pi": "pi", "yarn": "yarn-hf"}[method]
         extra = {} if method == "pi" else {"train_length": float(context)}
         rotary = cape.Rotary(head, base=10000.0, scaling=scaling, factor=float(factor), **extra)
         hf.install_rotary(model, rotary)
-        return None
-    if method == "cape":
+    elif method == "cape":
         aug = cape.Augmentation(max_local_shift=0.5, max_global_scaling=float(factor))
-        return hf.augment_position_ids(model, aug)
-    return None
+        hf.augment_position_ids(model, aug)  # stays on the model: its handle is not needed
 
 
 def _extend(t: Any, base: Path, method: str, data: dict, args: argparse.Namespace) -> dict:
