@@ -130,8 +130,15 @@ def asr_throughput(
     return rows
 
 
+# the plot of each family: its x and y columns and their labels
+_AXES = {
+    "vit": ("size", "images_per_s", "image size (px)", "images / s"),
+    "asr": ("hop_ms", "audio_s_per_s", "STFT hop (ms)", "audio seconds / s"),
+}
+
+
 def _plot(
-    rows: list[dict[str, Any]], out: Path, x: str, y: str, title: str, xlabel: str, ylabel: str
+    rows: list[dict[str, Any]], out: Path, title: str, x: str, y: str, xlabel: str, ylabel: str
 ) -> None:
     try:
         from cape.lab.viz import plot_curves
@@ -153,7 +160,7 @@ def _numbers(p: argparse.ArgumentParser, flag: str, text: str, kind: type) -> li
 
 def main(argv: list[str] | None = None) -> int:
     p = ArgumentParser(prog="cape bench throughput", description=__doc__)
-    p.add_argument("what", choices=["vit", "asr"], help="which model family")
+    p.add_argument("what", choices=list(_AXES), help="which model family")
     p.add_argument("--model", default="experiment", choices=sorted(VIT_MODELS), help="vit: size")
     p.add_argument("--sizes", default=None, help="vit: comma list of resolutions in px")
     p.add_argument("--hops", default="5,7.5,10,12.5,15,20,25,30", help="asr: STFT hops in ms")
@@ -175,12 +182,8 @@ def main(argv: list[str] | None = None) -> int:
         rows = vit_throughput(
             args.model, sizes, batch=args.batch or 64, runs=args.runs, device=args.device
         )
-        name, x, y = f"throughput-vit-{args.model}", "size", "images_per_s"
-        title, xlabel, ylabel = (
-            f"ViT-{args.model} inference throughput vs resolution",
-            "image size (px)",
-            "images / s",
-        )
+        name = f"throughput-vit-{args.model}"
+        title = f"ViT-{args.model} inference throughput vs resolution"
     else:
         if args.seconds <= 0:
             p.error(f"--seconds must be > 0, got {args.seconds}")
@@ -188,15 +191,10 @@ def main(argv: list[str] | None = None) -> int:
         rows = asr_throughput(
             hops, seconds=args.seconds, batch=args.batch or 8, runs=args.runs, device=args.device
         )
-        name, x, y = "throughput-asr", "hop_ms", "audio_s_per_s"
-        title, xlabel, ylabel = (
-            "CTC model throughput vs STFT hop (features + model)",
-            "STFT hop (ms)",
-            "audio seconds / s",
-        )
+        name, title = "throughput-asr", "CTC model throughput vs STFT hop (features + model)"
     write_results(args.out, name, rows, title=title, meta=meta)  # every key of a row: a column
     if args.out is not None:
-        _plot(rows, Path(args.out) / f"{name}.png", x, y, title, xlabel, ylabel)
+        _plot(rows, Path(args.out) / f"{name}.png", title, *_AXES[args.what])
     return 0
 
 
