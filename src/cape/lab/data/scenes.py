@@ -30,9 +30,9 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from cape._checks import check_float, check_int
-from cape.lab.data.cache import building, remove_leftovers
+from cape.lab.data.cache import building, remove_leftovers, whole_npz
 from cape.lab.data.settings import Settings
-from cape.lab.io import atomic_write, set_aside, zip_problem
+from cape.lab.io import atomic_write, zip_problem
 from cape.lab.progress import progress
 
 __all__ = [
@@ -252,17 +252,12 @@ def make_scenes(
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     check_int("count", count, minimum=0)
     check_int("seed", seed, minimum=0)
-    s = SceneSettings() if settings is None else settings
-    if not isinstance(s, SceneSettings):
-        raise TypeError(f"settings must be a SceneSettings or None, got {type(s).__name__}")
+    s = SceneSettings.resolve(settings, {})
     path = _path(Path(root), split, count, seed, s)
     if path.exists() and zip_problem(path) is None:
         return _read(path)
     with building(path):
-        problem = zip_problem(path) if path.exists() else "absent"
-        if problem is not None:  # another process may have made it while this one waited
-            if path.exists():
-                set_aside(path, f"{path} is damaged ({problem}); it is rendered again")
+        if not whole_npz(path):  # another process may have made it while this one waited
             remove_leftovers(path.parent, path.name)
             arrays = _render_all(split, count, seed, s)
             atomic_write(path, lambda tmp: np.savez_compressed(tmp, **arrays))
