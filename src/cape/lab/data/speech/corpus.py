@@ -44,7 +44,7 @@ from cape.lab.data.speech.synth import (
 from cape.lab.data.speech.utterance_files import _crc32, _make_one
 from cape.lab.data.text.sentences import TEXT_SOURCES, source_sentences
 from cape.lab.errors import DamagedFile, DiskFull
-from cape.lab.io import atomic_write, read_json, set_aside, write_json
+from cape.lab.io import read_json, set_aside, write_json, write_text
 from cape.lab.progress import progress as progress_bar  # `progress` names the on/off flag here
 
 __all__ = [
@@ -215,8 +215,7 @@ def _make(root: Path, plan: dict[str, list[UtteranceParams]], workers: int, prog
         raise CorpusError(failures)
     for split in SPEECH_SPLITS:
         lines = [json.dumps(records[(split, p.name)], sort_keys=True) for p in plan[split]]
-        body = "".join(line + "\n" for line in lines)
-        atomic_write(root / f"{split}.jsonl", lambda tmp, b=body: Path(tmp).write_text(b, "utf-8"))
+        write_text(root / f"{split}.jsonl", "".join(line + "\n" for line in lines))
     return summary
 
 
