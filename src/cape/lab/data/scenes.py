@@ -215,18 +215,14 @@ def _path(root: Path, split: str, count: int, seed: int, s: SceneSettings) -> Pa
 
 
 def _render_all(split: str, count: int, seed: int, s: SceneSettings) -> dict[str, np.ndarray]:
-    images, boxes, labels, counts = [], [], [], []
-    for i in progress(range(count), total=count, desc=f"scenes {split}", unit="img"):
-        image, b, lab = render_scene(scene_seed(split, i, seed), s)
-        images.append(image)
-        boxes.append(b)
-        labels.append(lab)
-        counts.append(len(lab))
-    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    bar = progress(range(count), total=count, desc=f"scenes {split}", unit="img")
+    scenes = [render_scene(scene_seed(split, i, seed), s) for i in bar]
+    images, boxes, labels = zip(*scenes, strict=True) if scenes else ((), (), ())
+    offsets = np.concatenate([[0], np.cumsum([len(lab) for lab in labels])]).astype(np.int64)
     return {
-        "images": np.stack(images) if images else np.zeros((0, s.size, s.size, 3), np.uint8),
-        "boxes": np.concatenate(boxes) if boxes else np.zeros((0, 4), np.float32),
-        "labels": np.concatenate(labels) if labels else np.zeros(0, np.int64),
+        "images": np.stack(images) if count else np.zeros((0, s.size, s.size, 3), np.uint8),
+        "boxes": np.concatenate(boxes) if count else np.zeros((0, 4), np.float32),
+        "labels": np.concatenate(labels) if count else np.zeros(0, np.int64),
         "offsets": offsets,
         "seeds": np.arange(count, dtype=np.int64),
     }

@@ -145,12 +145,6 @@ def _savez(path: Path, **arrays: np.ndarray) -> None:
     atomic_write(path, lambda tmp: np.savez_compressed(tmp, **arrays))
 
 
-def _render_one(task: str, seed: int, fonts: list[str], side: int) -> tuple[np.ndarray, int]:
-    if task == "relations":
-        return render_relation(seed, fonts, side)
-    return render_sample(seed, fonts, side)
-
-
 def _render_shard(
     seeds: np.ndarray,
     fonts: list[str],
@@ -160,13 +154,10 @@ def _render_shard(
     out: str,
     task: str = "chars",
 ) -> int:
-    images, labels = [], []
-    for s in seeds.tolist():
-        side = size if size is not None else _native_size(s, low, high)
-        image, label = _render_one(task, s, fonts, side)
-        images.append(image)
-        labels.append(label)
-    labels_arr = np.asarray(labels, dtype=np.int64)
+    render = render_relation if task == "relations" else render_sample
+    rendered = [render(s, fonts, size or _native_size(s, low, high)) for s in seeds.tolist()]
+    images = [image for image, _ in rendered]
+    labels_arr = np.asarray([label for _, label in rendered], dtype=np.int64)
     seeds_arr = np.asarray(seeds, dtype=np.int64)
     if size is not None:
         stack = np.stack(images) if images else np.zeros((0, size, size, 3), np.uint8)
