@@ -350,14 +350,9 @@ class BoxDataset(Dataset):
     "mask": [B, N] bool, "query": [B], "question": [B], "answer": [B]}."""
 
     def __init__(self, screens: Screens) -> None:
-        self.tensors = {
-            "positions": torch.from_numpy(screens.positions()),
-            "types": torch.from_numpy(screens.types),
-            "mask": torch.from_numpy(screens.mask),
-            "query": torch.from_numpy(screens.query),
-            "question": torch.from_numpy(screens.question),
-            "answer": torch.from_numpy(screens.answer),
-        }
+        self.tensors = {"positions": torch.from_numpy(screens.positions())}
+        for key in ("types", "mask", "query", "question", "answer"):
+            self.tensors[key] = torch.from_numpy(getattr(screens, key))
 
     def __len__(self) -> int:
         return len(self.tensors["answer"])

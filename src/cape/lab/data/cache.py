@@ -14,31 +14,26 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import shutil
+import multiprocessing
 from collections.abc import Iterator
 from pathlib import Path
 
-from cape.lab.io import leftover_temporaries
+from cape.lab.io import leftover_temporaries, set_aside, zip_problem
 
-__all__ = ["building", "lock_path", "remove_leftovers"]
+__all__ = ["building", "fork_context", "remove_leftovers", "whole_npz"]
 
 _log = logging.getLogger(__name__)
-
-
-def lock_path(entry: str | Path, *, folder: bool = False) -> Path:
-    """The lock file of cache `entry`: `<entry>.lock` beside a file, `<entry>/.lock` inside a
-    folder entry (a corpus root)."""
-    entry = Path(entry)
-    return entry / ".lock" if folder else entry.with_name(entry.name + ".lock")
 
 
 @contextlib.contextmanager
 def building(entry: str | Path, *, folder: bool = False) -> Iterator[None]:
     """Hold the build lock of cache `entry` for the duration (waiting, with one log line, while
-    another process builds it). Re-check the entry inside: the other process may have made it."""
+    another process builds it). Re-check the entry inside: the other process may have made it.
+    The lock is `<entry>.lock` beside a file, `<entry>/.lock` inside a folder entry."""
     from filelock import FileLock, Timeout
 
-    path = lock_path(entry, folder=folder)
+    entry = Path(entry)
+    path = entry / ".lock" if folder else entry.with_name(entry.name + ".lock")
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(path))
     try:
@@ -71,6 +66,19 @@ def remove_leftovers(
     return removed
 
 
-def remove_tree(path: str | Path) -> None:
-    """Remove folder `path` (a finished build's shards); call it only while holding the lock."""
-    shutil.rmtree(path, ignore_errors=True)
+def whole_npz(path: Path) -> bool:
+    """Whether `path` holds a whole .npz; a damaged one (cut short, garbled) is set aside with
+    a warning naming it, to be rendered again (call it only while holding the entry's lock)."""
+    if not path.exists():
+        return False
+    problem = zip_problem(path)
+    if problem is not None:
+        set_aside(path, f"{path} is damaged ({problem}); it is rendered again")
+    return problem is None
+
+
+def fork_context() -> multiprocessing.context.BaseContext:
+    """The start method of the builders' worker pools: fork where the platform has it (workers
+    start at once, scripts need no `if __name__ == "__main__"` guard), else spawn."""
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("fork" if "fork" in methods else "spawn")

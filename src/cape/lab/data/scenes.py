@@ -30,9 +30,9 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from cape._checks import check_float, check_int
-from cape.lab.data.cache import building, remove_leftovers
+from cape.lab.data.cache import building, remove_leftovers, whole_npz
 from cape.lab.data.settings import Settings
-from cape.lab.io import atomic_write, set_aside, zip_problem
+from cape.lab.io import atomic_write, zip_problem
 from cape.lab.progress import progress
 
 __all__ = [
@@ -215,18 +215,14 @@ def _path(root: Path, split: str, count: int, seed: int, s: SceneSettings) -> Pa
 
 
 def _render_all(split: str, count: int, seed: int, s: SceneSettings) -> dict[str, np.ndarray]:
-    images, boxes, labels, counts = [], [], [], []
-    for i in progress(range(count), total=count, desc=f"scenes {split}", unit="img"):
-        image, b, lab = render_scene(scene_seed(split, i, seed), s)
-        images.append(image)
-        boxes.append(b)
-        labels.append(lab)
-        counts.append(len(lab))
-    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    bar = progress(range(count), total=count, desc=f"scenes {split}", unit="img")
+    scenes = [render_scene(scene_seed(split, i, seed), s) for i in bar]
+    images, boxes, labels = zip(*scenes, strict=True) if scenes else ((), (), ())
+    offsets = np.concatenate([[0], np.cumsum([len(lab) for lab in labels])]).astype(np.int64)
     return {
-        "images": np.stack(images) if images else np.zeros((0, s.size, s.size, 3), np.uint8),
-        "boxes": np.concatenate(boxes) if boxes else np.zeros((0, 4), np.float32),
-        "labels": np.concatenate(labels) if labels else np.zeros(0, np.int64),
+        "images": np.stack(images) if count else np.zeros((0, s.size, s.size, 3), np.uint8),
+        "boxes": np.concatenate(boxes) if count else np.zeros((0, 4), np.float32),
+        "labels": np.concatenate(labels) if count else np.zeros(0, np.int64),
         "offsets": offsets,
         "seeds": np.arange(count, dtype=np.int64),
     }
@@ -252,17 +248,12 @@ def make_scenes(
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     check_int("count", count, minimum=0)
     check_int("seed", seed, minimum=0)
-    s = SceneSettings() if settings is None else settings
-    if not isinstance(s, SceneSettings):
-        raise TypeError(f"settings must be a SceneSettings or None, got {type(s).__name__}")
+    s = SceneSettings.resolve(settings, {})
     path = _path(Path(root), split, count, seed, s)
     if path.exists() and zip_problem(path) is None:
         return _read(path)
     with building(path):
-        problem = zip_problem(path) if path.exists() else "absent"
-        if problem is not None:  # another process may have made it while this one waited
-            if path.exists():
-                set_aside(path, f"{path} is damaged ({problem}); it is rendered again")
+        if not whole_npz(path):  # another process may have made it while this one waited
             remove_leftovers(path.parent, path.name)
             arrays = _render_all(split, count, seed, s)
             atomic_write(path, lambda tmp: np.savez_compressed(tmp, **arrays))

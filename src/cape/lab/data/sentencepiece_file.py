@@ -1,13 +1,16 @@
 """What the lab's two SentencePiece tokenizers share (`cape.lab.data.translation.bpe.Tokenizer`,
 `cape.lab.data.text_corpus.tokenizers.BpeTokenizer`): the optional import, the model loaded
-from its file, and pickling by path (each DataLoader worker loads the model again)."""
+from its file, pickling by path (each DataLoader worker loads the model again), and the
+deterministic training both use (`train_model`)."""
 
 from __future__ import annotations
 
+import io
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, ClassVar
 
-__all__ = ["sentencepiece_module", "SentencePieceFile"]
+__all__ = ["sentencepiece_module", "SentencePieceFile", "train_model"]
 
 
 def sentencepiece_module(user: str) -> Any:
@@ -17,6 +20,24 @@ def sentencepiece_module(user: str) -> Any:
     except ImportError as e:
         raise ImportError(f"{user} needs sentencepiece: pip install 'cape[translation]'") from e
     return sentencepiece
+
+
+def train_model(user: str, sentences: Iterable[str], **options: Any) -> bytes:
+    """A SentencePiece BPE model (its serialized bytes) trained on `sentences` with `options`
+    (vocab_size, the ids, ...). Deterministic: every sentence used in order (no sampling, no
+    shuffling) on one thread, from memory to memory, so no file name ends up in the model."""
+    model = io.BytesIO()
+    sentencepiece_module(user).SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences),
+        model_writer=model,
+        model_type="bpe",
+        input_sentence_size=0,
+        shuffle_input_sentence=False,
+        num_threads=1,
+        minloglevel=2,
+        **options,
+    )
+    return model.getvalue()
 
 
 class SentencePieceFile:

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import multiprocessing
 import os
+import shutil
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -28,11 +28,11 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from cape.lab.data.cache import building, remove_leftovers, remove_tree
+from cape.lab.data.cache import building, fork_context, remove_leftovers, whole_npz
 from cape.lab.data.images.fonts import CHARSET, FontSplit, font_split
 from cape.lab.data.images.glyphs import CANVAS, contrasting_colours, finish, glyph_mask
 from cape.lab.data.images.relations import render_relation
-from cape.lab.io import atomic_write, set_aside, zip_problem
+from cape.lab.io import atomic_write, zip_problem
 from cape.lab.progress import progress
 
 __all__ = [
@@ -145,12 +145,6 @@ def _savez(path: Path, **arrays: np.ndarray) -> None:
     atomic_write(path, lambda tmp: np.savez_compressed(tmp, **arrays))
 
 
-def _render_one(task: str, seed: int, fonts: list[str], side: int) -> tuple[np.ndarray, int]:
-    if task == "relations":
-        return render_relation(seed, fonts, side)
-    return render_sample(seed, fonts, side)
-
-
 def _render_shard(
     seeds: np.ndarray,
     fonts: list[str],
@@ -160,13 +154,10 @@ def _render_shard(
     out: str,
     task: str = "chars",
 ) -> int:
-    images, labels = [], []
-    for s in seeds.tolist():
-        side = size if size is not None else _native_size(s, low, high)
-        image, label = _render_one(task, s, fonts, side)
-        images.append(image)
-        labels.append(label)
-    labels_arr = np.asarray(labels, dtype=np.int64)
+    render = render_relation if task == "relations" else render_sample
+    rendered = [render(s, fonts, size or _native_size(s, low, high)) for s in seeds.tolist()]
+    images = [image for image, _ in rendered]
+    labels_arr = np.asarray([label for _, label in rendered], dtype=np.int64)
     seeds_arr = np.asarray(seeds, dtype=np.int64)
     if size is not None:
         stack = np.stack(images) if images else np.zeros((0, size, size, 3), np.uint8)
@@ -178,23 +169,6 @@ def _render_shard(
         )
         _savez(Path(out), pixels=pixels, sizes=sizes, labels=labels_arr, seeds=seeds_arr)
     return len(seeds)
-
-
-def _whole(path: Path) -> bool:
-    """Whether `path` holds a whole .npz; a damaged one (cut short, garbled) is set aside with
-    a warning naming it, to be rendered again."""
-    if not path.exists():
-        return False
-    problem = zip_problem(path)
-    if problem is not None:
-        set_aside(path, f"{path} is damaged ({problem}); it is rendered again")
-    return problem is None
-
-
-def _pool(workers: int) -> ProcessPoolExecutor:
-    methods = multiprocessing.get_all_start_methods()
-    ctx = multiprocessing.get_context("fork" if "fork" in methods else None)
-    return ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
 
 
 def _generate(
@@ -222,13 +196,13 @@ def _generate(
     if whole and (keep_shards or not shard_dir.exists()):
         return path  # made before: read it without waiting for any lock
     with building(path):
-        if not _whole(path):  # a damaged file is set aside (only the lock's holder does that)
+        if not whole_npz(path):  # a damaged file is set aside (only the lock's holder does that)
             remove_leftovers(path.parent, path.name)
             shards = _shard_jobs(shard_dir, seeds, shard_size)
             _render_shards(shards, fonts, size, low, high, workers, desc, task)
             _merge_shards(path, shards, size)
         if not keep_shards:  # also what a builder killed after its merge left behind
-            remove_tree(shard_dir)
+            shutil.rmtree(shard_dir, ignore_errors=True)
     return path
 
 
@@ -256,7 +230,7 @@ def _render_shards(
 ) -> None:
     """Render the shards of `jobs` that are not whole on disk (the others are kept)."""
     font_strs = [str(p) for p in fonts]
-    todo = [(p, s) for p, s in jobs if not _whole(p)]
+    todo = [(p, s) for p, s in jobs if not whole_npz(p)]
     total = sum(len(s) for _, s in jobs)
     bar = progress(total=total, desc=desc, unit="img")
     bar.update(total - sum(len(s) for _, s in todo))
@@ -265,7 +239,7 @@ def _render_shards(
             for p, s in todo:
                 bar.update(_render_shard(s, font_strs, size, low, high, str(p), task))
         else:
-            with _pool(min(workers, len(todo))) as ex:
+            with ProcessPoolExecutor(min(workers, len(todo)), mp_context=fork_context()) as ex:
                 futures = [
                     ex.submit(_render_shard, s, font_strs, size, low, high, str(p), task)
                     for p, s in todo

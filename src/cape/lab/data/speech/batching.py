@@ -376,9 +376,7 @@ def padded_features(
     ]
     counts = torch.tensor([f.shape[0] for f in feats], dtype=torch.int64)
     frames = int(counts.max())
-    out = feats[0].new_zeros((batch, frames, feats[0].shape[1]))
-    for b, f in enumerate(feats):
-        out[b, : f.shape[0]] = f
+    out = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True)  # 0 past each length
     hop_s = torch.full((batch,), hop / sample_rate, dtype=torch.float32)
     index = torch.arange(frames)[None].expand(batch, frames)
     times = _frame_times(index, hop_s, offset)

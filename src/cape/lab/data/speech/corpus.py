@@ -23,13 +23,12 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import multiprocessing
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from cape._checks import check_choice, check_int
 from cape.lab.arguments import ArgumentParser, check_out_folder, report_error
-from cape.lab.data.cache import building, remove_leftovers
+from cape.lab.data.cache import building, fork_context, remove_leftovers
 from cape.lab.data.settings import check_made_with
 from cape.lab.data.speech.audio import read_wav
 from cape.lab.data.speech.synth import (
@@ -45,7 +44,7 @@ from cape.lab.data.speech.synth import (
 from cape.lab.data.speech.utterance_files import _crc32, _make_one
 from cape.lab.data.text.sentences import TEXT_SOURCES, source_sentences
 from cape.lab.errors import DamagedFile, DiskFull
-from cape.lab.io import atomic_write, read_json, set_aside, write_json
+from cape.lab.io import read_json, set_aside, write_json, write_text
 from cape.lab.progress import progress as progress_bar  # `progress` names the on/off flag here
 
 __all__ = [
@@ -106,13 +105,6 @@ def _check_config(root: Path, config: dict) -> None:
         check_made_with(root, "corpus", old, config, set(old) | set(config))
     else:
         write_json(path, config)
-
-
-def _pool_context():
-    # fork: workers start at once and scripts need no `if __name__ == "__main__"` guard; they use
-    # neither torch nor BLAS threads, and get_espeak() starts afresh in each of them
-    methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
 
 
 def make_speech_corpus(
@@ -214,7 +206,8 @@ def _make(root: Path, plan: dict[str, list[UtteranceParams]], workers: int, prog
         if workers == 1:
             gather((job, functools.partial(_make_one, job)) for job in jobs)
         else:
-            with _pool_context().Pool(workers) as pool:
+            # forked workers use neither torch nor BLAS threads; get_espeak() starts afresh in each
+            with fork_context().Pool(workers) as pool:
                 gather([(job, pool.apply_async(_make_one, (job,)).get) for job in jobs])
     finally:
         bar.close()
@@ -222,8 +215,7 @@ def _make(root: Path, plan: dict[str, list[UtteranceParams]], workers: int, prog
         raise CorpusError(failures)
     for split in SPEECH_SPLITS:
         lines = [json.dumps(records[(split, p.name)], sort_keys=True) for p in plan[split]]
-        body = "".join(line + "\n" for line in lines)
-        atomic_write(root / f"{split}.jsonl", lambda tmp, b=body: Path(tmp).write_text(b, "utf-8"))
+        write_text(root / f"{split}.jsonl", "".join(line + "\n" for line in lines))
     return summary
 
 

@@ -107,10 +107,6 @@ class UtteranceParams:
         return asdict(self)
 
 
-def _rng(seed: int, split: str, bin_index: int, index: int) -> np.random.Generator:
-    return np.random.default_rng([seed, _SPLIT_ID[split], bin_index, index])
-
-
 def utterance_params(
     seed: int,
     split: str,
@@ -141,7 +137,8 @@ def utterance_params(
         if bin_index is not None:
             raise ValueError(f"bin_index must be None for split {split!r}, got {bin_index!r}")
         lo, hi, label, name = 0.0, MAX_TRAIN_SECONDS, None, f"{index:06d}"
-    rng = _rng(seed, split, len(DURATION_BINS) if bin_index is None else bin_index, index)
+    bin_id = len(DURATION_BINS) if bin_index is None else bin_index
+    rng = np.random.default_rng([seed, _SPLIT_ID[split], bin_id, index])
     voices = HELDOUT_VOICES if split == "test_unseen_voices" else TRAIN_VOICES
     snr = None if snr_db is None else round(float(rng.uniform(*snr_db)), 2)
     noise = NOISE_KINDS[int(rng.integers(len(NOISE_KINDS)))]

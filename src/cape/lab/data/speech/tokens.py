@@ -19,6 +19,7 @@ probabilities of all paths of a labelling, kept to `beam_width` prefixes per fra
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 
@@ -104,13 +105,7 @@ def decode(ids: torch.Tensor | np.ndarray | Sequence[int]) -> str:
 
 def ctc_collapse(path: torch.Tensor | np.ndarray | Sequence[int]) -> list[int]:
     """A CTC frame path [T] -> its labelling: merge runs of equal ids, then drop blanks."""
-    out: list[int] = []
-    prev = None
-    for i in _as_id_list("path", path):
-        if i != prev and i != BLANK:
-            out.append(i)
-        prev = i
-    return out
+    return [i for i, _ in itertools.groupby(_as_id_list("path", path)) if i != BLANK]
 
 
 def _check_scores(log_probs: torch.Tensor, lengths: torch.Tensor | None) -> torch.Tensor:

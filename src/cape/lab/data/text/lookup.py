@@ -73,10 +73,6 @@ def lookup_targets(tokens: torch.Tensor, mask: torch.Tensor, offset: int) -> tor
     return torch.where(mask, targets, IGNORE)
 
 
-def _lengths(n: int, min_len: int, max_len: int, generator: torch.Generator) -> torch.Tensor:
-    return torch.randint(min_len, max_len + 1, (n,), generator=generator)
-
-
 def make_set(
     n: int,
     min_len: int,
@@ -92,7 +88,7 @@ def make_set(
     check_int("vocab", vocab, minimum=2)
     check_int("min_len", min_len, minimum=offset + 1)  # every sequence has a scored token
     check_int("max_len", max_len, minimum=min_len)
-    lengths = _lengths(n, min_len, max_len, generator)
+    lengths = torch.randint(min_len, max_len + 1, (n,), generator=generator)
     mask = torch.arange(max_len)[None] < lengths[:, None]  # [N, T]
     tokens = torch.randint(vocab, (n, max_len), generator=generator) * mask  # 0 at padding
     return LookupSet(tokens, mask, lookup_targets(tokens, mask, offset))

@@ -15,13 +15,12 @@ holds the ids (uint8 up to 256, uint16 up to 65536). Needs `sentencepiece` for B
 
 from __future__ import annotations
 
-import io
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
 
-from cape.lab.data.sentencepiece_file import SentencePieceFile, sentencepiece_module
+from cape.lab.data.sentencepiece_file import SentencePieceFile, train_model
 from cape.lab.errors import UsageError
 
 __all__ = ["BpeTokenizer", "ByteTokenizer", "MIN_BPE_VOCAB", "dtype_for", "train_bpe_model"]
@@ -59,18 +58,15 @@ class ByteTokenizer:
 
 def train_bpe_model(texts: Sequence[str], vocab_size: int) -> bytes:
     """A SentencePiece BPE model (its serialized bytes) of `vocab_size` pieces trained on
-    `texts` (one document each, in order; pass the train split only). Deterministic: every
-    document used in order on one thread, trained from memory. UsageError naming --vocab when
-    it is below `MIN_BPE_VOCAB` or more than the text allows."""
+    `texts` (one document each, in order; pass the train split only), deterministically
+    (`train_model`). UsageError naming --vocab when it is below `MIN_BPE_VOCAB` or more than
+    the text allows."""
     if vocab_size < MIN_BPE_VOCAB:
         raise UsageError(f"--vocab must be at least {MIN_BPE_VOCAB} for bpe, got {vocab_size}")
-    spm = sentencepiece_module(BpeTokenizer.user)
-    model = io.BytesIO()
     try:
-        spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(texts),
-            model_writer=model,
-            model_type="bpe",
+        return train_model(
+            BpeTokenizer.user,
+            texts,
             vocab_size=vocab_size,
             character_coverage=1.0,
             byte_fallback=True,
@@ -83,15 +79,10 @@ def train_bpe_model(texts: Sequence[str], vocab_size: int) -> bytes:
             eos_piece=EOD,
             bos_id=-1,
             pad_id=-1,
-            input_sentence_size=0,
-            shuffle_input_sentence=False,
-            num_threads=1,
             max_sentence_length=max((len(t.encode("utf-8")) for t in texts), default=0) + 1,
-            minloglevel=2,
         )
     except RuntimeError as e:  # "Vocabulary size is too large ..." and the like
         raise UsageError(f"--vocab {vocab_size} does not fit this train split: {e}") from None
-    return model.getvalue()
 
 
 class BpeTokenizer(SentencePieceFile):

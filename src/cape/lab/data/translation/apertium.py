@@ -195,12 +195,15 @@ def _chunks(n: int, chunk: int) -> list[range]:
     return [range(i, min(i + chunk, n)) for i in range(0, n, chunk)]
 
 
-def _run_parallel(jobs: list[Callable[[], None]], workers: int, progress: bool, desc: str) -> None:
-    if not jobs:
+def _run_parallel(
+    run: Callable[[int], None], chunks: Sequence[int], workers: int, progress: bool
+) -> None:
+    """`run(i)` for every chunk index i of `chunks`, `workers` Apertium calls at a time."""
+    if not chunks:
         return
-    with ThreadPoolExecutor(max(1, min(workers, len(jobs)))) as pool:
-        futures = [pool.submit(job) for job in jobs]
-        for future in progress_bar(futures, desc=desc, unit="chunk", enabled=progress):
+    with ThreadPoolExecutor(max(1, min(workers, len(chunks)))) as pool:
+        futures = [pool.submit(run, i) for i in chunks]
+        for future in progress_bar(futures, desc="apertium", unit="chunk", enabled=progress):
             future.result()
 
 
@@ -217,14 +220,10 @@ def translate_apertium(
     ranges = _chunks(len(sentences), chunk)
     results: list[list[str]] = [[] for _ in ranges]
 
-    def job(i: int) -> Callable[[], None]:
-        def run() -> None:
-            r = ranges[i]
-            results[i] = _translate_chunk(
-                sentences[r.start : r.stop], f"chunk {i} ({r.start}-{r.stop - 1})"
-            )
+    def run(i: int) -> None:
+        r = ranges[i]
+        name = f"chunk {i} ({r.start}-{r.stop - 1})"
+        results[i] = _translate_chunk(sentences[r.start : r.stop], name)
 
-        return run
-
-    _run_parallel([job(i) for i in range(len(ranges))], workers, progress, "apertium")
+    _run_parallel(run, range(len(ranges)), workers, progress)
     return [t for part in results for t in part]

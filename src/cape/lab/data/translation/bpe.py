@@ -9,14 +9,17 @@ cape[translation]`).
 
 from __future__ import annotations
 
-import io
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from cape._checks import check_float, check_int
 from cape.lab.data.cache import building, remove_leftovers
-from cape.lab.data.sentencepiece_file import SentencePieceFile, sentencepiece_module
-from cape.lab.io import atomic_write
+from cape.lab.data.sentencepiece_file import (
+    SentencePieceFile,
+    sentencepiece_module,
+    train_model,
+)
+from cape.lab.io import atomic_write, write_text
 
 __all__ = ["BOS_ID", "EOS_ID", "PAD_ID", "UNK_ID", "Tokenizer", "bpe_path", "train_bpe"]
 
@@ -80,31 +83,23 @@ def _train(
     """Train the model and write its .vocab, then its .model (the lock held)."""
     from cape.lab.data.translation.corpus import load_pairs
 
-    spm = sentencepiece_module(Tokenizer.user)
     lines = [side for split in splits for pair in load_pairs(root, split) for side in pair]
-    model = io.BytesIO()  # from memory to memory: no temporary path ends up in the model
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(lines),
-        model_writer=model,
-        model_type="bpe",
+    proto = train_model(
+        Tokenizer.user,
+        lines,
         vocab_size=vocab_size,
         character_coverage=character_coverage,
         pad_id=PAD_ID,
         unk_id=UNK_ID,
         bos_id=BOS_ID,
         eos_id=EOS_ID,
-        input_sentence_size=0,
-        shuffle_input_sentence=False,
-        num_threads=1,
         max_sentence_length=1 << 16,
-        minloglevel=2,
     )
-    proto = model.getvalue()
-    sp = spm.SentencePieceProcessor(model_proto=proto)
+    sp = sentencepiece_module(Tokenizer.user).SentencePieceProcessor(model_proto=proto)
     vocab = "".join(
         f"{sp.id_to_piece(i)}\t{sp.get_score(i) + 0.0:g}\n" for i in range(sp.get_piece_size())
     )
-    atomic_write(path.with_suffix(".vocab"), lambda tmp: Path(tmp).write_text(vocab, "utf-8"))
+    write_text(path.with_suffix(".vocab"), vocab)
     atomic_write(path, lambda tmp: Path(tmp).write_bytes(proto))
 
 

@@ -26,7 +26,7 @@ import logging
 import random
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 
 from cape._checks import check_choice, check_int
@@ -47,7 +47,7 @@ from cape.lab.data.translation.apertium import (
     translate_apertium,
 )
 from cape.lab.errors import DamagedFile
-from cape.lab.io import atomic_write, read_json, set_aside, write_json
+from cape.lab.io import read_json, set_aside, write_json, write_text
 
 __all__ = [
     "CorpusError",
@@ -82,9 +82,8 @@ def split_names(max_train_words: int = 20) -> list[str]:
     return ["train", "val", "test", *(b[0] for b in long_buckets(max_train_words)), "stacked"]
 
 
-def _write_text(path: Path, lines: Sequence[str]) -> None:
-    body = "".join(line + "\n" for line in lines)
-    atomic_write(path, lambda tmp: Path(tmp).write_text(body, encoding="utf-8"))
+def _write_tsv(path: Path, pairs: Iterable[tuple[str, str]]) -> None:
+    write_text(path, "".join(f"{src}\t{tgt}\n" for src, tgt in pairs))
 
 
 def _read_tsv(path: Path) -> list[tuple[str, str]]:
@@ -134,17 +133,14 @@ def _translate_cached(
         else:
             stats["kept"] += 1
 
-    def job(i: int) -> Callable[[], None]:
-        def run() -> None:
-            path = root / "chunks" / f"{i:05d}.tsv"
-            src = [_one_line(s) for s in sentences[ranges[i].start : ranges[i].stop]]
-            tgt = _translate_chunk(src, str(path))
-            _write_text(path, [f"{s}\t{t}" for s, t in zip(src, tgt, strict=True)])
-            results[i] = tgt
+    def run(i: int) -> None:
+        path = root / "chunks" / f"{i:05d}.tsv"
+        src = [_one_line(s) for s in sentences[ranges[i].start : ranges[i].stop]]
+        tgt = _translate_chunk(src, str(path))
+        _write_tsv(path, zip(src, tgt, strict=True))
+        results[i] = tgt
 
-        return run
-
-    _run_parallel([job(i) for i in todo], workers, progress, "apertium")
+    _run_parallel(run, todo, workers, progress)
     return [t for part in results for t in (part or [])], stats
 
 
@@ -287,7 +283,7 @@ def _build(root: Path, settings: dict, *, chunk: int, workers: int, progress: bo
     pairs, dup, ratio = _clean_pairs(english, spanish)
     splits = _split(pairs, settings)
     for name, split_pairs in splits.items():
-        _write_text(root / f"{name}.tsv", [f"{s}\t{t}" for s, t in split_pairs])
+        _write_tsv(root / f"{name}.tsv", split_pairs)
     train = splits["train"]
     version = subprocess.run(["apertium", "-V"], capture_output=True, text=True).stdout.strip()
     manifest = {
