@@ -107,11 +107,6 @@ def _mean_std(cell: Cell) -> tuple[float, float]:
     return mean, 0.0
 
 
-def _nan_float(v: Any) -> float:
-    """A cell value as a float; None (NaN after a JSON round trip) reads as NaN."""
-    return float("nan") if v is None else float(v)
-
-
 def _order(seen: list[Any], order: Sequence[Any] | None) -> list[Any]:
     """`order`'s values that occur, then the others in first-appearance order."""
     if order is None:
@@ -234,7 +229,8 @@ def _curves_figure(
         ys, err = zip(*(_mean_std(c) for _, c in points), strict=True)
         color = _line(ax, i, str(s), xs, ys)
         if band is not None:
-            lo, hi = ([_nan_float(c[k]) for _, c in points] for k in band)
+            # None: NaN after a JSON round trip
+            lo, hi = ([np.nan if c[k] is None else float(c[k]) for _, c in points] for k in band)
             ax.fill_between(xs, lo, hi, color=color, alpha=0.2, linewidth=0)
         elif any(e > 0 for e in err):
             ax.errorbar(xs, ys, yerr=err, fmt="none", ecolor=color, capsize=3, elinewidth=1)

@@ -113,13 +113,11 @@ def format_records(records: list[dict[str, Any]]) -> str:
     head = "| size | seen | method | " + " | ".join(METRICS) + " |"
     lines = [head, "|" + "---|" * (3 + len(METRICS))]
     for r in records:
-        cells = " | ".join("–" if _nan(r[k]) else f"{r[k]:.1f}" for k in METRICS)
+        cells = " | ".join(
+            "–" if r[k] is None or math.isnan(r[k]) else f"{r[k]:.1f}" for k in METRICS
+        )
         lines.append(f"| {r['size']} | {'yes' if r['seen'] else 'no'} | {r['method']} | {cells} |")
     return "\n".join(lines)
-
-
-def _nan(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 def examples(

@@ -45,10 +45,6 @@ def _mean(cell: dict[str, Any] | None) -> float:
     return math.nan if cell is None or not cell["n"] else float(cell["mean"])
 
 
-def _p_text(p: float) -> str:
-    return "no p: fewer than 2 seeds" if math.isnan(p) else f"Welch p = {p:.3g}"
-
-
 def length_table(results: dict[str, Any]) -> str:
     """Markdown: per row, its encoding, seeds and mean ± std accuracy (%) at every test length
     (best per length in bold), then chance (1/V) and the position-blind bound."""
@@ -90,12 +86,13 @@ def _positions_needed(results: dict[str, Any], cells: dict, ref: int) -> str:
     gap = _mean(cells[top, ref]) - _mean(cells[nopos, ref])
     p = welch_p(cells[top, ref], cells[nopos, ref])
     needed = gap > MARGIN and (math.isnan(p) or p < ALPHA)
+    p_text = "no p: fewer than 2 seeds" if math.isnan(p) else f"Welch p = {p:.3g}"
     return (
         f"**Positions needed: {'yes' if needed else 'no'}.** At {ref} tokens "
         f"({_factor(results, ref)}), content only ({nopos}) reaches "
         f"{cell_text(cells[nopos, ref])}% (chance {results['baselines']['chance']:.1f}%, the best "
         f"position-blind guess {blind:.1f}%), the best row ({top}) {cell_text(cells[top, ref])}%: "
-        f"{gap:+.1f} points ({_p_text(p)}). Yes means more than {MARGIN:g} points, and "
+        f"{gap:+.1f} points ({p_text}). Yes means more than {MARGIN:g} points, and "
         f"p < {ALPHA} where both rows have >= 2 seeds."
     )
 
