@@ -103,14 +103,6 @@ def _own_windows(cfg: dict[str, Any]) -> str:
     return f", or at their own window ({', '.join(own)})" if own else ""
 
 
-def _recipes(rep: Report, results: dict[str, Any]) -> None:
-    """The rows' `notes` (their papers' recipes), one bullet each, when some row has them."""
-    notes = [f"- `{r['name']}`: {r['notes']}" for r in results["config"]["rows"] if r.get("notes")]
-    if notes:
-        rep.heading("Row recipes")
-        rep.paragraph("\n".join(notes))
-
-
 def _plots(rep: Report, out: Path, results: dict[str, Any]) -> None:
     cfg = results["config"]
     if not (results["records"] and plot_ok()):
@@ -178,7 +170,9 @@ def render(out: Path, results: dict[str, Any]) -> Path:
         ppl_table(results, "bpb", 3),
         caption="The same in bits per byte (mean ± std over seeds).",
     )
-    _recipes(rep, results)
+    notes = [f"- `{r['name']}`: {r['notes']}" for r in results["config"]["rows"] if r.get("notes")]
+    if notes:  # the rows' papers' recipes, one bullet each
+        rep.heading("Row recipes").paragraph("\n".join(notes))
     rep.heading("Corpus")
     rep.table(corpus_table(results), caption=f"`{results['corpus']['corpus']}`, by split.")
     rep.heading("Plots")
