@@ -315,11 +315,10 @@ def _figures(rep: Report, out: Path, maps: dict[str, np.ndarray]) -> None:
         return
     from cape.lab.viz import plot_maps
 
-    sim = {k.split("|")[1]: {"similarity": v} for k, v in maps.items() if k.startswith("sim|")}
+    sim = {k.split("|")[1]: v for k, v in maps.items() if k.startswith("sim|")}
     if sim:
-        grid = {"": {row: v["similarity"] for row, v in sim.items()}}
         plot_maps(
-            grid,
+            {"": sim},
             out / "similarity.png",
             title="Position similarity to the centre patch (training size)",
         )
