@@ -4,7 +4,7 @@ hand-made records whose conclusions are worked out here."""
 from __future__ import annotations
 
 from cape.lab.experiments.verdict import verdict
-from cape.lab.experiments.vision.verdict import NO_POSITIONS, removed_table_cells, study
+from cape.lab.experiments.vision.verdict import NO_POSITIONS, accuracy_cells, study
 
 CONFIG = {
     "rows": [
@@ -91,8 +91,8 @@ def test_the_papers_claims_are_counted() -> None:
     )
 
 
-def test_removed_table_cells() -> None:
-    cells = {(c["row"], c["size"]): c for c in removed_table_cells(_records())}
+def test_accuracy_cells_with_the_positions_removed() -> None:
+    cells = accuracy_cells(_records(), NO_POSITIONS)
     assert cells[("CAPE", 32)]["mean"] == 29.0 and len(cells) == 3
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePath
 from typing import Any
@@ -259,10 +260,7 @@ def claims_table(claims: Sequence[tuple[str, str, bool | None]]) -> str:
 
 def _fence(text: str) -> str:
     """A backtick fence longer than any backtick run inside `text`."""
-    longest, run = 0, 0
-    for ch in text:
-        run = run + 1 if ch == "`" else 0
-        longest = max(longest, run)
+    longest = max(map(len, re.findall("`+", text)), default=0)
     return "`" * max(3, longest + 1)
 
 

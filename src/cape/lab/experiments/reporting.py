@@ -8,7 +8,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["plot_ok", "add_curves", "add_tradeoff", "seeds_by_row", "train_cost_table"]
+from cape.lab.stats import welch_t_test
+
+__all__ = [
+    "plot_ok",
+    "add_curves",
+    "add_tradeoff",
+    "seeds_by_row",
+    "welch_p",
+    "train_cost_table",
+]
 
 
 def plot_ok() -> bool:
@@ -59,6 +68,15 @@ def seeds_by_row(results: Mapping[str, Any]) -> dict[str, list[int]]:
         row, _, seed = key.rpartition("/seed")
         seeds.setdefault(row, []).append(int(seed))
     return seeds
+
+
+def welch_p(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> float:
+    """Welch's two-sided p (`cape.lab.stats.welch_t_test`) over the seeds' values of two
+    `summarize` cells, their NaN left out; NaN with fewer than 2 seeds in either, or no cell."""
+    if a is None or b is None:
+        return math.nan
+    finite = [[v for v in c["values"] if v is not None and not math.isnan(v)] for c in (a, b)]
+    return welch_t_test(*finite)[2]
 
 
 def train_cost_table(

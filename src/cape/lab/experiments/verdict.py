@@ -64,9 +64,7 @@ class Study:
         return max((c.get("n", 1) for c in self.cells.values()), default=1) <= 1
 
     def text(self, cell: Cell) -> str:
-        if self.one_seed:
-            return f"{cell['mean']:.{self.digits}f}{self.unit}"
-        return f"{mean_std(cell, self.digits)}{self.unit}"
+        return f"{mean_std(cell, self.digits)}{self.unit}"  # the mean alone with one seed
 
     def better(self, a: Cell, b: Cell) -> bool:
         """`a` better than `b` beyond the seeds' spread (plainly, with one seed)."""

@@ -27,7 +27,7 @@ from cape.lab.io import atomic_write
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["plot_curves", "plot_tradeoff", "series_style"]
+__all__ = ["plot_curves", "plot_tradeoff"]
 
 DPI = 100
 DENSE = 12  # more points than this in a series: a line without markers
@@ -107,11 +107,6 @@ def _mean_std(cell: Cell) -> tuple[float, float]:
     return mean, 0.0
 
 
-def _nan_float(v: Any) -> float:
-    """A cell value as a float; None (NaN after a JSON round trip) reads as NaN."""
-    return float("nan") if v is None else float(v)
-
-
 def _order(seen: list[Any], order: Sequence[Any] | None) -> list[Any]:
     """`order`'s values that occur, then the others in first-appearance order."""
     if order is None:
@@ -166,24 +161,16 @@ def _plain_log_ticks(ax: Any, axis: str = "x") -> None:
     which.set_minor_formatter(FuncFormatter(minor))
 
 
-def series_style(i: int) -> dict[str, str]:
-    """Colour, marker and line style of the i-th series: unique for the first 30 (ten colours,
-    each run of ten with its own line style and markers offset, so C0 never repeats with "o")."""
-    run = i // 10
-    return {
-        "color": f"C{i % 10}",
-        "marker": MARKERS[(i + 3 * run) % len(MARKERS)],
-        "linestyle": ("-", "--", ":")[run % 3],
-    }
-
-
 def _line(ax: Any, i: int, label: str, xs: Sequence[float], ys: Sequence[float]) -> str:
-    """Series i's line in its `series_style` (no markers on a dense curve) -> its colour."""
-    style = series_style(i)
-    if len(xs) > DENSE:  # a curve of many points (loss by position): markers would hide it
-        style["marker"] = "None"
-    ax.plot(xs, ys, **style, label=label, markersize=5)
-    return style["color"]
+    """Series i's line -> its colour. Colour, marker and line style are unique for the first 30
+    series (ten colours, each run of ten with its own line style and markers offset, so C0 never
+    repeats with "o")."""
+    run, color = i // 10, f"C{i % 10}"
+    # a curve of many points (loss by position): markers would hide it
+    marker = "None" if len(xs) > DENSE else MARKERS[(i + 3 * run) % len(MARKERS)]
+    linestyle = ("-", "--", ":")[run % 3]
+    ax.plot(xs, ys, color=color, marker=marker, linestyle=linestyle, label=label, markersize=5)
+    return color
 
 
 def _style(
@@ -242,7 +229,8 @@ def _curves_figure(
         ys, err = zip(*(_mean_std(c) for _, c in points), strict=True)
         color = _line(ax, i, str(s), xs, ys)
         if band is not None:
-            lo, hi = ([_nan_float(c[k]) for _, c in points] for k in band)
+            # None: NaN after a JSON round trip
+            lo, hi = ([np.nan if c[k] is None else float(c[k]) for _, c in points] for k in band)
             ax.fill_between(xs, lo, hi, color=color, alpha=0.2, linewidth=0)
         elif any(e > 0 for e in err):
             ax.errorbar(xs, ys, yerr=err, fmt="none", ecolor=color, capsize=3, elinewidth=1)

@@ -46,6 +46,12 @@ ABLATIONS = [
 PADDING = ["sinpos", "sinpos padding-free", "CAPE λ=1", "CAPE λ=1 padding-free"]
 
 
+def _at_hop(results: dict[str, Any], *splits: str) -> list[dict[str, Any]]:
+    """The records of `splits` at the training hop."""
+    hop = results["config"]["features"]["hop_ms"]
+    return [r for r in results["records"] if r["hop_ms"] == hop and r["split"] in splits]
+
+
 def _bins(records: list[dict[str, Any]]) -> list[str]:
     seen = [r["bin"] for r in records if r["bin"] != "all"]
     return sorted(set(seen)) + ["all"]
@@ -108,8 +114,7 @@ def paper_claims(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
     and abspos's exceed 2, and whether CAPE and sinpos use their positions at all (WER with the
     encoding removed); CAPE and SpecAugment together better than either alone (Figure 7);
     padding-free training at least as good as padded (Figures 15-16)."""
-    hop = results["config"]["features"]["hop_ms"]
-    test = [r for r in results["records"] if r["split"] == "test" and r["hop_ms"] == hop]
+    test = _at_hop(results, "test")
     ratio = flatness(test)
     wer = {c["row"]: c for c in summarize([r for r in test if r["bin"] == "all"], ["row"], "wer")}
     out: list[tuple[str, str, bool | None]] = []
@@ -121,18 +126,8 @@ def paper_claims(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
                 ratio["CAPE"] <= 1.5,
             )
         )
-    removed = {
-        c["row"]: c["mean"]
-        for c in summarize(
-            [
-                r
-                for r in results["records"]
-                if r["split"] == NO_POSITIONS and r["bin"] == "all" and r["hop_ms"] == hop
-            ],
-            ["row"],
-            "wer",
-        )
-    }
+    gone = [r for r in _at_hop(results, NO_POSITIONS) if r["bin"] == "all"]
+    removed = {c["row"]: c["mean"] for c in summarize(gone, ["row"], "wer")}
     for row in ("CAPE", "sinpos"):  # flat with duration means little for a model that ignores them
         if row in removed and row in wer:
             out.append(
@@ -192,12 +187,7 @@ def _hop_table(results: dict[str, Any]) -> str | None:
 
 
 def _reliance_table(results: dict[str, Any]) -> str | None:
-    hop = results["config"]["features"]["hop_ms"]
-    recs = [
-        r
-        for r in results["records"]
-        if r["bin"] == "all" and r["hop_ms"] == hop and r["split"] in ("test", NO_POSITIONS)
-    ]
+    recs = [r for r in _at_hop(results, "test", NO_POSITIONS) if r["bin"] == "all"]
     removed = {r["row"] for r in recs if r["split"] == NO_POSITIONS}
     if not removed:
         return None
@@ -222,12 +212,10 @@ def study(results: dict[str, Any], claims: list[Any] | None = None) -> Study:
     """The speech study for the verdict (`cape.lab.experiments.verdict`): WER on test at the
     training hop per duration bin; the training bin is the first (utterances <= 6 s), the bins
     past it are never seen in training; positions removed in that bin."""
-    hop = results["config"]["features"]["hop_ms"]
-    recs = [r for r in results["records"] if r["hop_ms"] == hop]
-    test = [r for r in recs if r["split"] == "test"]
+    test = _at_hop(results, "test")
     cells = {(c["row"], c["bin"]): c for c in summarize(test, ["row", "bin"], "wer")}
     bins = _bins(test)
-    gone = [r for r in recs if r["split"] == NO_POSITIONS and r["bin"] == bins[0]]
+    gone = [r for r in _at_hop(results, NO_POSITIONS) if r["bin"] == bins[0]]
     return Study(
         rows=results["config"]["rows"], cells=cells, columns=bins, train=bins[0],
         unseen=[b for b in bins[1:] if b != "all"],
@@ -347,13 +335,8 @@ def _examples(rep: Report, results: dict[str, Any]) -> None:
 def _plots(rep: Report, out: Path, results: dict[str, Any], rows: list[str]) -> None:
     if not plot_ok():
         return
-    hop = results["config"]["features"]["hop_ms"]
     for split in SPLITS:
-        recs = [
-            dict(r, mid=_mid(r["bin"]))
-            for r in results["records"]
-            if r["split"] == split and r["hop_ms"] == hop and r["bin"] != "all"
-        ]
+        recs = [dict(r, mid=_mid(r["bin"])) for r in _at_hop(results, split) if r["bin"] != "all"]
         for metric in ("wer", "cer") if recs else ():
             add_curves(
                 rep,

@@ -21,7 +21,6 @@ __all__ = [
     "NO_POSITIONS",
     "detection_loss",
     "predict",
-    "average_precision",
     "size_metrics",
     "val_metrics",
     "eval_records",
@@ -66,29 +65,21 @@ def predict(
     return out
 
 
-def average_precision(
-    cfg: DetectionConfig, scenes: Scenes, predictions: Predictions, rows: range
+def size_metrics(
+    cfg: DetectionConfig, model: nn.Module, scenes: Scenes, size: int, device: Any
 ) -> dict[str, float]:
-    """COCO's metrics (%) of `predictions` for scenes `rows`, in the stored images' pixels."""
-    objects = [scenes.objects(i) for i in rows]
+    """COCO's metrics (%) of `model` on every scene of `scenes` at `size` px, in the stored
+    images' pixels. COCO's AP is no mean over images, so every rank scores the whole (small)
+    set, and all get the same numbers."""
+    rows = range(len(scenes))
     return coco_metrics(
-        objects,
-        predictions,
+        [scenes.objects(i) for i in rows],
+        predict(model, scenes, size, cfg.eval.batch_size, device, rows),
         side=float(max(cfg.data.sizes)),
         classes=len(SHAPES),
         small_side=cfg.eval.small_side,
         large_side=cfg.eval.large_side,
     )
-
-
-def size_metrics(
-    cfg: DetectionConfig, model: nn.Module, scenes: Scenes, size: int, device: Any
-) -> dict[str, float]:
-    """COCO's metrics of `model` on every scene of `scenes` at `size` px. COCO's AP is no mean
-    over images, so every rank scores the whole (small) set, and all get the same numbers."""
-    rows = range(len(scenes))
-    preds = predict(model, scenes, size, cfg.eval.batch_size, device, rows)
-    return average_precision(cfg, scenes, preds, rows)
 
 
 def eval_records(
@@ -113,13 +104,11 @@ def format_records(records: list[dict[str, Any]]) -> str:
     head = "| size | seen | method | " + " | ".join(METRICS) + " |"
     lines = [head, "|" + "---|" * (3 + len(METRICS))]
     for r in records:
-        cells = " | ".join("–" if _nan(r[k]) else f"{r[k]:.1f}" for k in METRICS)
+        cells = " | ".join(
+            "–" if r[k] is None or math.isnan(r[k]) else f"{r[k]:.1f}" for k in METRICS
+        )
         lines.append(f"| {r['size']} | {'yes' if r['seen'] else 'no'} | {r['method']} | {cells} |")
     return "\n".join(lines)
-
-
-def _nan(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 def examples(
@@ -159,6 +148,5 @@ def val_metrics(cfg: DetectionConfig, model: nn.Module, data: DetectionData) -> 
         images = as_images(scenes.images[chunk], size).to(device)
         loss, _ = set_loss(model(images), targets[chunk])
         total += float(loss) * len(images)
-    preds = predict(model, scenes, size, cfg.eval.batch_size, device, rows)
-    ap = average_precision(cfg, scenes, preds, rows)["ap"]
+    ap = size_metrics(cfg, model, scenes, size, device)["ap"]
     return {"loss": total / max(len(rows), 1), "ap": ap}

@@ -93,10 +93,6 @@ def keep_line(results: Mapping[str, Any]) -> str | None:
     )
 
 
-def _present(cells: Mapping[tuple[str, str], Cell], column: str) -> list[str]:
-    return [r for r in PAPER_ROWS if (r, column) in cells]
-
-
 def paper_claims(results: Mapping[str, Any]) -> list[tuple[str, str, bool | None]]:
     """LFF sec. 4.2's findings, each (claim, measured, holds; None within the seeds' spread):
     Learnable-Fourier+MLP has the best AP and Embed-2D the worst among the paper's rows (at the
@@ -106,7 +102,7 @@ def paper_claims(results: Mapping[str, Any]) -> list[tuple[str, str, bool | None
     held = results["config"]["data"]["held_out"]
     column, where = ("unseen", "at the unseen sizes") if held else ("seen", "over all sizes")
     cells = set_cells(results)
-    rows = _present(cells, column)
+    rows = [r for r in PAPER_ROWS if (r, column) in cells]
     out: list[tuple[str, str, bool | None]] = []
     lff, embed = "Learnable-Fourier+MLP", "Embed-2D"
     if lff in rows and len(rows) > 1:

@@ -12,11 +12,16 @@ from pathlib import Path
 from typing import Any
 
 from cape.lab.experiments.recipes import recipe_notes
-from cape.lab.experiments.reporting import add_curves, plot_ok, seeds_by_row, train_cost_table
+from cape.lab.experiments.reporting import (
+    add_curves,
+    plot_ok,
+    seeds_by_row,
+    train_cost_table,
+    welch_p,
+)
 from cape.lab.experiments.verdict import Study, add_verdict, removed_cells
 from cape.lab.experiments.verdict import verdict as shared_verdict
 from cape.lab.report import MISSING, Report, cell_text, mean_std, summarize
-from cape.lab.stats import welch_t_test
 
 __all__ = ["render", "length_table", "verdict"]
 
@@ -38,18 +43,6 @@ def _cells(results: dict[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:
 
 def _mean(cell: dict[str, Any] | None) -> float:
     return math.nan if cell is None or not cell["n"] else float(cell["mean"])
-
-
-def _p(a: dict[str, Any] | None, b: dict[str, Any] | None) -> float:
-    """Welch's two-sided p over the seeds of two cells (NaN with < 2 seeds in either)."""
-    if a is None or b is None:
-        return math.nan
-    finite = [[v for v in c["values"] if v is not None and not math.isnan(v)] for c in (a, b)]
-    return welch_t_test(*finite)[2]
-
-
-def _p_text(p: float) -> str:
-    return "no p: fewer than 2 seeds" if math.isnan(p) else f"Welch p = {p:.3g}"
 
 
 def length_table(results: dict[str, Any]) -> str:
@@ -91,14 +84,15 @@ def _positions_needed(results: dict[str, Any], cells: dict, ref: int) -> str:
         return "Positions needed: cannot say (no content-only row, or no other row, was run)."
     top, blind = ranked[0], results["baselines"]["position_blind"].get(str(ref), math.nan)
     gap = _mean(cells[top, ref]) - _mean(cells[nopos, ref])
-    p = _p(cells[top, ref], cells[nopos, ref])
+    p = welch_p(cells[top, ref], cells[nopos, ref])
     needed = gap > MARGIN and (math.isnan(p) or p < ALPHA)
+    p_text = "no p: fewer than 2 seeds" if math.isnan(p) else f"Welch p = {p:.3g}"
     return (
         f"**Positions needed: {'yes' if needed else 'no'}.** At {ref} tokens "
         f"({_factor(results, ref)}), content only ({nopos}) reaches "
         f"{cell_text(cells[nopos, ref])}% (chance {results['baselines']['chance']:.1f}%, the best "
         f"position-blind guess {blind:.1f}%), the best row ({top}) {cell_text(cells[top, ref])}%: "
-        f"{gap:+.1f} points ({_p_text(p)}). Yes means more than {MARGIN:g} points, and "
+        f"{gap:+.1f} points ({p_text}). Yes means more than {MARGIN:g} points, and "
         f"p < {ALPHA} where both rows have >= 2 seeds."
     )
 

@@ -11,29 +11,20 @@ from pathlib import Path
 from typing import Any
 
 from cape.lab.data.boxes import QUESTIONS
-from cape.lab.experiments.lff_boxes.verdict import verdict
-from cape.lab.experiments.reporting import add_tradeoff, plot_ok, train_cost_table
+from cape.lab.experiments.lff_boxes.verdict import SETS, verdict
+from cape.lab.experiments.reporting import add_tradeoff, plot_ok, train_cost_table, welch_p
 from cape.lab.experiments.verdict import add_verdict
 from cape.lab.report import Report, cell_text, summarize, summary_table
-from cape.lab.stats import welch_t_test
 
 _COLUMNS = ["all", *QUESTIONS]  # of the accuracy tables
 
 __all__ = ["render", "main_table"]
 
-SETS = {"test_seen": "seen", "test_unseen": "unseen"}
 _ROTARY = (
     "RoPE rows: RoPE-ViT's rotations (axial: theta 100, planes split among the 4 edges; mixed: "
     "theta 10, learned frequencies over all 4) of every layer's queries and keys by the edges "
     "in cells, the question token at the query box's edges; nothing is added to the tokens. "
 )
-
-
-def _p(values: list[float], ref: list[float]) -> str:
-    values = [v for v in values if v is not None and not math.isnan(v)]
-    ref = [v for v in ref if v is not None and not math.isnan(v)]
-    p = welch_t_test(values, ref)[2]
-    return "–" if math.isnan(p) else f"{p:.3f}"
 
 
 def main_table(results: dict[str, Any]) -> str:
@@ -67,11 +58,8 @@ def main_table(results: dict[str, Any]) -> str:
         line.append("–" if gap is None else f"{gap:+.1f}")
         if has_ref:
             for s in SETS:
-                c, r = cells.get((row, s)), cells.get((ref, s))
-                if row == ref:
-                    line.append("ref")
-                else:
-                    line.append("–" if c is None or r is None else _p(c["values"], r["values"]))
+                p = welch_p(cells.get((row, s)), cells.get((ref, s)))
+                line.append("ref" if row == ref else "–" if math.isnan(p) else f"{p:.3f}")
         lines.append("| " + " | ".join(line) + " |")
     return "\n".join(lines)
 

@@ -19,17 +19,12 @@ SETS = {"test_seen": "seen", "test_unseen": "unseen"}
 
 def _twins(rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
     """(row with `augment`, the same row without it): position and options equal."""
-    plain = {
-        (r["position"], repr(sorted((r.get("options") or {}).items()))): r["name"]
-        for r in rows
-        if not r.get("augment")
-    }
-    return [
-        (r["name"], plain[key])
-        for r in rows
-        if r.get("augment")
-        and (key := (r["position"], repr(sorted((r.get("options") or {}).items())))) in plain
-    ]
+
+    def key(row: dict[str, Any]) -> tuple[str, str]:
+        return row["position"], repr(sorted((row.get("options") or {}).items()))
+
+    plain = {key(r): r["name"] for r in rows if not r.get("augment")}
+    return [(r["name"], plain[key(r)]) for r in rows if r.get("augment") and key(r) in plain]
 
 
 def verdict(results: dict[str, Any]) -> list[str]:

@@ -16,19 +16,11 @@ from typing import Any
 from cape.lab.config import from_mapping
 from cape.lab.experiments.lm.config import LMConfig, RowConfig, position_options
 from cape.lab.experiments.lm.verdict import KEEP, ppl_cells, verdict
-from cape.lab.experiments.reporting import add_curves, plot_ok
+from cape.lab.experiments.reporting import add_curves, plot_ok, seeds_by_row
+from cape.lab.experiments.verdict import add_verdict
 from cape.lab.report import MISSING, Report, cell_text, summarize
 
 __all__ = ["render", "ppl_table", "corpus_table"]
-
-
-def _seeds(results: dict[str, Any]) -> dict[str, int]:
-    """How many seeds each row holds (its runs in results["train"])."""
-    out: dict[str, int] = {}
-    for key in results.get("train", {}):
-        row = key.rpartition("/seed")[0]
-        out[row] = out.get(row, 0) + 1
-    return out
 
 
 def _encoding(row: RowConfig, cfg: LMConfig) -> str:
@@ -50,7 +42,7 @@ def ppl_table(results: dict[str, Any], key: str = "ppl", digits: int = 2) -> str
     length (lowest per length in bold)."""
     cfg = results["config"]
     context, factors = cfg["data"]["context"], cfg["eval"]["factors"]
-    cells, seeds = ppl_cells(results, key), _seeds(results)
+    cells, seeds = ppl_cells(results, key), seeds_by_row(results)
     best = {
         f: min((c["mean"] for (_, g), c in cells.items() if g == f), default=math.nan)
         for f in factors
@@ -60,7 +52,7 @@ def ppl_table(results: dict[str, Any], key: str = "ppl", digits: int = 2) -> str
     config = from_mapping(LMConfig, cfg)  # the options each row runs with, as its model has them
     for row in config.rows:
         name = row.name
-        line = [name, _encoding(row, config), str(seeds.get(name, 0))]
+        line = [name, _encoding(row, config), str(len(seeds.get(name, [])))]
         for f in factors:
             cell = cells.get((name, f))
             text = cell_text(cell, digits)
@@ -109,14 +101,6 @@ def _own_windows(cfg: dict[str, Any]) -> str:
     """ ", or at their own window (...)" when some fine-tuned row sets `finetune_factor`."""
     own = [f"{r['name']} {r['finetune_factor']}x" for r in cfg["rows"] if r.get("finetune_factor")]
     return f", or at their own window ({', '.join(own)})" if own else ""
-
-
-def _recipes(rep: Report, results: dict[str, Any]) -> None:
-    """The rows' `notes` (their papers' recipes), one bullet each, when some row has them."""
-    notes = [f"- `{r['name']}`: {r['notes']}" for r in results["config"]["rows"] if r.get("notes")]
-    if notes:
-        rep.heading("Row recipes")
-        rep.paragraph("\n".join(notes))
 
 
 def _plots(rep: Report, out: Path, results: dict[str, Any]) -> None:
@@ -169,9 +153,8 @@ def _cost(rep: Report, results: dict[str, Any]) -> None:
 def render(out: Path, results: dict[str, Any]) -> Path:
     rep = Report(f"Language-model experiment `{results['name']}`")
     _setup(rep, results)
-    rep.heading("Verdict")  # first: what the numbers say, one bullet line each
     lines, table = verdict(results)
-    rep.paragraph("\n".join(f"- {line}" for line in lines))
+    add_verdict(rep, lines)  # first: what the numbers say, one bullet line each
     rep.table(
         table,
         caption=f"Perplexity at each longer length over the row's own at 1x (keeps: <= "
@@ -187,7 +170,9 @@ def render(out: Path, results: dict[str, Any]) -> Path:
         ppl_table(results, "bpb", 3),
         caption="The same in bits per byte (mean ± std over seeds).",
     )
-    _recipes(rep, results)
+    notes = [f"- `{r['name']}`: {r['notes']}" for r in results["config"]["rows"] if r.get("notes")]
+    if notes:  # the rows' papers' recipes, one bullet each
+        rep.heading("Row recipes").paragraph("\n".join(notes))
     rep.heading("Corpus")
     rep.table(corpus_table(results), caption=f"`{results['corpus']['corpus']}`, by split.")
     rep.heading("Plots")

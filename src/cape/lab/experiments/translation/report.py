@@ -15,22 +15,13 @@ import numpy as np
 
 from cape.lab.experiments.recipes import recipe_notes
 from cape.lab.experiments.reporting import add_curves, plot_ok, seeds_by_row, train_cost_table
-from cape.lab.experiments.translation.verdict import verdict
+from cape.lab.experiments.translation.verdict import labelled, verdict
 from cape.lab.experiments.verdict import add_verdict
 from cape.lab.report import Report, summarize, summary_table
 
 __all__ = ["render", "bleu_table", "nll_table", "nll_curve_cells"]
 
-_COLUMNS = [
-    ("test", "all"),
-    ("test", "short"),
-    ("test", "medium"),
-    ("test", "long"),
-    ("test_21-30", "all"),
-    ("test_31-40", "all"),
-    ("test_41+", "all"),
-]
-_LABELS = {
+_LABELS = {  # (split, bin) -> column, in the tables' order
     ("test", "all"): "test",
     ("test", "short"): "short",
     ("test", "medium"): "medium",
@@ -49,18 +40,13 @@ def _rows(results: dict[str, Any]) -> list[str]:
 def bleu_table(results: dict[str, Any]) -> str:
     """Markdown: BLEU per row (lines) and test bucket (columns), mean ± std over seeds; the
     best of each column bold."""
-    recs = [
-        dict(r, col=_LABELS[(r["split"], r["bin"])])
-        for r in results["records"]
-        if (r["split"], r["bin"]) in _LABELS
-    ]
     return summary_table(
-        recs,
+        labelled(results, _LABELS),
         "row",
         "col",
         "bleu",
         row_order=_rows(results),
-        col_order=[_LABELS[c] for c in _COLUMNS],
+        col_order=list(_LABELS.values()),
         best="max",
     )
 
@@ -188,7 +174,7 @@ def _plots(rep: Report, out: Path, results: dict[str, Any]) -> None:
     if not plot_ok():
         return
     rows = _rows(results)
-    buckets = set(_COLUMNS) - {("test", "all")}  # the terciles and the long buckets
+    buckets = set(_LABELS) - {("test", "all")}  # the terciles and the long buckets
     # whole words on the axis: its ticks sit at the buckets' means
     recs = [
         dict(r, words=round(r["src_words"]))

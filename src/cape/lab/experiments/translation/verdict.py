@@ -12,7 +12,7 @@ from cape.lab.experiments.verdict import Study, removed_cells
 from cape.lab.experiments.verdict import verdict as shared_verdict
 from cape.lab.report import summarize
 
-__all__ = ["study", "verdict"]
+__all__ = ["labelled", "study", "verdict"]
 
 # the columns the verdict reads: (split, bin) -> label
 BUCKETS = {
@@ -24,13 +24,18 @@ BUCKETS = {
 LONGEST = "41+ words"
 
 
-def _cells(results: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
-    recs = [
-        dict(r, col=BUCKETS[(r["split"], r["bin"])])
+def labelled(results: dict[str, Any], labels: dict[tuple[str, str], str]) -> list[dict[str, Any]]:
+    """The records of the (split, bin) places in `labels`, each with its label as "col"."""
+    return [
+        dict(r, col=labels[(r["split"], r["bin"])])
         for r in results["records"]
-        if (r["split"], r["bin"]) in BUCKETS
+        if (r["split"], r["bin"]) in labels
     ]
-    return {(c["row"], c["col"]): c for c in summarize(recs, ["row", "col"], "bleu")}
+
+
+def _cells(results: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    cells = summarize(labelled(results, BUCKETS), ["row", "col"], "bleu")
+    return {(c["row"], c["col"]): c for c in cells}
 
 
 def _best(cells: dict[Any, dict[str, Any]], rows: list[str], key: Any, high: bool) -> list[str]:
@@ -40,11 +45,6 @@ def _best(cells: dict[Any, dict[str, Any]], rows: list[str], key: Any, high: boo
         return []
     best = (max if high else min)(there, key=lambda r: cells[(r, key)]["mean"])
     return [best] + [r for r in there if r != best and level(cells[(r, key)], cells[(best, key)])]
-
-
-def _level_with(names: list[str], intro: str) -> str:
-    """ "; level with it ...: `a`, `b`." or "." when no row is level with the best."""
-    return f"{intro}{', '.join(names)}." if names else "."
 
 
 def study(results: dict[str, Any]) -> Study:
@@ -96,6 +96,6 @@ def _own(results: dict[str, Any]) -> list[str]:
                 f"**Stacked sentences, output positions {band}** (far past the training "
                 f"targets' {results.get('train_length', '?')} tokens): `{low[0]}` has the "
                 f"lowest NLL ({nll[(low[0], band)]['mean']:.2f} nats per token)"
-                + _level_with([f"`{r}`" for r in low[1:]], ", level with ")
+                + (f", level with {', '.join(f'`{r}`' for r in low[1:])}." if low[1:] else ".")
             )
     return said

@@ -17,7 +17,7 @@ from cape.lab.experiments.pairs import decided
 from cape.lab.experiments.reporting import add_curves, add_tradeoff, plot_ok, train_cost_table
 from cape.lab.experiments.verdict import add_verdict, verdict
 from cape.lab.experiments.vision.config import RowConfig
-from cape.lab.experiments.vision.verdict import removed_table_cells, study
+from cape.lab.experiments.vision.verdict import NO_POSITIONS, accuracy_cells, study
 from cape.lab.io import atomic_write
 from cape.lab.report import Report, claims_table, mean_std, pivot, summarize, summary_table
 from cape.models.vit import ViT
@@ -66,10 +66,6 @@ def _records(results: dict[str, Any], **match: Any) -> list[dict[str, Any]]:
     return [r for r in results["records"] if all(r.get(k) == v for k, v in match.items())]
 
 
-def _rows(results: dict[str, Any]) -> list[str]:
-    return [r["name"] for r in results["config"]["rows"]]
-
-
 def save_maps(out: Path, maps: dict[str, np.ndarray]) -> None:
     """maps.npz in `out`, when there are maps (what `render` draws the figures from later)."""
     if maps:
@@ -97,7 +93,7 @@ def render(out: Path, results: dict[str, Any], maps: dict[str, np.ndarray] | Non
     if maps is None:
         maps = saved_maps(out)
     cfg = results["config"]
-    rows, seeds = _rows(results), cfg["seeds"]
+    rows, seeds = [r["name"] for r in cfg["rows"]], cfg["seeds"]
     sizes_of_rows = [r["train_size"] for r in cfg["rows"]]
     train_sizes = sorted(set(sizes_of_rows))
     main_size = max(train_sizes, key=sizes_of_rows.count)  # the size most rows train at
@@ -126,7 +122,7 @@ def render(out: Path, results: dict[str, Any], maps: dict[str, np.ndarray] | Non
                 summary_table(recs, value="acc", **opts),
                 caption=f"Top-1 accuracy (%) on {title}, by test resolution.",
             )
-    plain = summarize(_records(results, set="test", method="plain"), ["row", "size"], "acc")
+    plain = list(accuracy_cells(results["records"], "plain").values())
     if plain and plot_ok():
         add_curves(
             rep,
@@ -141,7 +137,7 @@ def render(out: Path, results: dict[str, Any], maps: dict[str, np.ndarray] | Non
             title="Accuracy vs test resolution",
             vline=main_size,
         )
-    removed = removed_table_cells(results["records"])
+    removed = list(accuracy_cells(results["records"], NO_POSITIONS).values())
     if removed:
         rep.table(
             pivot(removed, **opts),
@@ -228,14 +224,8 @@ def paper_claims(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
     each UniViT within 1 point of the best single-resolution row at every size; TTA above the
     plain accuracy for sinpos and CAPE at every size."""
     cfg_rows = {r["name"]: r for r in results["config"]["rows"]}
-    acc = {
-        (c["row"], c["size"]): c
-        for c in summarize(_records(results, set="test", method="plain"), ["row", "size"], "acc")
-    }
-    tta = {
-        (c["row"], c["size"]): c
-        for c in summarize(_records(results, set="test", method="tta"), ["row", "size"], "acc")
-    }
+    acc = accuracy_cells(results["records"], "plain")
+    tta = accuracy_cells(results["records"], "tta")
     sizes = sorted(results["config"]["eval"]["sizes"])
     if "CAPE" not in cfg_rows or not sizes:
         return []
@@ -325,11 +315,10 @@ def _figures(rep: Report, out: Path, maps: dict[str, np.ndarray]) -> None:
         return
     from cape.lab.viz import plot_maps
 
-    sim = {k.split("|")[1]: {"similarity": v} for k, v in maps.items() if k.startswith("sim|")}
+    sim = {k.split("|")[1]: v for k, v in maps.items() if k.startswith("sim|")}
     if sim:
-        grid = {"": {row: v["similarity"] for row, v in sim.items()}}
         plot_maps(
-            grid,
+            {"": sim},
             out / "similarity.png",
             title="Position similarity to the centre patch (training size)",
         )

@@ -10,26 +10,22 @@ from typing import Any
 from cape.lab.experiments.verdict import Study
 from cape.lab.report import summarize
 
-__all__ = ["study", "removed_table_cells", "NO_POSITIONS"]
+__all__ = ["study", "accuracy_cells", "NO_POSITIONS"]
 
 NO_POSITIONS = "positions removed"  # the evaluation's method name (`evaluate.NO_POSITIONS`)
 
 
-def _cells(records: Sequence[Mapping[str, Any]], method: str) -> dict[tuple[str, int], Any]:
+def accuracy_cells(records: Sequence[Mapping[str, Any]], method: str) -> dict[tuple[str, int], Any]:
+    """(row, size) -> `summarize` cell of the test accuracy measured by `method` ("plain", "tta",
+    `NO_POSITIONS`: with the positions taken out)."""
     recs = [r for r in records if r.get("set") == "test" and r.get("method") == method]
     return {(c["row"], c["size"]): c for c in summarize(recs, ["row", "size"], "acc")}
 
 
-def removed_table_cells(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """`summarize` cells {row, size, mean, std, ...} of the accuracy with positions removed."""
-    recs = [r for r in records if r.get("set") == "test" and r.get("method") == NO_POSITIONS]
-    return summarize(recs, ["row", "size"], "acc")
-
-
 def study(results: Mapping[str, Any], train_size: int, claims: Sequence[Any] = ()) -> Study:
     """The vision study at `train_size` with the paper's `claims` (`report.paper_claims`)."""
-    plain = _cells(results["records"], "plain")
-    removed = _cells(results["records"], NO_POSITIONS)
+    plain = accuracy_cells(results["records"], "plain")
+    removed = accuracy_cells(results["records"], NO_POSITIONS)
     rows = results["config"]["rows"]
     sizes = sorted({s for (_, s) in plain})
     return Study(
