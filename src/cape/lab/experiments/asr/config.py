@@ -22,6 +22,7 @@ from cape.lab.experiments.study_config import (
     StudyConfig,
     check_best_metric,
     check_folder,
+    check_ints,
     check_position,
     check_transformer,
     row_key,
@@ -61,8 +62,7 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         check_folder("data.root", self.root)
-        for key in ("train", "val", "test_per_bin", "workers"):
-            check_int(f"data.{key}", getattr(self, key))
+        check_ints("data", self, ("train", "val", "test_per_bin", "workers"))
         check_int("data.seed", self.seed, minimum=0)
         check_choice("data.noise", self.noise, (True, False))
         check_choice("data.text", self.text, TEXT_SOURCES)
@@ -158,8 +158,7 @@ class EvalConfig:
             raise ValueError("eval.splits must name at least one test split")
         for h in self.hops_ms:
             check_float("eval.hops_ms[]", h, strict=True)
-        check_int("eval.beam", self.beam, minimum=0)
-        check_int("eval.val_limit", self.val_limit, minimum=0)
+        check_ints("eval", self, ("beam", "val_limit"), minimum=0)
 
 
 @dataclass

@@ -20,6 +20,7 @@ from cape.lab.experiments.study_config import (
     StudyConfig,
     check_best_metric,
     check_folder,
+    check_ints,
     check_position,
     check_transformer,
     row_key,
@@ -58,9 +59,7 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         check_folder("data.root", self.root)
-        for key in ("train", "val", "limit"):
-            check_int(f"data.{key}", getattr(self, key), minimum=0)
-        check_int("data.seed", self.seed, minimum=0)
+        check_ints("data", self, ("train", "val", "limit", "seed"), minimum=0)
         check_int("data.workers", self.workers)
         check_int("data.vocab_size", self.vocab_size, minimum=100)
         check_int("data.max_tokens", self.max_tokens, minimum=4)
@@ -119,8 +118,9 @@ class EvalConfig:
     batch_size: int = 64
 
     def __post_init__(self) -> None:
-        for key in ("test", "long_per_bucket", "stacked", "beam", "val_beam"):
-            check_int(f"eval.{key}", getattr(self, key), minimum=0)
+        check_ints(
+            "eval", self, ("test", "long_per_bucket", "stacked", "beam", "val_beam"), minimum=0
+        )
         check_int("eval.batch_size", self.batch_size)
         check_float("eval.length_penalty", self.length_penalty)
 
