@@ -10,7 +10,6 @@ of the training set, measured when the experiment starts (`alpha: auto`).
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -209,7 +208,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # was most of a step: 10 steps/s against 7, measured) and 1000 steps; content only, sinpos
     # and CAPE (the paper's contrast), 2 seeds, each with its positions-removed check
     "small": {
-        **copy.deepcopy(_QUICK),
+        **_QUICK,
         "name": "translation-small",
         "data": {"val": 300, "vocab_size": 2000},
         "train": {
@@ -223,13 +222,13 @@ PRESETS: dict[str, dict[str, Any]] = {
         "seeds": [0, 1],
     },  # fmt: skip
     # minutes: the four main encodings, a 2+2-layer d128 model
-    "quick": {**copy.deepcopy(_QUICK), "rows": copy.deepcopy(_MAIN), "seeds": [0]},
+    "quick": {**_QUICK, "rows": _MAIN, "seeds": [0]},
     # the peers (the encodings people pick instead of CAPE) on the quick model, beside its sinpos,
     # relpos and CAPE rows (the same settings: their runs can be copied from quick's folder)
     "quick-peers": {
-        **copy.deepcopy(_QUICK),
+        **_QUICK,
         "name": "translation-quick-peers",
-        "rows": copy.deepcopy(_PEERS),
+        "rows": _PEERS,
         "seeds": [0, 1],
     },
     # hours: every row, three seeds, a 3+3-layer d256 model
@@ -255,7 +254,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             "checkpoint_every": 500,
         },
         "eval": {"test": 2000, "long_per_bucket": 500, "stacked": 300},
-        "rows": copy.deepcopy(_ALL),
+        "rows": _ALL,
         "seeds": [0, 1, 2],
     },
     # GPU: the paper's 6L-6L model (Transformer-base sizes), bf16
@@ -283,7 +282,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             "num_workers": 4,
         },
         "eval": {"beam": 5},
-        "rows": copy.deepcopy(_ALL),
+        "rows": _ALL,
         "seeds": [0, 1, 2],
     },
 }

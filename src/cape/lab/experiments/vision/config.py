@@ -7,7 +7,6 @@ as the paper's 14 x 14 is the ViT's), evaluation at 24/32/56/96 px for the paper
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
@@ -286,33 +285,35 @@ _PEER_ROWS = [
     },
 ]
 
+_QUICK: dict[str, Any] = {
+    "name": "vision-quick",
+    "seeds": [0, 1],
+    "data": {
+        "source": "relations",
+        "root": "data/relations",
+        "train": 6000,
+        "val": 500,
+        "test": 500,
+    },
+    "model": {"dim": 64, "depth": 2},
+    "train": {
+        **_TRAIN_QUICK,
+        "steps": 500,
+        "batch_size": 64,
+        "warmup_steps": 50,
+        "eval_every": 250,
+        "checkpoint_every": 250,
+    },
+    "eval": {"sizes": [24, 32, 48, 64], "figures": False},
+    "rows": _RELATION_ROWS,
+}
+
 # name -> config mapping (apply `--config` files and `--set` overrides on top)
 PRESETS: dict[str, dict[str, Any]] = {
     # the README's main job on `relations`: <= 10 minutes on 2 CPU cores
-    "quick": {
-        "name": "vision-quick",
-        "seeds": [0, 1],
-        "data": {
-            "source": "relations",
-            "root": "data/relations",
-            "train": 6000,
-            "val": 500,
-            "test": 500,
-        },
-        "model": {"dim": 64, "depth": 2},
-        "train": {
-            **_TRAIN_QUICK,
-            "steps": 500,
-            "batch_size": 64,
-            "warmup_steps": 50,
-            "eval_every": 250,
-            "checkpoint_every": 250,
-        },
-        "eval": {"sizes": [24, 32, 48, 64], "figures": False},
-        "rows": _RELATION_ROWS,
-    },
+    "quick": _QUICK,
     # the main job's settings and rows plus the peers (its runs are reused from its folder)
-    "peers": {"name": "vision-peers", "rows": [*_RELATION_ROWS, *_PEER_ROWS]},
+    "peers": {**_QUICK, "name": "vision-peers", "rows": [*_RELATION_ROWS, *_PEER_ROWS]},
     # characters (a task a bag of patches nearly solves): the quick rows, 1 seed
     "chars-quick": {
         "name": "vision-chars-quick",
@@ -372,8 +373,6 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
 }
 
-
-PRESETS["peers"] = {**copy.deepcopy(PRESETS["quick"]), **PRESETS["peers"]}
 
 # one line per preset: what `cape experiment NAME --help` says of it
 PRESET_NOTES: dict[str, str] = {
