@@ -20,12 +20,10 @@ from cape.lab.experiments.study_config import (
     check_best_metric,
     check_folder,
     check_ints,
-    check_position,
     check_transformer,
-    row_key,
     train_preset,
 )
-from cape.lab.experiments.train_as import ReusableRow, check_reuse_fields, check_train_as
+from cape.lab.experiments.train_as import ReusableRow, check_train_as
 
 __all__ = [
     "DataConfig",
@@ -94,9 +92,7 @@ class RowConfig(ReusableRow):
     (`cape.lab.experiments.train_as`)."""
 
     def __post_init__(self) -> None:
-        key = row_key(self.name)
-        check_position(f"{key}.position", self.position)
-        check_reuse_fields(key, self)
+        key = self.check_fields()
         alpha = self.options.get("alpha", "auto")
         if alpha != "auto":
             check_float(f"{key}.options.alpha", alpha, strict=True)
