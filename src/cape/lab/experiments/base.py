@@ -27,11 +27,11 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from cape.lab.experiments.run_folders import cached_runs, fit_best, read_results, run_dir
+from cape.lab.experiments.run_folders import cached_runs, read_results, run_dir
 from cape.lab.experiments.study_config import StudyConfig, save_config
 from cape.lab.experiments.train_as import trained_row
 from cape.lab.io import atomic_write, disk_full_named, write_json
-from cape.lab.train import TrainConfig, Trainer, seed_everything
+from cape.lab.train import TrainConfig, Trainer, is_checkpoint, seed_everything
 from cape.lab.train import distributed as D
 from cape.lab.train.checkpoint import latest_checkpoint, load_checkpoint, pick_checkpoint
 from cape.lab.train.lock import holds_out
@@ -255,9 +255,10 @@ class Experiment(ABC, Generic[ConfigT, DataT]):
         """Run `trainer` (resuming) -> (model, summary): with `best_weights`, the model holds
         the weights of the best validation metric when a best/ checkpoint was saved."""
         with disk_full_named(trainer.run_dir):  # torch's checkpoint writer: one line, the folder
-            if self.best_weights:
-                return fit_best(trainer)
             summary = trainer.fit(resume=True)
+        best = trainer.run_dir / "checkpoints" / "best"
+        if self.best_weights and is_checkpoint(best):
+            load_checkpoint(best, trainer.model)
         return trainer.model, summary
 
     # --- a study -----------------------------------------------------------------------------
