@@ -16,6 +16,7 @@ provides the abstract methods and overrides the hooks (`evaluate`, `gather`, `re
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,11 +27,11 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from cape.lab.experiments.run_folders import cached_runs, fit_best, read_results, run_dir
+from cape.lab.experiments.run_folders import cached_runs, read_results, run_dir
 from cape.lab.experiments.study_config import StudyConfig, save_config
 from cape.lab.experiments.train_as import trained_row
-from cape.lab.io import disk_full_named, write_json
-from cape.lab.train import TrainConfig, Trainer, seed_everything
+from cape.lab.io import atomic_write, disk_full_named, write_json
+from cape.lab.train import TrainConfig, Trainer, is_checkpoint, seed_everything
 from cape.lab.train import distributed as D
 from cape.lab.train.checkpoint import latest_checkpoint, load_checkpoint, pick_checkpoint
 from cape.lab.train.lock import holds_out
@@ -237,21 +238,27 @@ class Experiment(ABC, Generic[ConfigT, DataT]):
             batches=batches,
         )
 
-    def save_spec(self, run: Run[ConfigT], model: nn.Module, **extra: Any) -> None:
+    def save_spec(
+        self, run: Run[ConfigT], model: nn.Module, bpe: Path | None = None, **extra: Any
+    ) -> None:
         """Rank 0 writes the run folder's model.json: the model's `spec`, the experiment, the
-        row and `extra` (what `cape transcribe` and `cape translate` rebuild a model from)."""
+        row and `extra` (what `cape transcribe`, `cape translate` and `cape generate` rebuild a
+        model from), then a copy of the tokenizer's `bpe` model as bpe.model, if given."""
         if D.get_rank() == 0:
             run.folder.mkdir(parents=True, exist_ok=True)
             spec = {"model": model.spec, "experiment": self.name, "row": run.row.name, **extra}
             write_json(run.folder / "model.json", spec)
+            if bpe is not None:
+                atomic_write(run.folder / "bpe.model", lambda tmp: shutil.copyfile(bpe, tmp))
 
     def fitted(self, trainer: Trainer) -> tuple[nn.Module, dict[str, Any]]:
         """Run `trainer` (resuming) -> (model, summary): with `best_weights`, the model holds
         the weights of the best validation metric when a best/ checkpoint was saved."""
         with disk_full_named(trainer.run_dir):  # torch's checkpoint writer: one line, the folder
-            if self.best_weights:
-                return fit_best(trainer)
             summary = trainer.fit(resume=True)
+        best = trainer.run_dir / "checkpoints" / "best"
+        if self.best_weights and is_checkpoint(best):
+            load_checkpoint(best, trainer.model)
         return trainer.model, summary
 
     # --- a study -----------------------------------------------------------------------------
@@ -379,16 +386,12 @@ class Experiment(ABC, Generic[ConfigT, DataT]):
         return {**out, "params": got.params} if self.counts_parameters else out
 
     def write(self, study: Study[ConfigT, DataT], results: dict[str, Any], got: Collected) -> Path:
-        """Rank 0's end of a study: results.json and the report."""
-        return self.write_report(study.out, results)
+        """Rank 0's end of a study: results.json, the plots and report.md; returns report.md's
+        path."""
+        write_json(study.out / "results.json", results)
+        return self.render(study.out, results)
 
     # --- reports -----------------------------------------------------------------------------
-
-    def write_report(self, out: str | Path, results: dict[str, Any]) -> Path:
-        """results.json, the plots and report.md in `out`; returns report.md's path."""
-        out = Path(out)
-        write_json(out / "results.json", results)
-        return self.render(out, results)
 
     def redraw(self, folder: str | Path) -> Path:
         """Re-render report.md and the plots of a finished experiment folder (`cape plot`)."""

@@ -14,7 +14,6 @@ from cape.lab.io import atomic_write, read_json, set_aside
 __all__ = [
     "slug",
     "run_dir",
-    "fit_best",
     "run_settings",
     "check_run_settings",
     "cached_runs",
@@ -40,18 +39,6 @@ def slug(name: str) -> str:
 def run_dir(out: str | Path, row: Any, seed: int) -> Path:
     """The engine run folder of one (row, seed): `<out>/<slug(row.name)>/seed<seed>`."""
     return Path(out) / slug(row.name) / f"seed{seed}"
-
-
-def fit_best(trainer: Any) -> tuple[Any, dict[str, float]]:
-    """Train (resuming from the run's checkpoints), then load the weights of the best eval
-    metric when a best/ checkpoint was saved; -> (model, the training summary)."""
-    from cape.lab.train.checkpoint import is_checkpoint, load_checkpoint
-
-    summary = trainer.fit(resume=True)
-    best = trainer.run_dir / "checkpoints" / "best"
-    if is_checkpoint(best):
-        load_checkpoint(best, trainer.model)
-    return trainer.model, summary
 
 
 # Settings that do not change what a run trains; "eval" changes only what is measured after,

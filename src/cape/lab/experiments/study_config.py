@@ -5,12 +5,12 @@ checkpoint and a Transformer's sizes, and the training presets."""
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from cape._checks import check_float, check_int
+from cape._checks import check_int, check_rate
 from cape.lab.config import apply_overrides, from_mapping, load_file, to_mapping
 from cape.lab.io import atomic_write
 from cape.lab.train.config import TrainConfig
@@ -25,6 +25,7 @@ __all__ = [
     "check_position",
     "check_runs",
     "check_best_metric",
+    "check_ints",
     "check_transformer",
     "train_preset",
     "MAX_SEED",
@@ -160,20 +161,24 @@ def check_best_metric(train: Any, metric: str, mode: str, what: str) -> None:
         )
 
 
+def check_ints(section: str, obj: Any, keys: Iterable[str], *, minimum: int = 1) -> None:
+    """`check_int` of each of `keys` of `obj` (>= `minimum`); errors name `<section>.<key>`."""
+    for key in keys:
+        check_int(f"{section}.{key}", getattr(obj, key), minimum=minimum)
+
+
 def check_transformer(model: Any, sizes: Sequence[str], rates: Sequence[str]) -> None:
     """The `model` section of a Transformer whose encodings may rotate (an even head size):
     each of `sizes` an int >= 1, dim / heads an even integer, each of `rates` (dropouts) in
     [0, 1); errors name `model.<key>`."""
-    for key in sizes:
-        check_int(f"model.{key}", getattr(model, key))
+    check_ints("model", model, sizes)
     if model.dim % model.heads or (model.dim // model.heads) % 2:
         raise ValueError(
             f"model.dim / model.heads must be an even integer, got "
             f"dim={model.dim}, heads={model.heads}"
         )
     for key in rates:
-        if not 0.0 <= check_float(f"model.{key}", getattr(model, key)) < 1.0:
-            raise ValueError(f"model.{key} must lie in [0, 1), got {getattr(model, key)}")
+        check_rate(f"model.{key}", getattr(model, key))
 
 
 # the direction in which each experiment's eval metric improves

@@ -9,7 +9,6 @@ hops and random frame skipping, CAPE app. C.3).
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +21,7 @@ from cape.lab.experiments.study_config import (
     StudyConfig,
     check_best_metric,
     check_folder,
+    check_ints,
     check_position,
     check_transformer,
     row_key,
@@ -61,8 +61,7 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         check_folder("data.root", self.root)
-        for key in ("train", "val", "test_per_bin", "workers"):
-            check_int(f"data.{key}", getattr(self, key))
+        check_ints("data", self, ("train", "val", "test_per_bin", "workers"))
         check_int("data.seed", self.seed, minimum=0)
         check_choice("data.noise", self.noise, (True, False))
         check_choice("data.text", self.text, TEXT_SOURCES)
@@ -158,8 +157,7 @@ class EvalConfig:
             raise ValueError("eval.splits must name at least one test split")
         for h in self.hops_ms:
             check_float("eval.hops_ms[]", h, strict=True)
-        check_int("eval.beam", self.beam, minimum=0)
-        check_int("eval.val_limit", self.val_limit, minimum=0)
+        check_ints("eval", self, ("beam", "val_limit"), minimum=0)
 
 
 @dataclass
@@ -283,37 +281,23 @@ _SMALL = {
     "seeds": [0, 1],
 }  # fmt: skip
 
+_K3 = {**_DIGITS, "model": {**_CPU_MODEL, "kernel": 3}, "seeds": [0, 1, 2]}
+
 PRESETS: dict[str, dict[str, Any]] = {
     # the default (~15 minutes): does a speech model need positions, and which generalise?
-    "digits-k3-small": copy.deepcopy(_SMALL),
+    "digits-k3-small": _SMALL,
     # the four main encodings on WordNet speech, one seed (WER ~93% for every row: with the
     # 7-frame front end nothing uses its positions)
-    "quick": copy.deepcopy(_WORDNET),
+    "quick": _WORDNET,
     # the quick preset on spoken digit strings (a ten-word vocabulary: most words right in
     # minutes, where WordNet's open vocabulary leaves WER near 90%)
-    "digits": copy.deepcopy(_DIGITS),
+    "digits": _DIGITS,
     # every row, three seeds, on digits with a front end that sees no neighbouring frames
     # (kernel 3 = stride 3): the Transformer must find context by position, as the paper's
     # models do; with kernel 7 the CPU-sized models ignore their positions (README)
-    "digits-k3": copy.deepcopy(
-        {
-            **_DIGITS,
-            "name": "asr-digits-k3",
-            "model": {**_CPU_MODEL, "kernel": 3},
-            "rows": _ALL,
-            "seeds": [0, 1, 2],
-        }
-    ),
+    "digits-k3": {**_K3, "name": "asr-digits-k3", "rows": _ALL},
     # the peers (the encodings people pick instead of CAPE) with digits-k3's settings, 3 seeds
-    "digits-k3-peers": copy.deepcopy(
-        {
-            **_DIGITS,
-            "name": "asr-digits-k3-peers",
-            "model": {**_CPU_MODEL, "kernel": 3},
-            "rows": _PEERS,
-            "seeds": [0, 1, 2],
-        }
-    ),
+    "digits-k3-peers": {**_K3, "name": "asr-digits-k3-peers", "rows": _PEERS},
     # hours: every row, three seeds
     "cpu-full": {
         "name": "asr-cpu-full",
@@ -321,7 +305,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "model": _CPU_MODEL,
         "train": {**_TRAIN, "steps": 3000},
         "eval": {"hop_rows": ["sinpos", _CAPE, "CAPE λ=1 padding-free"], "val_limit": 150},
-        "rows": copy.deepcopy(_ALL),
+        "rows": _ALL,
         "seeds": [0, 1, 2],
     },
     # GPU: the paper's 36-layer D 768 model and its schedule scale (app. C.2)
@@ -349,7 +333,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             "num_workers": 8,
         },
         "eval": {"hop_rows": ["sinpos", _CAPE, "CAPE λ=1 padding-free"]},
-        "rows": copy.deepcopy(_ALL),
+        "rows": _ALL,
         "seeds": [0, 1, 2],
     },
 }

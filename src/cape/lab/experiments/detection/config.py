@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from cape._checks import check_bool, check_choice, check_float, check_int
+from cape._checks import check_bool, check_choice, check_float, check_int, check_rate
 from cape.lab.data.scenes import SceneSettings
-from cape.lab.experiments.study_config import StudyConfig, check_folder, row_key
+from cape.lab.experiments.study_config import StudyConfig, check_folder, check_ints, row_key
 
 __all__ = [
     "STRIDE",
@@ -69,10 +69,8 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         check_folder("data.root", self.root)
-        for key in ("train", "val", "test"):
-            check_int(f"data.{key}", getattr(self, key))
-        check_int("data.seed", self.seed, minimum=0)
-        check_int("data.held_out", self.held_out, minimum=0)
+        check_ints("data", self, ("train", "val", "test"))
+        check_ints("data", self, ("seed", "held_out"), minimum=0)
         check_bool("data.normalize", self.normalize)
         if not self.sizes or any(
             isinstance(s, bool) or not isinstance(s, int) or s < STRIDE or s % STRIDE
@@ -139,17 +137,14 @@ class ModelConfig:
     embed_init_std: float = 1.0
 
     def __post_init__(self) -> None:
-        for key in ("dim", "heads", "enc_layers", "dec_layers", "ffn_dim", "queries"):
-            check_int(f"model.{key}", getattr(self, key))
-        for key in ("fourier_dim", "hidden_dim"):
-            check_int(f"model.{key}", getattr(self, key))
+        sizes = ("dim", "heads", "enc_layers", "dec_layers", "ffn_dim", "queries")
+        check_ints("model", self, (*sizes, "fourier_dim", "hidden_dim"))
         if self.dim % self.heads or (self.dim // self.heads) % 2 or self.dim % 4:
             raise ValueError(
                 f"model.dim must be a multiple of 4 and model.dim / model.heads even, got "
                 f"dim={self.dim}, heads={self.heads}"
             )
-        if not 0.0 <= check_float("model.dropout", self.dropout) < 1.0:
-            raise ValueError(f"model.dropout must lie in [0, 1), got {self.dropout}")
+        check_rate("model.dropout", self.dropout)
         check_bool("model.pre_norm", self.pre_norm)
         check_bool("model.input_positions", self.input_positions)
         check_float("model.gamma_cells", self.gamma_cells, strict=True)

@@ -33,13 +33,10 @@ class DetectionExperiment(
     finds on a few test images (the first seed's are drawn in the report)."""
 
     name, config_cls, presets = "detection", DetectionConfig, PRESETS
-    default_preset = DEFAULT
-    preset_notes = PRESET_NOTES
+    default_preset, preset_notes = DEFAULT, PRESET_NOTES
     counts_parameters = True
 
-    def make_data(self, cfg: DetectionConfig) -> DetectionData:
-        """The scenes of every split (rendered and cached on first use)."""
-        return make_data(cfg)
+    make_data = staticmethod(make_data)  # the scenes of every split, rendered on first use
 
     def make_model(
         self, cfg: DetectionConfig, row: RowConfig, data: Any = None, *, evaluation: bool = False

@@ -4,7 +4,6 @@ Learnable-Fourier+MLP), content only (`nopos`) and, in cpu-full, CAPE's rows."""
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from cape.lab.experiments.study_config import train_preset
@@ -66,7 +65,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "table2": _QUICK,
     # Table 1's protocol (every size in training, positions in (0, 1)), the same rows
     "table1": {
-        **copy.deepcopy(_QUICK),
+        **_QUICK,
         "name": "detection-table1",
         "data": {**_QUICK["data"], **_TABLE1},
     },
@@ -74,7 +73,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "cpu-full": _FULL,
     # the same with Table 1's protocol
     "cpu-full-table1": {
-        **copy.deepcopy(_FULL),
+        **_FULL,
         "name": "detection-cpu-full-table1",
         "data": {**_FULL["data"], **_TABLE1},
     },

@@ -16,12 +16,13 @@ from cape._checks import check_int, check_rate
 from cape.build import build, encoding_class
 from cape.lab.experiments.pairs import preset_augmentation
 from cape.lab.experiments.recipes import length_recipe
-from cape.lab.experiments.study_config import StudyConfig, check_best_metric, train_preset
-from cape.lab.experiments.train_as import (
-    ReusableRow,
-    check_train_as,
-    trained_row,
+from cape.lab.experiments.study_config import (
+    StudyConfig,
+    check_best_metric,
+    check_ints,
+    train_preset,
 )
+from cape.lab.experiments.train_as import ReusableRow, check_train_as, trained_row
 from cape.models.plan import attention_size, resolve_options
 
 __all__ = [
@@ -56,8 +57,7 @@ class DataConfig:
         check_int("data.offset", self.offset)
         check_int("data.min_len", self.min_len, minimum=self.offset + 1)
         check_int("data.max_len", self.max_len, minimum=self.min_len)
-        check_int("data.train", self.train)
-        check_int("data.val", self.val)
+        check_ints("data", self, ("train", "val"))
         check_int("data.seed", self.seed, minimum=0)
 
 
@@ -73,8 +73,7 @@ class ModelConfig:
     dropout: float = 0.0
 
     def __post_init__(self) -> None:
-        for key in ("dim", "heads", "layers", "ffn_dim"):
-            check_int(f"model.{key}", getattr(self, key))
+        check_ints("model", self, ("dim", "heads", "layers", "ffn_dim"))
         if self.dim % self.heads:
             raise ValueError(
                 f"model.dim must be divisible by model.heads, got {self.dim} and {self.heads}"
@@ -115,8 +114,7 @@ class EvalConfig:
             check_int(f"eval.lengths[{i}]", length, minimum=2)
         if list(self.lengths) != sorted(set(self.lengths)):
             raise ValueError(f"eval.lengths must be strictly increasing, got {self.lengths}")
-        check_int("eval.test", self.test)
-        check_int("eval.batch_size", self.batch_size)
+        check_ints("eval", self, ("test", "batch_size"))
 
 
 def position_options(

@@ -18,7 +18,13 @@ from typing import Any
 from cape._checks import check_choice, check_float, check_int
 from cape.augment import Augmentation
 from cape.lab.data.boxes import ScreenSettings
-from cape.lab.experiments.study_config import StudyConfig, check_best_metric, row_key, train_preset
+from cape.lab.experiments.study_config import (
+    StudyConfig,
+    check_best_metric,
+    check_ints,
+    row_key,
+    train_preset,
+)
 
 __all__ = [
     "DataConfig",
@@ -55,8 +61,7 @@ class DataConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for key in ("train", "val", "test"):
-            check_int(f"data.{key}", getattr(self, key))
+        check_ints("data", self, ("train", "val", "test"))
         ScreenSettings.check(self, "data.")
         check_int("data.seed", self.seed, minimum=0)
 
@@ -84,8 +89,7 @@ class ModelConfig:
     embed_init_std: float = 1.0
 
     def __post_init__(self) -> None:
-        for key in ("dim", "depth", "heads", "ffn_dim", "fourier_dim", "hidden_dim"):
-            check_int(f"model.{key}", getattr(self, key))
+        check_ints("model", self, ("dim", "depth", "heads", "ffn_dim", "fourier_dim", "hidden_dim"))
         if self.dim % self.heads or self.dim % 8:
             raise ValueError(
                 f"model.dim must be divisible by model.heads and by 8 (Sine-4D: "

@@ -13,10 +13,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from cape._checks import check_choice, check_float, check_int
+from cape._checks import check_choice, check_int, check_rate
 from cape.lab.data.images.render import CANVAS
 from cape.lab.experiments.lff_generation.model import POSITIONS, PixelPositions
-from cape.lab.experiments.study_config import StudyConfig, check_best_metric, row_key, train_preset
+from cape.lab.experiments.study_config import (
+    StudyConfig,
+    check_best_metric,
+    check_ints,
+    row_key,
+    train_preset,
+)
 
 __all__ = [
     "DataConfig",
@@ -46,10 +52,8 @@ class DataConfig:
         check_int("data.size", self.size, minimum=2)
         if self.size > CANVAS:
             raise ValueError(f"data.size must be an int in [2, {CANVAS}], got {self.size}")
-        for key in ("train", "val"):
-            check_int(f"data.{key}", getattr(self, key), minimum=1)
-        for key in ("seed", "workers"):
-            check_int(f"data.{key}", getattr(self, key), minimum=0)
+        check_ints("data", self, ("train", "val"))
+        check_ints("data", self, ("seed", "workers"), minimum=0)
 
 
 @dataclass
@@ -65,11 +69,8 @@ class ModelConfig:
     dropout: float = 0.0
 
     def __post_init__(self) -> None:
-        for key in ("dim", "channel_dim", "depth", "heads", "ffn_dim"):
-            check_int(f"model.{key}", getattr(self, key))
-        check_float("model.dropout", self.dropout)
-        if self.dropout >= 1.0:
-            raise ValueError(f"model.dropout must lie in [0, 1), got {self.dropout}")
+        check_ints("model", self, ("dim", "channel_dim", "depth", "heads", "ffn_dim"))
+        check_rate("model.dropout", self.dropout)
         if self.dim % self.heads:
             raise ValueError(
                 f"model.dim ({self.dim}) must be divisible by model.heads ({self.heads})"

@@ -17,7 +17,7 @@ from typing import Any
 
 from torch import nn
 
-from cape.lab.experiments.base import Collected, Experiment, Run, Study
+from cape.lab.experiments.base import Collected, Experiment, Run, Study, rank_slice
 from cape.lab.experiments.lff_generation import evaluate, report
 from cape.lab.experiments.lff_generation.config import (
     PRESET_NOTES,
@@ -27,7 +27,6 @@ from cape.lab.experiments.lff_generation.config import (
 )
 from cape.lab.experiments.lff_generation.data import GenerationData, make_data
 from cape.lab.experiments.lff_generation.model import PixelTransformer, generation_loss
-from cape.lab.train import distributed as D
 
 __all__ = ["GenerationExperiment", "LFF_GENERATION"]
 
@@ -53,7 +52,7 @@ class GenerationExperiment(
         val, batch_size = data.sequences("val"), run.cfg.eval.batch_size
 
         def eval_fn(m: nn.Module) -> dict[str, float]:
-            shard = val[D.get_rank() :: D.get_world_size()]  # the Trainer averages over ranks
+            shard = val[rank_slice()]  # the Trainer averages over ranks
             return {"bpd": evaluate.evaluate_bpd(m, shard, batch_size)}
 
         trainer = self.trainer(run, model, generation_loss, data.dataset("train"), eval_fn)

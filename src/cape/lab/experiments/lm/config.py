@@ -20,12 +20,13 @@ from cape._checks import check_float, check_int
 from cape.lab.data.text_corpus import TOKENIZERS
 from cape.lab.data.text_corpus.build import MAX_BPE_VOCAB
 from cape.lab.experiments.recipes import length_recipe
-from cape.lab.experiments.study_config import StudyConfig, check_best_metric, check_transformer
-from cape.lab.experiments.train_as import (
-    ReusableRow,
-    check_train_as,
-    trained_row,
+from cape.lab.experiments.study_config import (
+    StudyConfig,
+    check_best_metric,
+    check_ints,
+    check_transformer,
 )
+from cape.lab.experiments.train_as import ReusableRow, check_train_as, trained_row
 
 __all__ = [
     "DataConfig",
@@ -103,8 +104,7 @@ class FinetuneConfig:
 
     def __post_init__(self) -> None:
         check_int("finetune.factor", self.factor, minimum=2)
-        check_int("finetune.steps", self.steps)
-        check_int("finetune.batch_size", self.batch_size)
+        check_ints("finetune", self, ("steps", "batch_size"))
         if check_float("finetune.lr", self.lr) <= 0:
             raise ValueError(f"finetune.lr must be > 0, got {self.lr}")
         check_int("finetune.warmup_steps", self.warmup_steps, minimum=0)
@@ -136,8 +136,7 @@ class EvalConfig:
         if self.split not in ("val", "test"):
             raise ValueError(f"eval.split must be 'val' or 'test', got {self.split!r}")
         check_int("eval.max_tokens", self.max_tokens, minimum=0)
-        check_int("eval.batch_tokens", self.batch_tokens)
-        check_int("eval.buckets", self.buckets)
+        check_ints("eval", self, ("batch_tokens", "buckets"))
 
 
 @dataclass

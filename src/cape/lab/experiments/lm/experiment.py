@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import shutil
 from typing import Any
 
 from torch import nn
@@ -31,8 +30,6 @@ from cape.lab.experiments.lm import data, evaluate, model, report
 from cape.lab.experiments.lm.config import LMConfig, RowConfig, finetune_window
 from cape.lab.experiments.lm.data import LMData
 from cape.lab.experiments.lm.presets import PRESET_NOTES, PRESETS
-from cape.lab.io import atomic_write
-from cape.lab.train import distributed as D
 from cape.lab.train import seed_everything
 from cape.lab.train.checkpoint import latest_checkpoint
 
@@ -57,7 +54,12 @@ class LMExperiment(Experiment[LMConfig, LMData], evaluate=evaluate, report=repor
 
     def fit(self, run: Run[LMConfig], data: LMData, net: nn.Module) -> tuple[nn.Module, dict]:
         cfg, row = run.cfg, run.row
-        self._save_spec(run, data, net)
+        # what `cape generate` reads: the corpus entry, its tokenizer (and its BPE model), L
+        corpus, tokenizer = data.corpus, data.corpus.tokenizer.name
+        bpe = corpus.root / "bpe.model" if tokenizer == "bpe" else None
+        self.save_spec(
+            run, net, bpe, corpus=str(corpus.root), tokenizer=tokenizer, context=cfg.data.context
+        )
         length, train = cfg.data.context, None
         if row.finetune_from is not None:
             self._start_from(run, data, net)
@@ -76,18 +78,6 @@ class LMExperiment(Experiment[LMConfig, LMData], evaluate=evaluate, report=repor
 
         trainer = self.trainer(run, net, model.lm_loss, windows, eval_fn, train=train)
         return self.fitted(trainer)
-
-    def _save_spec(self, run: Run[LMConfig], data: LMData, net: nn.Module) -> None:
-        """model.json (the model's spec, the corpus entry, its tokenizer, L) and, for BPE, a
-        copy of the corpus's bpe.model: what `cape generate` reads."""
-        corpus = data.corpus
-        tokenizer = corpus.tokenizer.name
-        self.save_spec(
-            run, net, corpus=str(corpus.root), tokenizer=tokenizer, context=run.cfg.data.context
-        )
-        if tokenizer == "bpe" and D.get_rank() == 0:
-            bpe = run.folder / "bpe.model"
-            atomic_write(bpe, lambda tmp: shutil.copyfile(corpus.root / "bpe.model", tmp))
 
     def _start_from(self, run: Run[LMConfig], data: LMData, net: nn.Module) -> None:
         """A fine-tune that has not started takes the final weights of its `finetune_from`

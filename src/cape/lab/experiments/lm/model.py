@@ -3,6 +3,7 @@ engine's loss (`lm_loss`)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -20,16 +21,11 @@ def make_model(
 ) -> CausalLM:
     """The row's model (untrained); with `evaluation`, its encoding takes the row's
     `eval_options` too."""
-    m = cfg.model
     return CausalLM(
         vocab_size,
-        dim=m.dim,
-        layers=m.layers,
-        heads=m.heads,
-        ffn_dim=m.ffn_dim,
-        dropout=m.dropout,
         position=row.position,
         position_options=position_options(row, cfg, evaluation=evaluation),
+        **dataclasses.asdict(cfg.model),  # dim, heads, layers, ffn_dim, dropout
     )
 
 

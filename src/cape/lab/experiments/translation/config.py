@@ -10,7 +10,6 @@ of the training set, measured when the experiment starts (`alpha: auto`).
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,12 +19,11 @@ from cape.lab.experiments.study_config import (
     StudyConfig,
     check_best_metric,
     check_folder,
-    check_position,
+    check_ints,
     check_transformer,
-    row_key,
     train_preset,
 )
-from cape.lab.experiments.train_as import ReusableRow, check_reuse_fields, check_train_as
+from cape.lab.experiments.train_as import ReusableRow, check_train_as
 
 __all__ = [
     "DataConfig",
@@ -58,9 +56,7 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         check_folder("data.root", self.root)
-        for key in ("train", "val", "limit"):
-            check_int(f"data.{key}", getattr(self, key), minimum=0)
-        check_int("data.seed", self.seed, minimum=0)
+        check_ints("data", self, ("train", "val", "limit", "seed"), minimum=0)
         check_int("data.workers", self.workers)
         check_int("data.vocab_size", self.vocab_size, minimum=100)
         check_int("data.max_tokens", self.max_tokens, minimum=4)
@@ -96,9 +92,7 @@ class RowConfig(ReusableRow):
     (`cape.lab.experiments.train_as`)."""
 
     def __post_init__(self) -> None:
-        key = row_key(self.name)
-        check_position(f"{key}.position", self.position)
-        check_reuse_fields(key, self)
+        key = self.check_fields()
         alpha = self.options.get("alpha", "auto")
         if alpha != "auto":
             check_float(f"{key}.options.alpha", alpha, strict=True)
@@ -119,8 +113,9 @@ class EvalConfig:
     batch_size: int = 64
 
     def __post_init__(self) -> None:
-        for key in ("test", "long_per_bucket", "stacked", "beam", "val_beam"):
-            check_int(f"eval.{key}", getattr(self, key), minimum=0)
+        check_ints(
+            "eval", self, ("test", "long_per_bucket", "stacked", "beam", "val_beam"), minimum=0
+        )
         check_int("eval.batch_size", self.batch_size)
         check_float("eval.length_penalty", self.length_penalty)
 
@@ -209,7 +204,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # was most of a step: 10 steps/s against 7, measured) and 1000 steps; content only, sinpos
     # and CAPE (the paper's contrast), 2 seeds, each with its positions-removed check
     "small": {
-        **copy.deepcopy(_QUICK),
+        **_QUICK,
         "name": "translation-small",
         "data": {"val": 300, "vocab_size": 2000},
         "train": {
@@ -223,13 +218,13 @@ PRESETS: dict[str, dict[str, Any]] = {
         "seeds": [0, 1],
     },  # fmt: skip
     # minutes: the four main encodings, a 2+2-layer d128 model
-    "quick": {**copy.deepcopy(_QUICK), "rows": copy.deepcopy(_MAIN), "seeds": [0]},
+    "quick": {**_QUICK, "rows": _MAIN, "seeds": [0]},
     # the peers (the encodings people pick instead of CAPE) on the quick model, beside its sinpos,
     # relpos and CAPE rows (the same settings: their runs can be copied from quick's folder)
     "quick-peers": {
-        **copy.deepcopy(_QUICK),
+        **_QUICK,
         "name": "translation-quick-peers",
-        "rows": copy.deepcopy(_PEERS),
+        "rows": _PEERS,
         "seeds": [0, 1],
     },
     # hours: every row, three seeds, a 3+3-layer d256 model
@@ -255,7 +250,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             "checkpoint_every": 500,
         },
         "eval": {"test": 2000, "long_per_bucket": 500, "stacked": 300},
-        "rows": copy.deepcopy(_ALL),
+        "rows": _ALL,
         "seeds": [0, 1, 2],
     },
     # GPU: the paper's 6L-6L model (Transformer-base sizes), bf16
@@ -283,7 +278,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             "num_workers": 4,
         },
         "eval": {"beam": 5},
-        "rows": copy.deepcopy(_ALL),
+        "rows": _ALL,
         "seeds": [0, 1, 2],
     },
 }

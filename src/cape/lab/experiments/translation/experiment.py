@@ -10,7 +10,6 @@ with the best validation BLEU is kept), evaluate (`eval_records`, cached in the 
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +25,6 @@ from cape.lab.experiments.translation.config import (
     TranslationConfig,
 )
 from cape.lab.experiments.translation.data import TranslationData, collate_fn
-from cape.lab.io import atomic_write
-from cape.lab.train import distributed as D
 from cape.models.seq2seq import Seq2Seq
 
 __all__ = ["TranslationExperiment", "TRANSLATION"]
@@ -61,10 +58,7 @@ class TranslationExperiment(
         """Train with the best validation BLEU kept; model.json and bpe.model first (what
         `cape translate` rebuilds the model from)."""
         cfg, tok = run.cfg, data.tokenizer
-        self.save_spec(run, net, alpha=data.alpha)
-        if D.get_rank() == 0:
-            bpe = run.folder / "bpe.model"
-            atomic_write(bpe, lambda tmp: shutil.copyfile(data.bpe_path, tmp))
+        self.save_spec(run, net, bpe=data.bpe_path, alpha=data.alpha)
         loss_fn = model.loss_fn(cfg.model.label_smoothing, tok.pad_id)
         batches = data.batches(run.seed, cfg.train.batch_size)
         val_fn = evaluate.val_fn(cfg, data)

@@ -7,13 +7,18 @@ as the paper's 14 x 14 is the ViT's), evaluation at 24/32/56/96 px for the paper
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
 from cape._checks import check_choice, check_int
-from cape.lab.experiments.study_config import StudyConfig, check_position, row_key, train_preset
+from cape.lab.experiments.study_config import (
+    StudyConfig,
+    check_ints,
+    check_position,
+    row_key,
+    train_preset,
+)
 
 __all__ = [
     "DataConfig",
@@ -50,10 +55,8 @@ class DataConfig:
         from cape.lab.data.images.transforms import TRANSFORMS
 
         check_choice("data.transform", self.transform, tuple(TRANSFORMS))
-        for key in ("train", "val"):
-            check_int(f"data.{key}", getattr(self, key), minimum=1)
-        for key in ("test", "test_fonts", "native", "seed", "workers"):
-            check_int(f"data.{key}", getattr(self, key), minimum=0)
+        check_ints("data", self, ("train", "val"))
+        check_ints("data", self, ("test", "test_fonts", "native", "seed", "workers"), minimum=0)
         if self.source not in ("chars", "relations") and self.test_fonts:
             raise ValueError(
                 "data.test_fonts needs rendered images (data.source chars or relations)"
@@ -98,23 +101,20 @@ class RowConfig:
     finetune_steps: int = 0
 
     def __post_init__(self) -> None:
-        row_key(self.name)
-        check_position(f"rows[{self.name}].position", self.position)
-        check_int(f"rows[{self.name}].train_size", self.train_size)
+        key = row_key(self.name)
+        check_position(f"{key}.position", self.position)
+        check_int(f"{key}.train_size", self.train_size)
         for s in self.univit_sizes:
-            check_int(f"rows[{self.name}].univit_sizes[]", s)
-        check_int(f"rows[{self.name}].finetune_size", self.finetune_size, minimum=0)
-        check_int(f"rows[{self.name}].finetune_steps", self.finetune_steps, minimum=0)
+            check_int(f"{key}.univit_sizes[]", s)
+        check_ints(key, self, ("finetune_size", "finetune_steps"), minimum=0)
         if self.packed and not self.univit_sizes:
-            raise ValueError(f"rows[{self.name}].packed needs univit_sizes (the sizes to mix)")
+            raise ValueError(f"{key}.packed needs univit_sizes (the sizes to mix)")
         if bool(self.finetune_size) != bool(self.finetune_steps):
-            raise ValueError(f"rows[{self.name}]: set finetune_size and finetune_steps together")
+            raise ValueError(f"{key}: set finetune_size and finetune_steps together")
         allowed = [f.name for f in dataclasses.fields(ModelConfig) if f.name != "patch"]
         unknown = sorted(set(self.model) - set(allowed))
         if unknown:
-            raise ValueError(
-                f"rows[{self.name}].model: unknown key(s) {unknown}; allowed: {allowed}"
-            )
+            raise ValueError(f"{key}.model: unknown key(s) {unknown}; allowed: {allowed}")
 
     def model_config(self, base: ModelConfig) -> ModelConfig:
         """`base` with this row's `model` changes, checked as a `ModelConfig`."""
@@ -285,33 +285,35 @@ _PEER_ROWS = [
     },
 ]
 
+_QUICK: dict[str, Any] = {
+    "name": "vision-quick",
+    "seeds": [0, 1],
+    "data": {
+        "source": "relations",
+        "root": "data/relations",
+        "train": 6000,
+        "val": 500,
+        "test": 500,
+    },
+    "model": {"dim": 64, "depth": 2},
+    "train": {
+        **_TRAIN_QUICK,
+        "steps": 500,
+        "batch_size": 64,
+        "warmup_steps": 50,
+        "eval_every": 250,
+        "checkpoint_every": 250,
+    },
+    "eval": {"sizes": [24, 32, 48, 64], "figures": False},
+    "rows": _RELATION_ROWS,
+}
+
 # name -> config mapping (apply `--config` files and `--set` overrides on top)
 PRESETS: dict[str, dict[str, Any]] = {
     # the README's main job on `relations`: <= 10 minutes on 2 CPU cores
-    "quick": {
-        "name": "vision-quick",
-        "seeds": [0, 1],
-        "data": {
-            "source": "relations",
-            "root": "data/relations",
-            "train": 6000,
-            "val": 500,
-            "test": 500,
-        },
-        "model": {"dim": 64, "depth": 2},
-        "train": {
-            **_TRAIN_QUICK,
-            "steps": 500,
-            "batch_size": 64,
-            "warmup_steps": 50,
-            "eval_every": 250,
-            "checkpoint_every": 250,
-        },
-        "eval": {"sizes": [24, 32, 48, 64], "figures": False},
-        "rows": _RELATION_ROWS,
-    },
+    "quick": _QUICK,
     # the main job's settings and rows plus the peers (its runs are reused from its folder)
-    "peers": {"name": "vision-peers", "rows": [*_RELATION_ROWS, *_PEER_ROWS]},
+    "peers": {**_QUICK, "name": "vision-peers", "rows": [*_RELATION_ROWS, *_PEER_ROWS]},
     # characters (a task a bag of patches nearly solves): the quick rows, 1 seed
     "chars-quick": {
         "name": "vision-chars-quick",
@@ -371,8 +373,6 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
 }
 
-
-PRESETS["peers"] = {**copy.deepcopy(PRESETS["quick"]), **PRESETS["peers"]}
 
 # one line per preset: what `cape experiment NAME --help` says of it
 PRESET_NOTES: dict[str, str] = {
