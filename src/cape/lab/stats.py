@@ -1,12 +1,10 @@
-"""Welch's two-sample t-test and Student's t distribution, over scipy.stats.
+"""Welch's two-sample t-test, over scipy.stats.
 
 The LFF paper compares encodings with t-tests over 3 runs each (sec. 4.4); `welch_t_test` is
 that test for two groups of per-seed scores with unequal variances. scipy does the maths; this
 module checks the inputs (errors name the argument) and settles the cases where scipy would
 answer NaN although the answer is known (both groups constant).
 
-- `regularized_incomplete_beta(a, b, x)`: I_x(a, b) (scipy.special.betainc).
-- `t_cdf(t, df)`: P(T <= t) for T ~ Student-t with `df` > 0 degrees of freedom (any real df).
 - `welch_t_test(a, b) -> (t, df, p)`: Welch's t statistic, the Welch-Satterthwaite degrees of
   freedom and the two-sided p-value (scipy.stats.ttest_ind with equal_var=False).
 """
@@ -17,25 +15,9 @@ import math
 import warnings
 from collections.abc import Sequence
 
-from scipy import special, stats
+from scipy import stats
 
-__all__ = ["regularized_incomplete_beta", "t_cdf", "welch_t_test"]
-
-
-def regularized_incomplete_beta(a: float, b: float, x: float) -> float:
-    """I_x(a, b) = B(x; a, b) / B(a, b) for a, b > 0 and x in [0, 1]."""
-    if not (a > 0 and b > 0 and math.isfinite(a) and math.isfinite(b)):
-        raise ValueError(f"a and b must be finite and > 0, got a={a}, b={b}")
-    if not 0.0 <= x <= 1.0:
-        raise ValueError(f"x must lie in [0, 1], got {x}")
-    return float(special.betainc(a, b, x))
-
-
-def t_cdf(t: float, df: float) -> float:
-    """P(T <= t) for Student's t with `df` > 0 degrees of freedom (df need not be an integer)."""
-    if not (df > 0 and math.isfinite(df)):
-        raise ValueError(f"df must be finite and > 0, got {df}")
-    return float(stats.t.cdf(t, df))
+__all__ = ["welch_t_test"]
 
 
 def _finite(name: str, values: Sequence[float]) -> list[float]:
