@@ -26,6 +26,7 @@ import os
 import shutil
 import tempfile
 import time
+import zlib
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path, PurePath
 from typing import Any
@@ -41,6 +42,7 @@ __all__ = [
     "fsync_dir",
     "set_aside",
     "zip_problem",
+    "crc32",
     "disk_full_named",
     "leftover_temporaries",
 ]
@@ -180,6 +182,11 @@ def zip_problem(path: str | Path) -> str | None:
     except (OSError, EOFError, ValueError, zipfile.BadZipFile, zlib.error) as e:
         return f"not a whole zip archive: {e}"
     return None if bad is None else f"its member {bad} fails its CRC check"
+
+
+def crc32(path: Path) -> int:
+    """The CRC-32 of file `path`'s bytes, as an unsigned int (what a manifest records)."""
+    return zlib.crc32(path.read_bytes()) & 0xFFFFFFFF
 
 
 def read_json(path: str | Path) -> Any:

@@ -30,7 +30,6 @@ import random
 import re
 import shutil
 import tempfile
-import zlib
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -40,7 +39,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from cape.lab.errors import DamagedFile, RunError
-from cape.lab.io import atomic_write, fsync_dir, fsync_file, set_aside
+from cape.lab.io import atomic_write, crc32, fsync_dir, fsync_file, set_aside
 
 __all__ = [
     "get_rng_state",
@@ -100,10 +99,6 @@ def _weights(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().to("cpu", copy=True).contiguous() for k, v in model.state_dict().items()}
 
 
-def _crc32(path: Path) -> int:
-    return zlib.crc32(path.read_bytes()) & 0xFFFFFFFF
-
-
 def _why(err: BaseException) -> str:
     """The first sentence of `err`'s message (torch's run on for a paragraph)."""
     text = str(err).strip().split("\n")[0].split(". ")[0].rstrip(".")
@@ -156,7 +151,7 @@ def save_checkpoint(
             "scheduler": scheduler.state_dict() if scheduler is not None else None,
             "rng": get_rng_state() if rng is None else rng,
             "extra": extra or {},
-            "model_crc32": _crc32(tmp / MODEL_FILE),
+            "model_crc32": crc32(tmp / MODEL_FILE),
         }
         with open(tmp / STATE_FILE, "wb") as f:
             torch.save(state, f)
@@ -242,7 +237,7 @@ def read_checkpoint(
     if not isinstance(state, dict) or not isinstance(state.get("step"), int):
         raise DamagedFile(f"{state_file} is damaged (it records no step)", state_file)
     crc = state.get("model_crc32")  # optional: a state without one checks the file's form only
-    if crc is not None and _crc32(model_file) != crc:
+    if crc is not None and crc32(model_file) != crc:
         raise DamagedFile(
             f"{model_file} is damaged (its CRC-32 differs from the one {STATE_FILE} recorded)",
             model_file,

@@ -41,10 +41,10 @@ from cape.lab.data.speech.synth import (
     UtteranceParams,
     utterance_params,
 )
-from cape.lab.data.speech.utterance_files import _crc32, _make_one
+from cape.lab.data.speech.utterance_files import _make_one
 from cape.lab.data.text.sentences import TEXT_SOURCES, source_sentences
 from cape.lab.errors import DamagedFile, DiskFull
-from cape.lab.io import read_json, set_aside, write_json, write_text
+from cape.lab.io import crc32, read_json, set_aside, write_json, write_text
 from cape.lab.progress import progress as progress_bar  # `progress` names the on/off flag here
 
 __all__ = [
@@ -271,7 +271,7 @@ def verify_corpus(
             if not path.is_file():
                 problems.append(f"{path}: missing")
                 continue
-            if record.get("crc32") is not None and _crc32(path) != record["crc32"]:
+            if record.get("crc32") is not None and crc32(path) != record["crc32"]:
                 problems.append(f"{path}: corrupt (checksum differs from the manifest)")
                 continue
             try:

@@ -4,18 +4,13 @@ and CRC-32 of its JSON record) and making it (WAV, then record, each written ato
 from __future__ import annotations
 
 import json
-import zlib
 from pathlib import Path
 
 from cape.lab.data.speech.audio import write_wav
 from cape.lab.data.speech.synth import SAMPLE_RATE, UtteranceParams, synthesize_utterance
-from cape.lab.io import atomic_write, write_json
+from cape.lab.io import atomic_write, crc32, write_json
 
 __all__: list[str] = []
-
-
-def _crc32(path: Path) -> int:
-    return zlib.crc32(path.read_bytes()) & 0xFFFFFFFF
 
 
 def _existing(root: Path, params: UtteranceParams) -> tuple[dict | None, str | None]:
@@ -36,7 +31,7 @@ def _existing(root: Path, params: UtteranceParams) -> tuple[dict | None, str | N
     size = wav.stat().st_size
     if size != record.get("bytes"):
         return None, f"{wav}: {size} bytes, its record says {record.get('bytes')}"
-    if _crc32(wav) != record.get("crc32"):
+    if crc32(wav) != record.get("crc32"):
         return None, f"{wav}: corrupt (checksum differs from its record)"
     return record, None
 
@@ -50,7 +45,7 @@ def _make_one(job: tuple[str, UtteranceParams]) -> tuple[dict, str, str | None]:
     wave, record = synthesize_utterance(params, cache_dir=root / "cache")
     wav = root / params.split / f"{params.name}.wav"
     atomic_write(wav, lambda tmp: write_wav(tmp, wave, SAMPLE_RATE))
-    record["crc32"] = _crc32(wav)
+    record["crc32"] = crc32(wav)
     record["bytes"] = wav.stat().st_size
     write_json(wav.with_suffix(".json"), record)
     return record, "made", defect
