@@ -94,11 +94,11 @@ class _WithTrain:
     ],
 )
 def test_train_section_errors_read_the_same_everywhere(section: dict) -> None:
-    # TrainConfig.from_dict and a `train:` section of a config file give the same message
+    # a bare train mapping and a `train:` section of a config file give the same message
     with pytest.raises(ValueError) as nested:
         from_mapping(_WithTrain, {"train": section})
     with pytest.raises(ValueError) as direct:
-        TrainConfig.from_dict(section)
+        from_mapping(TrainConfig, section, "train.")
     assert str(nested.value) == str(direct.value)
     assert f"train.{next(iter(section))}" in str(direct.value)
 

@@ -21,6 +21,7 @@ from safetensors.torch import load_file
 from torch import nn
 from torch.utils.data import TensorDataset
 
+from cape.lab.config import from_mapping
 from cape.lab.errors import DamagedFile
 from cape.lab.train import (
     ResumableSampler,
@@ -247,28 +248,28 @@ def test_config_errors_name_the_key(kwargs: dict, key: str) -> None:
     with pytest.raises(ValueError, match=rf"train\.{key} must"):
         TrainConfig(**kwargs)
     with pytest.raises(ValueError, match=rf"train\.{key} must"):
-        TrainConfig.from_dict(kwargs)
+        from_mapping(TrainConfig, kwargs, "train.")
 
 
-def test_from_dict_goes_through_from_mapping() -> None:
+def test_train_mapping_goes_through_from_mapping() -> None:
     # the same messages as every other config section: the dotted key and what is allowed
     with pytest.raises(ValueError, match=r"train\.lr must be a number, got 'x'"):
-        TrainConfig.from_dict({"lr": "x"})
+        from_mapping(TrainConfig, {"lr": "x"}, "train.")
     with pytest.raises(
         ValueError,
         match=r"unknown config key\(s\) \['train\.stepz'\]; allowed under "
         r"train: \[.*'steps'",
     ):
-        TrainConfig.from_dict({"stepz": 3})
+        from_mapping(TrainConfig, {"stepz": 3}, "train.")
     with pytest.raises(ValueError, match=r"train\.optimizer must be one of \['adamw', 'adagrad'\]"):
-        TrainConfig.from_dict({"optimizer": "sgd"})
+        from_mapping(TrainConfig, {"optimizer": "sgd"}, "train.")
     with pytest.raises(ValueError, match="train.deterministic must be true or false"):
-        TrainConfig.from_dict({"deterministic": 1})
+        from_mapping(TrainConfig, {"deterministic": 1}, "train.")
     with pytest.raises(ValueError, match="train.steps must be an integer"):
-        TrainConfig.from_dict({"steps": 2.5})
-    cfg = TrainConfig.from_dict({"lr": 1, "clip_norm": None, "precision": "bf16"})
+        from_mapping(TrainConfig, {"steps": 2.5}, "train.")
+    cfg = from_mapping(TrainConfig, {"lr": 1, "clip_norm": None, "precision": "bf16"}, "train.")
     assert cfg.lr == 1.0 and isinstance(cfg.lr, float) and cfg.clip_norm is None
-    assert TrainConfig.from_dict(cfg.to_dict()) == cfg
+    assert from_mapping(TrainConfig, cfg.to_dict(), "train.") == cfg
 
 
 def test_resumable_sampler_shards_and_resumes_mid_epoch() -> None:

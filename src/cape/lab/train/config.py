@@ -1,17 +1,15 @@
 """`TrainConfig`: every knob of the training loop, validated when it is built.
 
 It is the `train` section of every experiment config: errors name the key as `train.<key>`,
-whether it comes from a file, a `--set train.<key>=...` override, `from_dict` or the constructor.
+whether it comes from a file, a `--set train.<key>=...` override or the constructor.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from cape._checks import check_choice, check_float, check_int
-from cape.lab.config import from_mapping
 
 __all__ = ["TrainConfig"]
 
@@ -79,9 +77,3 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> TrainConfig:
-        """Build from a mapping (e.g. YAML/JSON) through `cape.lab.config.from_mapping`: unknown
-        keys and wrong types raise ValueError naming `train.<key>` and what is allowed."""
-        return from_mapping(cls, data, prefix="train.")

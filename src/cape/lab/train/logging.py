@@ -1,6 +1,6 @@
 """What a run leaves behind: metrics (JSONL, CSV, TensorBoard when installed), config and
-environment records (`cape.lab.io.write_json`). `progress` (from `cape.lab.progress`) and
-`write_json` are re-exported here for the engine's users."""
+environment records (`cape.lab.io.write_json`). `progress` (from `cape.lab.progress`) is
+re-exported here for the engine's users."""
 
 from __future__ import annotations
 
@@ -26,7 +26,6 @@ __all__ = [
     "progress",
     "read_metrics",
     "run_info",
-    "write_json",
     "write_run_record",
 ]
 
