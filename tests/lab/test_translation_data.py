@@ -284,3 +284,13 @@ def test_bpe_round_trip_special_ids_and_determinism(corpus, tmp_path):
         Tokenizer(root / "nope.model")
     with pytest.raises(TypeError, match="text"):
         tok.encode(3)  # type: ignore[arg-type]
+
+
+def test_train_bpe_without_sentencepiece_names_the_package_before_reading(tmp_path, monkeypatch):
+    from cape.lab.data.translation.bpe import train_bpe
+
+    monkeypatch.setitem(__import__("sys").modules, "sentencepiece", None)  # import fails
+    with pytest.raises(
+        ImportError, match=r"needs sentencepiece: pip install 'cape\[translation\]'"
+    ):
+        train_bpe(tmp_path, vocab_size=100)  # no corpus there: the package is named first

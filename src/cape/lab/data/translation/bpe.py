@@ -83,6 +83,7 @@ def _train(
     """Train the model and write its .vocab, then its .model (the lock held)."""
     from cape.lab.data.translation.corpus import load_pairs
 
+    spm = sentencepiece_module(Tokenizer.user)  # its absence named before the corpus is read
     lines = [side for split in splits for pair in load_pairs(root, split) for side in pair]
     proto = train_model(
         Tokenizer.user,
@@ -95,7 +96,7 @@ def _train(
         eos_id=EOS_ID,
         max_sentence_length=1 << 16,
     )
-    sp = sentencepiece_module(Tokenizer.user).SentencePieceProcessor(model_proto=proto)
+    sp = spm.SentencePieceProcessor(model_proto=proto)
     vocab = "".join(
         f"{sp.id_to_piece(i)}\t{sp.get_score(i) + 0.0:g}\n" for i in range(sp.get_piece_size())
     )
