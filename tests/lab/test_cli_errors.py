@@ -396,3 +396,25 @@ def test_console_script_codes_lines_and_tracebacks(paths, tmp_path: Path) -> Non
         assert err[-1].startswith(line), (argv, err)
         assert ("Traceback" in proc.stderr) is traceback, (argv, proc.stderr)
         assert len(err) == 1 or traceback, (argv, err)
+
+
+def test_comma_lists_are_read_once_per_name_in_the_order_given(capsys) -> None:
+    from cape.lab.arguments import ArgumentParser
+
+    p = ArgumentParser(prog="cape bench x")
+    assert p.names("--checks", " export, onnx,export ,", ["onnx", "export"]) == ["export", "onnx"]
+    assert p.positive_ints("--lengths", "256,64,256") == [256, 64]
+    for call in (
+        lambda: p.names("--checks", "export,video", ["onnx", "export"]),
+        lambda: p.names("--checks", " , ", ["onnx", "export"]),
+        lambda: p.positive_ints("--lengths", "64,0"),
+        lambda: p.positive_ints("--lengths", "64,x"),
+    ):
+        with pytest.raises(SystemExit) as err:
+            call()
+        assert err.value.code == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 4
+    assert all(line.startswith("cape bench x: error: --") for line in lines)
+    assert "--checks must be a comma list of onnx, export; got 'export,video'" in lines[0]
+    assert "--lengths must be a comma list of integers >= 1, got '64,x'" in lines[3]

@@ -55,23 +55,24 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(2)
 
     def names(self, flag: str, text: str, allowed: Sequence[str]) -> list[str]:
-        """The names of the comma list `text` given to `flag` (spaces around each dropped, in
-        the order given); an error naming `allowed` unless there is one and all are allowed."""
+        """The names of the comma list `text` given to `flag` (spaces around each dropped; each
+        once, in the order first given: a name twice would run its case twice); an error naming
+        `allowed` unless there is one and all are allowed."""
         names = [n.strip() for n in text.split(",") if n.strip()]
         if not names or any(n not in allowed for n in names):
             self.error(f"{flag} must be a comma list of {', '.join(allowed)}; got {text!r}")
-        return names
+        return list(dict.fromkeys(names))
 
     def positive_ints(self, flag: str, text: str) -> list[int]:
-        """The integers of the comma list `text` given to `flag`, in the order given; an error
-        unless there is one and each is >= 1."""
+        """The integers of the comma list `text` given to `flag` (each once, in the order first
+        given); an error unless there is one and each is >= 1."""
         try:
             values = [int(v) for v in text.split(",") if v.strip()]
         except ValueError:
             values = []
         if not values or min(values) < 1:
             self.error(f"{flag} must be a comma list of integers >= 1, got {text!r}")
-        return values
+        return list(dict.fromkeys(values))
 
     def at_least(self, *checks: tuple[str, float, float]) -> None:
         """An error for the first (flag, value, low) of `checks` whose value is below low."""

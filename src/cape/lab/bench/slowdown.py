@@ -234,11 +234,6 @@ def run_cell(
     return rows
 
 
-def _choices(p: ArgumentParser, flag: str, text: str, allowed: Sequence[str]) -> list[str]:
-    """`p.names` of `text`, each once (the first time it is named)."""
-    return list(dict.fromkeys(p.names(flag, text, allowed)))
-
-
 def _parser() -> ArgumentParser:
     p = ArgumentParser(
         prog="cape bench slowdown",
@@ -295,13 +290,13 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--device must be cpu or cuda[:N], got {args.device!r}")
     if device.type == "cuda" and not torch.cuda.is_available():
         p.error(f"--device {args.device!r}: CUDA is not available here")
-    models = _choices(p, "--models", args.models, MODELS)
-    encodings = _choices(p, "--encodings", args.encodings, ENCODINGS + PEERS)
+    models = p.names("--models", args.models, MODELS)
+    encodings = p.names("--encodings", args.encodings, ENCODINGS + PEERS)
     encodings = ["nopos"] + [e for e in encodings if e != "nopos"]
-    dtypes = _choices(p, "--dtypes", args.dtypes, tuple(DTYPES))
+    dtypes = p.names("--dtypes", args.dtypes, tuple(DTYPES))
     if "fp16" in dtypes and device.type != "cuda":
         p.error("--dtypes fp16 needs --device cuda (CPU autocast: fp32 or bf16)")
-    lengths = list(dict.fromkeys(p.positive_ints("--lengths", args.lengths)))
+    lengths = p.positive_ints("--lengths", args.lengths)
     preset = args.preset or ("paper" if device.type == "cuda" else "cpu")
     given = {
         f.name: getattr(args, f.name)
