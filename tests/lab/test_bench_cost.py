@@ -149,7 +149,7 @@ def test_floor_is_the_same_embedding_without_the_draws(family: str) -> None:
 def test_bench_encodings_rows(tmp_path: Path) -> None:
     assert (
         encodings.main(
-            ["--families", "vit,audio", "--runs", "1", "--scale", "0.02", "--out", str(tmp_path)]
+            ["--families", "vit,audio", "--runs", "3", "--scale", "0.02", "--out", str(tmp_path)]
         )
         == 0
     )
@@ -173,10 +173,9 @@ def test_bench_encodings_rows(tmp_path: Path) -> None:
     for name in ("cape2d eval", "abspos2d", "lff + mlp (2d)"):
         assert math.isnan(float(by[name]["compiled_ms"])), name
     assert by["cape2d eval"]["target"].startswith("<= 1.3 ")
-    # the floor: timed for CAPE in training on both paths (how it compares with the table add is
-    # the benchmark's to measure: one run of tiny tensors on a shared CPU can put it anywhere)
+    # the floor: timed for CAPE in training on both paths, no cheaper than the table add
     for key in ("floor_ratio", "compiled_floor_ratio"):
-        assert 0 < float(by["cape2d train, all aug"][key]) < math.inf, key
+        assert 0.5 < float(by["cape2d train, all aug"][key]) < math.inf, key
     assert math.isnan(float(by["cape2d eval"]["floor_ratio"]))
 
 
